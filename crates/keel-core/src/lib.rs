@@ -1,0 +1,52 @@
+//! # keel-core
+//!
+//! The types and traits every Keel crate shares: [`message`]s in the OpenAI chat shape,
+//! the [`model::ChatModel`] and [`tool::Tool`] contracts, the [`middleware::Middleware`]
+//! hooks and their [`middleware::Next`] cursor, agent [`state`], [`stream`] events,
+//! [`tokens::TokenCounter`], and the [`store`] contracts (checkpoints, chat history,
+//! session memory). No network, database or tokenizer dependencies live here.
+//!
+//! A middleware that tags every request it sees:
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
+//! use keel_core::model::ModelError;
+//!
+//! struct Temperature(f32);
+//!
+//! #[async_trait]
+//! impl Middleware for Temperature {
+//!     fn name(&self) -> &str {
+//!         "Temperature"
+//!     }
+//!     async fn wrap_model_call(
+//!         &self,
+//!         mut request: ModelRequest,
+//!         next: Next<'_>,
+//!     ) -> Result<ModelResponse, ModelError> {
+//!         request.settings.temperature = Some(self.0);
+//!         next.run(request).await
+//!     }
+//! }
+//! ```
+
+pub mod message;
+pub mod middleware;
+pub mod model;
+pub mod state;
+pub mod store;
+pub mod stream;
+pub mod tokens;
+pub mod tool;
+
+pub use message::{Content, Message, MessageBody, Role, ToolCall};
+pub use middleware::{
+    HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,
+    Runtime, ToolCallRequest, ToolNext,
+};
+pub use model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
+pub use state::{AgentState, MessageOp, StateUpdate};
+pub use stream::{StreamEvent, StreamMode, StreamWriter};
+pub use tokens::TokenCounter;
+pub use tool::{Tool, ToolError, ToolSpec};

@@ -1,0 +1,416 @@
+//! The chat-model contract: [`ChatModel`], its request, streamed chunks and typed errors.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_core::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::message::{AiMessage, Message, ToolCall, Usage, new_id};
+use crate::tool::ToolSpec;
+
+/// What a model is and how much it can read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelProfile {
+    /// Model name as the provider knows it (`gpt-4o-mini`).
+    pub name: String,
+    /// Provider (`openai`, `anthropic`, `vllm`, `scripted`, ...).
+    pub provider: String,
+    /// Context window in input tokens, when known; fraction triggers need it.
+    pub max_input_tokens: Option<u64>,
+}
+
+impl ModelProfile {
+    /// A profile with a name and provider and no known context window.
+    pub fn new(name: impl Into<String>, provider: impl Into<String>) -> Self {
+        ModelProfile {
+            name: name.into(),
+            provider: provider.into(),
+            max_input_tokens: None,
+        }
+    }
+
+    /// Returns the profile with a known context window.
+    pub fn with_max_input_tokens(mut self, n: u64) -> Self {
+        self.max_input_tokens = Some(n);
+        self
+    }
+}
+
+/// How the model may use tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No tool calls.
+    None,
+    /// At least one tool call.
+    Required,
+    /// This tool.
+    Named(String),
+}
+
+/// Sampling and output settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelSettings {
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Output token cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Nucleus sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Stop sequences.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Provider-specific settings passed through verbatim.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
+}
+
+/// One call to a chat model, borrowed from the caller so no history is copied.
+#[derive(Clone, Copy, Debug)]
+pub struct ChatRequest<'a> {
+    /// The system message, sent first when present.
+    pub system: Option<&'a Message>,
+    /// The conversation (without the system message).
+    pub messages: &'a [Message],
+    /// Tools the model may call.
+    pub tools: &'a [ToolSpec],
+    /// Tool policy.
+    pub tool_choice: Option<&'a ToolChoice>,
+    /// Settings.
+    pub settings: &'a ModelSettings,
+    /// An internal call (a summary, a classifier): never streamed to the user.
+    pub internal: bool,
+}
+
+impl<'a> ChatRequest<'a> {
+    /// A request with only messages and default settings.
+    pub fn new(messages: &'a [Message], settings: &'a ModelSettings) -> Self {
+        ChatRequest {
+            system: None,
+            messages,
+            tools: &[],
+            tool_choice: None,
+            settings,
+            internal: false,
+        }
+    }
+}
+
+/// A piece of a streamed answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ChatChunk {
+    /// Text tokens.
+    Text {
+        /// The text delta.
+        text: String,
+    },
+    /// A fragment of a tool call; fragments with the same `index` belong together.
+    ToolCall {
+        /// Position of the call in the message.
+        index: usize,
+        /// The call id, usually only on the first fragment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The tool name, usually only on the first fragment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// A fragment of the JSON argument text.
+        #[serde(default)]
+        args: String,
+    },
+    /// Final usage.
+    Usage {
+        /// The usage.
+        usage: Usage,
+    },
+    /// Response facts (`finish_reason`, `model`, ...), merged into `response_metadata`.
+    Metadata {
+        /// Entries to merge.
+        metadata: Map<String, Value>,
+    },
+}
+
+/// A stream of chunks.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, ModelError>> + Send>>;
+
+/// A chat model: OpenAI-compatible servers, scripted test doubles, anything that answers.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// Name, provider and context window.
+    fn profile(&self) -> &ModelProfile;
+
+    /// One complete answer.
+    async fn invoke(&self, request: ChatRequest<'_>) -> Result<Message, ModelError>;
+
+    /// A streamed answer. The default calls [`invoke`](Self::invoke) and yields it as chunks.
+    async fn stream(&self, request: ChatRequest<'_>) -> Result<ChatStream, ModelError> {
+        let message = self.invoke(request).await?;
+        let chunks: Vec<Result<ChatChunk, ModelError>> =
+            message_to_chunks(&message).into_iter().map(Ok).collect();
+        Ok(Box::pin(IterStream(chunks.into_iter())))
+    }
+}
+
+struct IterStream<I>(I);
+
+impl<I: Iterator + Unpin> Stream for IterStream<I> {
+    type Item = I::Item;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::task::Poll::Ready(self.0.next())
+    }
+}
+
+/// Splits a complete AI message into the chunks a stream would have carried.
+pub fn message_to_chunks(message: &Message) -> Vec<ChatChunk> {
+    let mut out = Vec::new();
+    let text = message.text();
+    if !text.is_empty() {
+        out.push(ChatChunk::Text {
+            text: text.into_owned(),
+        });
+    }
+    for (index, call) in message.tool_calls().iter().enumerate() {
+        out.push(ChatChunk::ToolCall {
+            index,
+            id: Some(call.id.clone()),
+            name: Some(call.name.clone()),
+            args: call.args.to_string(),
+        });
+    }
+    if let Some(ai) = message.as_ai() {
+        if let Some(usage) = ai.usage {
+            out.push(ChatChunk::Usage { usage });
+        }
+        if !ai.response_metadata.is_empty() {
+            out.push(ChatChunk::Metadata {
+                metadata: ai.response_metadata.clone(),
+            });
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    args: String,
+}
+
+/// Assembles streamed chunks into one AI message.
+#[derive(Default)]
+pub struct ChunkAggregator {
+    text: String,
+    calls: BTreeMap<usize, PartialCall>,
+    usage: Option<Usage>,
+    metadata: Map<String, Value>,
+}
+
+impl ChunkAggregator {
+    /// An empty aggregator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one chunk.
+    pub fn push(&mut self, chunk: &ChatChunk) {
+        match chunk {
+            ChatChunk::Text { text } => self.text.push_str(text),
+            ChatChunk::ToolCall {
+                index,
+                id,
+                name,
+                args,
+            } => {
+                let call = self.calls.entry(*index).or_default();
+                if let Some(id) = id.as_ref().filter(|s| !s.is_empty()) {
+                    call.id = Some(id.clone());
+                }
+                if let Some(name) = name {
+                    call.name.push_str(name);
+                }
+                call.args.push_str(args);
+            }
+            ChatChunk::Usage { usage } => self.usage = Some(*usage),
+            ChatChunk::Metadata { metadata } => {
+                for (k, v) in metadata {
+                    self.metadata.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+
+    /// The assembled message. Tool-call arguments that are not valid JSON are a
+    /// [`ModelErrorKind::MalformedResponse`] carrying the raw text.
+    pub fn finish(self) -> Result<Message, ModelError> {
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for (index, call) in self.calls {
+            let args = if call.args.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                serde_json::from_str(&call.args).map_err(|e| {
+                    ModelError::new(
+                        ModelErrorKind::MalformedResponse,
+                        format!(
+                            "tool call #{index} ({}) has invalid JSON arguments: {e}",
+                            call.name
+                        ),
+                    )
+                    .with_raw(call.args.clone())
+                })?
+            };
+            tool_calls.push(ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{}", new_id())),
+                name: call.name,
+                args,
+            });
+        }
+        Ok(AiMessage {
+            content: self.text.into(),
+            tool_calls,
+            id: new_id(),
+            usage: self.usage,
+            response_metadata: self.metadata,
+            ..Default::default()
+        }
+        .into())
+    }
+}
+
+/// What kind of failure a model call had; middleware decides on retries from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// Bad or missing credentials. Not retryable.
+    Authentication,
+    /// Too many requests; see `retry_after`. Retryable.
+    RateLimited,
+    /// The request did not fit the model's context window. Not retryable as is: compact first.
+    ContextOverflow,
+    /// The server rejected the request. Not retryable.
+    InvalidRequest,
+    /// A server-side failure (5xx). Retryable.
+    Server,
+    /// No answer in time. Retryable.
+    Timeout,
+    /// An answer that could not be understood; `raw` holds it. Not retryable.
+    MalformedResponse,
+    /// The connection failed. Retryable.
+    Connection,
+    /// A middleware or the agent refused the call. Not retryable.
+    Rejected,
+}
+
+impl ModelErrorKind {
+    /// True for failures that may succeed if tried again unchanged.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ModelErrorKind::RateLimited
+                | ModelErrorKind::Server
+                | ModelErrorKind::Timeout
+                | ModelErrorKind::Connection
+        )
+    }
+}
+
+/// A failed model call.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("model call failed ({kind:?}): {message}")]
+pub struct ModelError {
+    /// What went wrong.
+    pub kind: ModelErrorKind,
+    /// A human-readable explanation.
+    pub message: String,
+    /// How long the server asked us to wait, for rate limits.
+    pub retry_after: Option<Duration>,
+    /// The raw response text, when it could not be understood.
+    pub raw: Option<String>,
+}
+
+impl ModelError {
+    /// An error of the given kind.
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>) -> Self {
+        ModelError {
+            kind,
+            message: message.into(),
+            retry_after: None,
+            raw: None,
+        }
+    }
+
+    /// Attaches the raw response text.
+    pub fn with_raw(mut self, raw: impl Into<String>) -> Self {
+        self.raw = Some(raw.into());
+        self
+    }
+
+    /// Attaches a retry-after hint.
+    pub fn with_retry_after(mut self, d: Duration) -> Self {
+        self.retry_after = Some(d);
+        self
+    }
+
+    /// True when retrying unchanged may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregator_assembles_split_arguments() {
+        let mut agg = ChunkAggregator::new();
+        for c in [
+            ChatChunk::ToolCall {
+                index: 0,
+                id: Some("c1".into()),
+                name: Some("ls".into()),
+                args: "{\"di".into(),
+            },
+            ChatChunk::ToolCall {
+                index: 0,
+                id: None,
+                name: None,
+                args: "r\":1}".into(),
+            },
+            ChatChunk::Text { text: "ok".into() },
+        ] {
+            agg.push(&c);
+        }
+        let m = agg.finish().unwrap();
+        assert_eq!(m.tool_calls()[0].args, serde_json::json!({"dir": 1}));
+        assert_eq!(m.text(), "ok");
+    }
+
+    #[test]
+    fn broken_arguments_are_a_typed_error_with_raw_text() {
+        let mut agg = ChunkAggregator::new();
+        agg.push(&ChatChunk::ToolCall {
+            index: 0,
+            id: None,
+            name: Some("ls".into()),
+            args: "{nope".into(),
+        });
+        let err = agg.finish().unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::MalformedResponse);
+        assert_eq!(err.raw.as_deref(), Some("{nope"));
+    }
+}

@@ -1,0 +1,218 @@
+//! Storage contracts: checkpoints, chat history, session-memory state and the summary
+//! cache's second level. Implementations live elsewhere (in-memory in `keel-agent`,
+//! SQLite and PostgreSQL in `keel-store`); every one passes the same conformance suite.
+//!
+//! Nothing here ever deletes a chat message: history and checkpoints are append-only.
+//! Only derived data (session-memory state, cached summaries) can be deleted, and only
+//! when the session itself is deleted.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::message::Message;
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed (connection, SQL, I/O).
+    #[error("storage backend error: {0}")]
+    Backend(String),
+    /// Stored data could not be decoded.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The caller passed something the store cannot accept.
+    #[error("invalid input: {0}")]
+    Invalid(String),
+}
+
+/// One saved step of a thread: the full state at that point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Position in the thread's history, from 0, assigned by the checkpointer.
+    pub seq: u64,
+    /// The run that wrote it.
+    pub run_id: String,
+    /// Which node wrote it (`input`, `model`, `tools`, `<Middleware>.<hook>`).
+    pub node: String,
+    /// The messages at this point.
+    pub messages: Vec<Message>,
+    /// Named state values at this point.
+    #[serde(default)]
+    pub values: Map<String, Value>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+/// Per-thread, append-only checkpoint history. `put` never overwrites: every checkpoint
+/// stays readable, so the full message list of any step is always recoverable.
+#[async_trait]
+pub trait Checkpointer: Send + Sync {
+    /// Appends a checkpoint; `checkpoint.seq` is ignored and the assigned seq returned.
+    async fn put(&self, thread_id: &str, checkpoint: Checkpoint) -> Result<u64, StoreError>;
+    /// The newest checkpoint.
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError>;
+    /// Every checkpoint, oldest first.
+    async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError>;
+}
+
+/// The scope of chat history and session memory: `(flow_id, user_id, session_id,
+/// context_id)`. Every read and write is filtered by all four; scope is a security
+/// boundary, not a convenience.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SessionScope {
+    /// The agent or flow.
+    pub flow_id: String,
+    /// The owner.
+    pub user_id: String,
+    /// The conversation.
+    pub session_id: String,
+    /// A sub-context within the session (empty for the default).
+    #[serde(default)]
+    pub context_id: String,
+}
+
+impl SessionScope {
+    /// A scope.
+    pub fn new(
+        flow_id: impl Into<String>,
+        user_id: impl Into<String>,
+        session_id: impl Into<String>,
+        context_id: impl Into<String>,
+    ) -> Self {
+        SessionScope {
+            flow_id: flow_id.into(),
+            user_id: user_id.into(),
+            session_id: session_id.into(),
+            context_id: context_id.into(),
+        }
+    }
+}
+
+/// A position in a session's history: messages are ordered by `(timestamp_ms, id)`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cursor {
+    /// Milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// Message id (tie-breaker).
+    pub message_id: String,
+}
+
+/// A message with the time it was stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    /// Milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// The message (its id is the tie-breaker).
+    pub message: Message,
+}
+
+impl StoredMessage {
+    /// This message's position.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            timestamp_ms: self.timestamp_ms,
+            message_id: self.message.id().to_owned(),
+        }
+    }
+}
+
+/// Append-only chat history per session scope.
+#[async_trait]
+pub trait ChatHistoryStore: Send + Sync {
+    /// Appends messages (ids must be non-empty and new within the scope).
+    async fn append(
+        &self,
+        scope: &SessionScope,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError>;
+    /// The newest `n`, oldest first.
+    async fn last_n(
+        &self,
+        scope: &SessionScope,
+        n: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Up to `limit` messages strictly after `cursor` (from the start when `None`), oldest
+    /// first.
+    async fn after(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// How many messages lie strictly after `cursor`.
+    async fn count_after(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+    ) -> Result<u64, StoreError>;
+}
+
+/// The rolling summary of one session scope.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionMemoryState {
+    /// The bullet summary (clipped to the word budget).
+    pub summary: String,
+    /// Pinned keys (`project`, `customer`, ...): updated by the summarizer, never dropped.
+    pub pinned: Map<String, Value>,
+    /// The last message folded in; `None` before the first fold.
+    pub covered_until: Option<Cursor>,
+    /// How many messages have been folded in.
+    pub absorbed_count: u64,
+    /// The model that wrote the summary.
+    pub summary_model: Option<String>,
+    /// Compare-and-swap version: 0 means never saved.
+    pub version: u64,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at_ms: i64,
+}
+
+/// The result of a compare-and-swap save.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SaveOutcome {
+    /// Saved; the row now has this version.
+    Saved {
+        /// The new version (`expected_version + 1`).
+        version: u64,
+    },
+    /// Another writer saved first; nothing was written.
+    Conflict,
+}
+
+/// Session-memory state storage with optimistic versioning.
+#[async_trait]
+pub trait SessionMemoryStore: Send + Sync {
+    /// The state of a scope, if ever saved.
+    async fn get_state(
+        &self,
+        scope: &SessionScope,
+    ) -> Result<Option<SessionMemoryState>, StoreError>;
+    /// Inserts when `expected_version` is 0, otherwise updates only where the stored
+    /// version equals it. Never overwrites a newer state.
+    async fn save_state(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        expected_version: u64,
+    ) -> Result<SaveOutcome, StoreError>;
+    /// Deletes the state of every context of `(flow_id, user_id, session_id)`; returns how
+    /// many rows went. Called by session deletion.
+    async fn delete_session_states(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError>;
+}
+
+/// A key-value store behind the in-process summary cache, so restarted or sibling
+/// processes reuse summaries instead of paying for them again.
+#[async_trait]
+pub trait SummaryStore: Send + Sync {
+    /// The value stored under `key`.
+    async fn get_summary(&self, key: &str) -> Result<Option<Value>, StoreError>;
+    /// Stores `value` under `key`, replacing the previous one.
+    async fn put_summary(&self, key: &str, value: &Value) -> Result<(), StoreError>;
+}

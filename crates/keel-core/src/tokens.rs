@@ -1,0 +1,48 @@
+//! The token-counting contract. Implementations (exact tiktoken counts, LangChain's
+//! approximation, cached and incremental wrappers) live in `keel-tokens`.
+
+use crate::message::Message;
+use crate::tool::ToolSpec;
+
+/// Counts tokens the way a model would see them.
+pub trait TokenCounter: Send + Sync {
+    /// A short name (`o200k_base`, `approximate`).
+    fn name(&self) -> &str;
+
+    /// Tokens of one message, framing included.
+    fn count_message(&self, message: &Message) -> u64;
+
+    /// Tokens of a plain string.
+    fn count_text(&self, text: &str) -> u64;
+
+    /// Tokens of a list of messages. Counters with a cache override this.
+    fn count_messages(&self, messages: &[Message]) -> u64 {
+        messages.iter().map(|m| self.count_message(m)).sum()
+    }
+
+    /// Tokens of tool schemas as sent to the model.
+    fn count_tools(&self, tools: &[ToolSpec]) -> u64 {
+        tools
+            .iter()
+            .map(|t| {
+                let json = serde_json::json!({
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                });
+                self.count_text(&json.to_string())
+            })
+            .sum()
+    }
+
+    /// Tokens of a whole request: system message, messages and tool schemas.
+    fn count_request(
+        &self,
+        system: Option<&Message>,
+        messages: &[Message],
+        tools: &[ToolSpec],
+    ) -> u64 {
+        system.map_or(0, |s| self.count_message(s))
+            + self.count_messages(messages)
+            + self.count_tools(tools)
+    }
+}
