@@ -103,6 +103,24 @@ def run_langchain(messages: list[dict[str, Any]], config: dict[str, Any]) -> dic
     }
 
 
+def strictly_paired(messages: list[dict[str, Any]]) -> bool:
+    """True when every AI message's results directly follow it (one tool run, any
+    order) and answer all its calls: what OpenAI and Anthropic accept. The
+    split-parallel shapes are not; they are the inputs on which LangChain's cut can
+    keep a result whose call it summarized."""
+    pending: set[str] | None = None
+    for m in messages:
+        if m["role"] == "tool":
+            if pending is None or m["tool_call_id"] not in pending:
+                return False
+            pending.discard(m["tool_call_id"])
+            continue
+        if pending:
+            return False
+        pending = {c["id"] for c in m.get("tool_calls", [])} or None
+    return not pending
+
+
 def suffix_sums(tokens: list[int]) -> list[int]:
     out = [0] * (len(tokens) + 1)
     for i in range(len(tokens) - 1, -1, -1):
@@ -242,6 +260,7 @@ def main() -> None:
             "langchain_core_version": version("langchain-core"),
             "name": name,
             "description": desc,
+            "input_strictly_paired": strictly_paired(msgs),
             "messages": msgs,
             "approx_tokens": tokens,
             "cases": cases,
