@@ -1,0 +1,160 @@
+//! Overhead of the middleware pipeline per model call.
+//!
+//! `agent/*`: a whole one-call run (`invoke`) with no middleware vs 10 no-op middlewares,
+//! either declaring only `wrap_model_call` or leaving every hook at its default
+//! (`Hooks::ALL`, the worst case). `next/*`: the `wrap_model_call` chain alone.
+//! The model is a cheap in-bench echo and the checkpointer discards, so the differences
+//! are the pipeline's own cost.
+//!
+//! Run: `cargo bench -p keel-agent --bench pipeline`
+
+// A benchmark whose setup fails must stop loudly, like a test.
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use keel_agent::Agent;
+use keel_core::message::Message;
+use keel_core::middleware::{
+    Hooks, Middleware, ModelHandler, ModelRequest, ModelResponse, Next, Runtime,
+};
+use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
+use keel_core::state::AgentState;
+use keel_core::store::{Checkpoint, Checkpointer, StoreError};
+
+/// Answers "ok" to everything; costs a message allocation.
+struct Echo(ModelProfile);
+
+#[async_trait]
+impl ChatModel for Echo {
+    fn profile(&self) -> &ModelProfile {
+        &self.0
+    }
+    async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
+        Ok(Message::ai("ok"))
+    }
+}
+
+/// Keeps nothing, so every iteration starts from an empty thread.
+struct Discard;
+
+#[async_trait]
+impl Checkpointer for Discard {
+    async fn put(&self, _: &str, _: Checkpoint) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+    async fn latest(&self, _: &str) -> Result<Option<Checkpoint>, StoreError> {
+        Ok(None)
+    }
+    async fn history(&self, _: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// A pass-through middleware declaring the given hooks.
+struct Noop {
+    name: String,
+    hooks: Hooks,
+}
+
+#[async_trait]
+impl Middleware for Noop {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn hooks(&self) -> Hooks {
+        self.hooks
+    }
+}
+
+fn stack(n: usize, hooks: Hooks) -> Vec<Arc<dyn Middleware>> {
+    (0..n)
+        .map(|i| {
+            Arc::new(Noop {
+                name: format!("Noop{i}"),
+                hooks,
+            }) as Arc<dyn Middleware>
+        })
+        .collect()
+}
+
+fn agent(middleware: Vec<Arc<dyn Middleware>>) -> Agent {
+    let mut b = Agent::builder()
+        .model(Arc::new(Echo(ModelProfile::new("echo", "bench"))))
+        .checkpointer(Arc::new(Discard));
+    for m in middleware {
+        b = b.middleware_shared(m);
+    }
+    b.build().unwrap()
+}
+
+const WRAP_ONLY: Hooks = Hooks {
+    wrap_model_call: true,
+    ..Hooks::NONE
+};
+
+fn bench_agent(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("agent");
+    for (label, agent) in [
+        ("bare", agent(Vec::new())),
+        ("10_noop_wrap", agent(stack(10, WRAP_ONLY))),
+        ("10_noop_all_hooks", agent(stack(10, Hooks::ALL))),
+    ] {
+        g.bench_function(label, |b| {
+            b.to_async(&rt).iter(|| async {
+                let out = agent
+                    .invoke("bench", vec![Message::human("hi")])
+                    .await
+                    .unwrap();
+                black_box(out)
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The terminal the chain ends in: the echo model, called directly.
+struct Terminal;
+
+#[async_trait]
+impl ModelHandler for Terminal {
+    async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let message = request.model.invoke(request.chat_request()).await?;
+        Ok(ModelResponse::new(message))
+    }
+}
+
+fn bench_next(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let request = ModelRequest {
+        messages: Arc::new(vec![Message::human("hi")]),
+        system: None,
+        tools: Arc::new(Vec::new()),
+        tool_choice: None,
+        settings: ModelSettings::default(),
+        model: Arc::new(Echo(ModelProfile::new("echo", "bench"))),
+        state: Arc::new(AgentState::default()),
+        runtime: Runtime::detached("bench"),
+    };
+    let mut g = c.benchmark_group("next");
+    for (label, chain) in [("bare", Vec::new()), ("10_noop", stack(10, WRAP_ONLY))] {
+        g.bench_function(label, |b| {
+            b.to_async(&rt).iter(|| async {
+                let r = Next::new(&chain, &Terminal).run(request.clone()).await;
+                black_box(r.unwrap())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_agent, bench_next);
+criterion_main!(benches);

@@ -1,0 +1,188 @@
+//! [`AgentBuilder`]: model, tools, system prompt, middleware, checkpointer, limits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use keel_core::message::Message;
+use keel_core::middleware::Middleware;
+use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
+use keel_core::store::Checkpointer;
+use keel_core::tool::Tool;
+
+use crate::agent::{Agent, Inner, NodeHook, Pipeline};
+use crate::checkpointer::InMemoryCheckpointer;
+use crate::error::BuildError;
+
+/// Model calls a run may make before it fails with
+/// [`AgentError::RecursionLimit`](crate::AgentError::RecursionLimit).
+pub const DEFAULT_RECURSION_LIMIT: usize = 25;
+
+/// Builds an [`Agent`]. Middleware are listed outermost first, so the order in code is
+/// the order in which `before_*` hooks run (and the nesting of `wrap_*` hooks).
+#[derive(Default)]
+pub struct AgentBuilder {
+    model: Option<Arc<dyn ChatModel>>,
+    tools: Vec<Arc<dyn Tool>>,
+    system: Option<Message>,
+    middleware: Vec<Arc<dyn Middleware>>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+    recursion_limit: Option<usize>,
+    settings: ModelSettings,
+    tool_choice: Option<ToolChoice>,
+}
+
+impl AgentBuilder {
+    /// An empty builder (a model is required before [`build`](Self::build)).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The model that answers every user-facing call.
+    pub fn model(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Adds a tool the model may call.
+    pub fn tool(self, tool: impl Tool + 'static) -> Self {
+        self.tool_shared(Arc::new(tool))
+    }
+
+    /// Adds a shared tool.
+    pub fn tool_shared(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// The system prompt, sent first on every model call (never stored in state).
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system = Some(Message::system(prompt.into()));
+        self
+    }
+
+    /// Appends a middleware (inside the ones added before it).
+    pub fn middleware(self, middleware: impl Middleware + 'static) -> Self {
+        self.middleware_shared(Arc::new(middleware))
+    }
+
+    /// Appends a shared middleware.
+    pub fn middleware_shared(mut self, middleware: Arc<dyn Middleware>) -> Self {
+        self.middleware.push(middleware);
+        self
+    }
+
+    /// Where checkpoints go; the default is a fresh [`InMemoryCheckpointer`].
+    pub fn checkpointer(mut self, checkpointer: Arc<dyn Checkpointer>) -> Self {
+        self.checkpointer = Some(checkpointer);
+        self
+    }
+
+    /// Model calls one run may make (default [`DEFAULT_RECURSION_LIMIT`]); at least 1.
+    pub fn recursion_limit(mut self, limit: usize) -> Self {
+        self.recursion_limit = Some(limit);
+        self
+    }
+
+    /// Model settings sent with every call (middleware may override per call).
+    pub fn settings(mut self, settings: ModelSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Tool policy sent with every call.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Checks the configuration and builds the agent.
+    pub fn build(self) -> Result<Agent, BuildError> {
+        let model = self.model.ok_or(BuildError::MissingModel)?;
+        let recursion_limit = self.recursion_limit.unwrap_or(DEFAULT_RECURSION_LIMIT);
+        if recursion_limit == 0 {
+            return Err(BuildError::InvalidRecursionLimit {
+                value: recursion_limit,
+            });
+        }
+
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, m) in self.middleware.iter().enumerate() {
+            if let Some(first) = seen.insert(m.name(), i) {
+                return Err(BuildError::DuplicateMiddleware {
+                    name: m.name().to_owned(),
+                    first,
+                    second: i,
+                });
+            }
+        }
+
+        let mut tools = HashMap::new();
+        for t in &self.tools {
+            let name = t.spec().name.clone();
+            if tools.insert(name.clone(), t.clone()).is_some() {
+                return Err(BuildError::DuplicateTool { name });
+            }
+        }
+        let tool_specs = Arc::new(self.tools.iter().map(|t| t.spec().clone()).collect());
+        let tool_names = self
+            .tools
+            .iter()
+            .map(|t| t.spec().name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+
+        let pipeline = Pipeline::new(&self.middleware);
+        Ok(Agent::from_inner(Inner {
+            model,
+            tools,
+            tool_specs,
+            tool_names,
+            system: self.system,
+            settings: self.settings,
+            tool_choice: self.tool_choice,
+            pipeline,
+            middleware: self.middleware,
+            checkpointer: self
+                .checkpointer
+                .unwrap_or_else(|| Arc::new(InMemoryCheckpointer::new())),
+            recursion_limit,
+        }))
+    }
+}
+
+impl Pipeline {
+    /// Splits the middleware list into one list per hook, keeping only the middleware
+    /// that implement it: unimplemented hooks then cost nothing per call.
+    fn new(middleware: &[Arc<dyn Middleware>]) -> Self {
+        let node = |hook: NodeHook, reverse: bool| {
+            let mut list: Vec<_> = middleware
+                .iter()
+                .filter(|m| hook.implemented_by(m.hooks()))
+                .map(|m| crate::agent::HookEntry {
+                    node: Arc::from(format!("{}.{}", m.name(), hook.name())),
+                    middleware: m.clone(),
+                })
+                .collect();
+            if reverse {
+                list.reverse();
+            }
+            list
+        };
+        Pipeline {
+            before_agent: node(NodeHook::BeforeAgent, false),
+            before_model: node(NodeHook::BeforeModel, false),
+            after_model: node(NodeHook::AfterModel, true),
+            after_agent: node(NodeHook::AfterAgent, true),
+            wrap_model: middleware
+                .iter()
+                .filter(|m| m.hooks().wrap_model_call)
+                .cloned()
+                .collect(),
+            wrap_tool: middleware
+                .iter()
+                .filter(|m| m.hooks().wrap_tool_call)
+                .cloned()
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! What can go wrong building or running an agent.
+
+use keel_core::middleware::{JumpTarget, MiddlewareError};
+use keel_core::model::ModelError;
+use keel_core::state::StateError;
+use keel_core::store::StoreError;
+
+/// A configuration the [`AgentBuilder`](crate::AgentBuilder) refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// No model was given.
+    #[error("AgentBuilder needs a model: call .model(...) before .build()")]
+    MissingModel,
+    /// Two middlewares share a name; `updates` events and checkpoints are keyed by it.
+    #[error(
+        "duplicate middleware name {name:?} at positions {first} and {second}: names must be unique within an agent"
+    )]
+    DuplicateMiddleware {
+        /// The shared name.
+        name: String,
+        /// Position of the first one (0-based).
+        first: usize,
+        /// Position of the second one (0-based).
+        second: usize,
+    },
+    /// Two tools share a name, so the model could not tell them apart.
+    #[error("duplicate tool name {name:?}: tool names must be unique within an agent")]
+    DuplicateTool {
+        /// The shared name.
+        name: String,
+    },
+    /// The recursion limit must allow at least one model call.
+    #[error(
+        "recursion_limit = {value} is out of range: it must be at least 1 (model calls per run)"
+    )]
+    InvalidRecursionLimit {
+        /// The value given.
+        value: usize,
+    },
+}
+
+/// A failed run. The state reached so far is in the thread's checkpoints.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A node hook failed.
+    #[error(transparent)]
+    Middleware(#[from] MiddlewareError),
+    /// A node hook jumped somewhere its middleware did not declare in `jump_targets`.
+    #[error(
+        "middleware {middleware} jumped to {target:?} from {hook}, but it does not declare that target in jump_targets() (declared: {declared:?})"
+    )]
+    UndeclaredJump {
+        /// The middleware's name.
+        middleware: String,
+        /// The hook that asked for the jump.
+        hook: &'static str,
+        /// Where it wanted to go.
+        target: JumpTarget,
+        /// What it declared.
+        declared: Vec<JumpTarget>,
+    },
+    /// An `after_agent` hook asked to jump back into the loop; the run is over by then.
+    #[error("after_agent may only jump to End, but a middleware asked for {target:?}")]
+    JumpAfterEnd {
+        /// Where it wanted to go.
+        target: JumpTarget,
+    },
+    /// The model call (after every wrap hook) failed.
+    #[error("model call #{call_index} failed: {source}")]
+    Model {
+        /// Index of the model step in the run (0-based).
+        call_index: u64,
+        /// The error the pipeline returned.
+        #[source]
+        source: ModelError,
+    },
+    /// A state update could not be applied.
+    #[error("update from {node} could not be applied: {source}")]
+    State {
+        /// The node whose update failed (`model`, `tools`, `<Middleware>.<hook>`).
+        node: String,
+        /// The reducer's error.
+        #[source]
+        source: StateError,
+    },
+    /// The run made as many model calls as allowed and still wanted another.
+    #[error(
+        "recursion limit reached: the run made {limit} model calls without finishing; raise it with AgentBuilder::recursion_limit or check for a tool loop"
+    )]
+    RecursionLimit {
+        /// The configured limit (model calls per run).
+        limit: usize,
+    },
+    /// The checkpointer failed.
+    #[error("checkpointer failed for thread {thread_id:?}: {source}")]
+    Checkpoint {
+        /// The thread.
+        thread_id: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+}

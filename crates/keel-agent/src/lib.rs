@@ -1,0 +1,72 @@
+//! # keel-agent
+//!
+//! The agent loop of Keel: a chat model and tools behind a middleware pipeline with
+//! LangChain v1's hook order, LangGraph's stream modes, and an append-only checkpoint per
+//! step.
+//!
+//! ```text
+//! input ─▶ before_agent A → B
+//!          ┌─▶ before_model A → B
+//!          │   A.wrap_model_call( B.wrap_model_call( model ) )
+//!          │   after_model B → A
+//!          │   for each tool call, concurrently: A.wrap_tool_call( B.wrap_tool_call( tool ) )
+//!          └── while the model asked for tools
+//!          after_agent B → A ─▶ output
+//! ```
+//!
+//! ```
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use keel_agent::Agent;
+//! use keel_core::message::Message;
+//! use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+//! use keel_core::model::ModelError;
+//! use keel_testkit::ScriptedModel;
+//!
+//! /// Caps the answer length of every model call.
+//! struct MaxTokens(u32);
+//!
+//! #[async_trait]
+//! impl Middleware for MaxTokens {
+//!     fn name(&self) -> &str {
+//!         "MaxTokens"
+//!     }
+//!     fn hooks(&self) -> Hooks {
+//!         Hooks { wrap_model_call: true, ..Hooks::NONE }
+//!     }
+//!     async fn wrap_model_call(
+//!         &self,
+//!         mut request: ModelRequest,
+//!         next: Next<'_>,
+//!     ) -> Result<ModelResponse, ModelError> {
+//!         request.settings.max_tokens = Some(self.0);
+//!         next.run(request).await
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = Arc::new(ScriptedModel::new([Message::ai("Hello!")]));
+//! let agent = Agent::builder()
+//!     .model(model.clone())
+//!     .system_prompt("You are terse.")
+//!     .middleware(MaxTokens(64))
+//!     .build()?;
+//! let out = agent.invoke("thread-1", vec![Message::human("hi")]).await?;
+//! assert_eq!(out.last_message().map(|m| m.text().into_owned()), Some("Hello!".into()));
+//! assert_eq!(model.requests()[0].settings.max_tokens, Some(64));
+//! # Ok(())
+//! # }
+//! ```
+
+mod agent;
+mod builder;
+mod checkpointer;
+mod error;
+mod stream;
+
+pub use agent::{Agent, INPUT_NODE, MODEL_NODE, RunOutput, TOOLS_NODE};
+pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
+pub use checkpointer::InMemoryCheckpointer;
+pub use error::{AgentError, BuildError};
+pub use stream::AgentStream;
