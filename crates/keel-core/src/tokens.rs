@@ -20,6 +20,12 @@ pub trait TokenCounter: Send + Sync {
         messages.iter().map(|m| self.count_message(m)).sum()
     }
 
+    /// Tokens of each message, in order (for suffix searches and per-message reports).
+    /// Counters with a cache override this.
+    fn count_each(&self, messages: &[Message]) -> Vec<u64> {
+        messages.iter().map(|m| self.count_message(m)).collect()
+    }
+
     /// Tokens of tool schemas as sent to the model.
     fn count_tools(&self, tools: &[ToolSpec]) -> u64 {
         tools
