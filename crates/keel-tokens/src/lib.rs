@@ -22,9 +22,13 @@
 //! ```
 
 pub mod approx;
+#[cfg(feature = "tiktoken")]
+pub mod exact;
 pub mod pyrepr;
 pub mod scaling;
 pub mod script;
 
 pub use approx::{ApproximateCounter, CharWeighting};
+#[cfg(feature = "tiktoken")]
+pub use exact::{Encoding, TiktokenCounter, TokenizerError, warm_up};
 pub use keel_core::tokens::TokenCounter;
