@@ -1,0 +1,812 @@
+//! The conformance suite every backend passes: one definition of what a Keel store
+//! must do, run against memory, SQLite and PostgreSQL (and usable on any other
+//! [`Storage`] from another crate's tests).
+//!
+//! Each check works in its own fresh namespace (a UUID v7 prefix on every id), so the
+//! suite can run again and again on a shared database without cleanup. A check returns a
+//! [`Failure`] naming itself and what it saw; nothing panics.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use keel_store::{conformance, memory::MemoryStore};
+//!
+//! conformance::run_all(Arc::new(MemoryStore::new())).await?;
+//! # Ok::<(), conformance::Failure>(())
+//! # }).unwrap();
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use keel_core::message::{Message, MessageBody, ToolCall};
+use keel_core::store::{
+    Checkpoint, Cursor, SaveOutcome, SessionMemoryState, SessionScope, StoreError, StoredMessage,
+};
+use serde_json::{Map, Value, json};
+
+use crate::Storage;
+
+/// A conformance check that did not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("conformance check `{check}` failed: {detail}")]
+pub struct Failure {
+    /// The check (the function of this module that failed).
+    pub check: &'static str,
+    /// What was expected and what happened.
+    pub detail: String,
+}
+
+type Checked = Result<(), Failure>;
+
+fn fail(check: &'static str, detail: impl Into<String>) -> Failure {
+    Failure {
+        check,
+        detail: detail.into(),
+    }
+}
+
+/// Turns a store error into a failure of `check`, saying which call failed.
+fn call<T>(check: &'static str, what: &str, r: Result<T, StoreError>) -> Result<T, Failure> {
+    r.map_err(|e| fail(check, format!("{what} returned an error: {e}")))
+}
+
+macro_rules! ensure {
+    ($check:expr, $cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(fail($check, format!($($fmt)+)));
+        }
+    };
+}
+
+/// Runs every check in order, then [`concurrent_cas`] with 64 tasks.
+pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
+    chat_history(&*store).await?;
+    scope_isolation(&*store).await?;
+    state_compare_and_swap(&*store).await?;
+    purge(&*store).await?;
+    checkpoints_append_only(&*store).await?;
+    summary_cache(&*store).await?;
+    migrations_rerun(&*store).await?;
+    concurrent_cas(store, 64).await
+}
+
+fn namespace() -> String {
+    keel_core::message::new_id()
+}
+
+fn msg(ts: i64, id: &str) -> StoredMessage {
+    StoredMessage {
+        timestamp_ms: ts,
+        message: Message::human(format!("message {id}")).with_id(id),
+    }
+}
+
+fn ids(messages: &[StoredMessage]) -> Vec<String> {
+    messages.iter().map(|m| m.message.id().to_owned()).collect()
+}
+
+fn is_invalid<T>(r: &Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::Invalid(_)))
+}
+
+/// Append, ordering by `(timestamp_ms, id)` with ids compared byte-wise, `last_n`,
+/// `after` a cursor (ties broken by id), `count_after`, and all-or-nothing rejection of
+/// empty or duplicate ids.
+pub async fn chat_history<S: Storage>(store: &S) -> Checked {
+    const C: &str = "chat_history";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-flow"), "user", "session", "ctx");
+
+    // A message with tool calls, metadata and parts must come back exactly.
+    let rich = StoredMessage {
+        timestamp_ms: 30,
+        message: Message::ai("checking the cluster")
+            .with_tool_calls(vec![ToolCall::new("call_1", "lookup", json!({"q": "EU"}))])
+            .with_metadata("hide_from_ui", json!(true))
+            .with_id("m4"),
+    };
+    // Inserted out of order, in two batches; "m2B" < "m2a" byte-wise (a locale collation
+    // would say the opposite).
+    let first = [msg(20, "m3"), msg(10, "m2a"), msg(10, "m2B")];
+    call(C, "append", store.append(&scope, &first).await)?;
+    call(
+        C,
+        "append",
+        store.append(&scope, &[msg(5, "m1"), rich.clone()]).await,
+    )?;
+    call(
+        C,
+        "append of an empty batch",
+        store.append(&scope, &[]).await,
+    )?;
+
+    let all = call(C, "after(None)", store.after(&scope, None, 100).await)?;
+    ensure!(
+        C,
+        ids(&all) == ["m1", "m2B", "m2a", "m3", "m4"],
+        "after(None) gave {:?}, expected order by (timestamp, id byte-wise)",
+        ids(&all)
+    );
+    ensure!(
+        C,
+        all[4] == rich,
+        "a message did not round-trip: stored {:?}, read {:?}",
+        rich,
+        all[4]
+    );
+    ensure!(
+        C,
+        all.iter().map(|m| m.timestamp_ms).collect::<Vec<_>>() == [5, 10, 10, 20, 30],
+        "timestamps did not round-trip"
+    );
+
+    let last = call(C, "last_n(2)", store.last_n(&scope, 2).await)?;
+    ensure!(
+        C,
+        ids(&last) == ["m3", "m4"],
+        "last_n(2) gave {:?}",
+        ids(&last)
+    );
+    let none = call(C, "last_n(0)", store.last_n(&scope, 0).await)?;
+    ensure!(C, none.is_empty(), "last_n(0) gave {:?}", ids(&none));
+    let many = call(C, "last_n(100)", store.last_n(&scope, 100).await)?;
+    ensure!(
+        C,
+        ids(&many) == ids(&all),
+        "last_n(100) gave {:?}",
+        ids(&many)
+    );
+
+    let tie = all[1].cursor();
+    let after_tie = call(C, "after(m2B)", store.after(&scope, Some(&tie), 100).await)?;
+    ensure!(
+        C,
+        ids(&after_tie) == ["m2a", "m3", "m4"],
+        "after the cursor (10, m2B) gave {:?}; the tie on timestamp must be broken by id",
+        ids(&after_tie)
+    );
+    let one = call(C, "after(m2B, 1)", store.after(&scope, Some(&tie), 1).await)?;
+    ensure!(
+        C,
+        ids(&one) == ["m2a"],
+        "after(.., limit 1) gave {:?}",
+        ids(&one)
+    );
+    let zero = call(C, "after(m2B, 0)", store.after(&scope, Some(&tie), 0).await)?;
+    ensure!(
+        C,
+        zero.is_empty(),
+        "after(.., limit 0) gave {:?}",
+        ids(&zero)
+    );
+
+    let counts = [
+        (None, 5),
+        (Some(all[2].cursor()), 2),
+        (Some(all[4].cursor()), 0),
+        // A cursor between stored rows: (10, "m2") sorts before (10, "m2B").
+        (
+            Some(Cursor {
+                timestamp_ms: 10,
+                message_id: "m2".into(),
+            }),
+            4,
+        ),
+    ];
+    for (cursor, expected) in counts {
+        let n = call(
+            C,
+            "count_after",
+            store.count_after(&scope, cursor.as_ref()).await,
+        )?;
+        ensure!(
+            C,
+            n == expected,
+            "count_after({cursor:?}) = {n}, expected {expected}"
+        );
+        let read = call(C, "after", store.after(&scope, cursor.as_ref(), 100).await)?;
+        ensure!(
+            C,
+            read.len() as u64 == expected,
+            "after({cursor:?}) returned {} rows, count_after says {expected}",
+            read.len()
+        );
+    }
+
+    // Rejections leave nothing behind.
+    let dup = store.append(&scope, &[msg(40, "m5"), msg(1, "m1")]).await;
+    ensure!(
+        C,
+        is_invalid(&dup),
+        "re-appending id m1 gave {dup:?}, expected Invalid"
+    );
+    let twice = store.append(&scope, &[msg(41, "m6"), msg(42, "m6")]).await;
+    ensure!(
+        C,
+        is_invalid(&twice),
+        "one id twice in a batch gave {twice:?}"
+    );
+    let empty = store.append(&scope, &[msg(43, "")]).await;
+    ensure!(C, is_invalid(&empty), "an empty id gave {empty:?}");
+    let nul = store.append(&scope, &[msg(44, "m\0")]).await;
+    ensure!(C, is_invalid(&nul), "an id with NUL gave {nul:?}");
+    let n = call(C, "count_after", store.count_after(&scope, None).await)?;
+    ensure!(
+        C,
+        n == 5,
+        "a rejected append left rows behind: {n} messages, expected 5"
+    );
+
+    // Ids are unique per scope, not globally.
+    let other = SessionScope::new(format!("{ns}-flow"), "user", "session", "other-ctx");
+    call(
+        C,
+        "append to another context",
+        store.append(&other, &[msg(1, "m1")]).await,
+    )?;
+    Ok(())
+}
+
+/// Scope is a security boundary: a scope that differs in any one of its four fields
+/// (including hostile-looking values) sees none of another's history or state, and its
+/// writes and deletes leave the other untouched.
+pub async fn scope_isolation<S: Storage>(store: &S) -> Checked {
+    const C: &str = "scope_isolation";
+    let ns = namespace();
+    let flow = format!("{ns}-flow");
+    let owner = SessionScope::new(flow.clone(), "alice", "s1", "");
+    call(
+        C,
+        "append",
+        store.append(&owner, &[msg(1, "a1"), msg(2, "a2")]).await,
+    )?;
+    let state = SessionMemoryState {
+        summary: "- alice's secret project".into(),
+        ..Default::default()
+    };
+    call(C, "save_state", store.save_state(&owner, &state, 0).await)?;
+
+    let strangers = [
+        SessionScope::new(format!("{ns}-other-flow"), "alice", "s1", ""),
+        SessionScope::new(flow.clone(), "mallory", "s1", ""),
+        SessionScope::new(flow.clone(), "alice", "s2", ""),
+        SessionScope::new(flow.clone(), "alice", "s1", "ctx"),
+        SessionScope::new(flow.clone(), "alice' OR '1'='1", "s1", ""),
+        SessionScope::new(flow.clone(), "%", "%", "%"),
+        SessionScope::new(flow.clone(), "", "s1", ""),
+    ];
+    for s in &strangers {
+        let last = call(C, "last_n", store.last_n(s, 100).await)?;
+        ensure!(C, last.is_empty(), "{s:?} read {:?} via last_n", ids(&last));
+        let after = call(C, "after", store.after(s, None, 100).await)?;
+        ensure!(
+            C,
+            after.is_empty(),
+            "{s:?} read {:?} via after",
+            ids(&after)
+        );
+        let n = call(C, "count_after", store.count_after(s, None).await)?;
+        ensure!(C, n == 0, "{s:?} counted {n} messages of another scope");
+        let st = call(C, "get_state", store.get_state(s).await)?;
+        ensure!(C, st.is_none(), "{s:?} read another scope's state: {st:?}");
+        // Updating "version 1" must not reach the owner's row.
+        let hijack = SessionMemoryState {
+            summary: "overwritten".into(),
+            ..Default::default()
+        };
+        let out = call(C, "save_state", store.save_state(s, &hijack, 1).await)?;
+        ensure!(
+            C,
+            out == SaveOutcome::Conflict,
+            "{s:?} updated a row it does not own: {out:?}"
+        );
+        // Deletion is per (flow, user, session): a stranger differing only in context
+        // shares the owner's session and may delete it, so it is left out here.
+        if (&s.flow_id, &s.user_id, &s.session_id)
+            != (&owner.flow_id, &owner.user_id, &owner.session_id)
+        {
+            let purged = call(
+                C,
+                "delete_session_states",
+                store
+                    .delete_session_states(&s.flow_id, &s.user_id, &s.session_id)
+                    .await,
+            )?;
+            ensure!(
+                C,
+                purged == 0,
+                "{s:?} deleted {purged} rows of another scope"
+            );
+        }
+        // A stranger may use the same message ids in its own scope.
+        call(C, "append", store.append(s, &[msg(9, "a1")]).await)?;
+    }
+    let mine = call(C, "last_n", store.last_n(&owner, 100).await)?;
+    ensure!(
+        C,
+        ids(&mine) == ["a1", "a2"],
+        "the owner's history changed: {:?}",
+        ids(&mine)
+    );
+    let st = call(C, "get_state", store.get_state(&owner).await)?;
+    ensure!(
+        C,
+        st.as_ref().map(|s| (s.version, s.summary.as_str()))
+            == Some((1, "- alice's secret project")),
+        "the owner's state changed: {st:?}"
+    );
+    Ok(())
+}
+
+fn sample_state(n: u64) -> SessionMemoryState {
+    let mut pinned = Map::new();
+    pinned.insert("project_id".into(), json!(format!("PRJ-{n}")));
+    pinned.insert(
+        "cluster".into(),
+        json!({"region": "EU", "nodes": [1, 2, n]}),
+    );
+    pinned.insert("customer".into(), Value::Null);
+    SessionMemoryState {
+        summary: format!("- fold {n}: project PRJ-{n} on the EU cluster — ünïcode"),
+        pinned,
+        covered_until: Some(Cursor {
+            timestamp_ms: 1_700_000_000_000 + n as i64,
+            message_id: format!("msg-{n}"),
+        }),
+        absorbed_count: 20 * n,
+        summary_model: Some("gpt-test".into()),
+        version: 0,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    }
+}
+
+fn same_content(a: &SessionMemoryState, b: &SessionMemoryState) -> bool {
+    a.summary == b.summary
+        && a.pinned == b.pinned
+        && a.covered_until == b.covered_until
+        && a.absorbed_count == b.absorbed_count
+        && a.summary_model == b.summary_model
+}
+
+/// Insert at version 0, compare-and-swap updates, conflicts that write nothing, the
+/// version assigned by the store, timestamps kept by the store, and range checks.
+pub async fn state_compare_and_swap<S: Storage>(store: &S) -> Checked {
+    const C: &str = "state_compare_and_swap";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-flow"), "user", "session", "");
+    let got = call(C, "get_state", store.get_state(&scope).await)?;
+    ensure!(C, got.is_none(), "a fresh scope has state {got:?}");
+
+    let one = sample_state(1);
+    let out = call(C, "insert", store.save_state(&scope, &one, 0).await)?;
+    ensure!(
+        C,
+        out == SaveOutcome::Saved { version: 1 },
+        "insert gave {out:?}"
+    );
+    let read = call(C, "get_state", store.get_state(&scope).await)?
+        .ok_or_else(|| fail(C, "state missing after insert"))?;
+    ensure!(
+        C,
+        same_content(&read, &one),
+        "state did not round-trip: wrote {one:?}, read {read:?}"
+    );
+    ensure!(
+        C,
+        read.version == 1,
+        "version after insert is {}",
+        read.version
+    );
+    ensure!(
+        C,
+        read.created_at_ms > 0 && read.updated_at_ms >= read.created_at_ms,
+        "timestamps not set by the store: created {} updated {}",
+        read.created_at_ms,
+        read.updated_at_ms
+    );
+
+    let two = sample_state(2);
+    let out = call(C, "second insert", store.save_state(&scope, &two, 0).await)?;
+    ensure!(
+        C,
+        out == SaveOutcome::Conflict,
+        "a second insert at version 0 gave {out:?}"
+    );
+    let out = call(C, "update", store.save_state(&scope, &two, 1).await)?;
+    ensure!(
+        C,
+        out == SaveOutcome::Saved { version: 2 },
+        "update from 1 gave {out:?}"
+    );
+    for stale in [0, 1, 3, 7] {
+        let out = call(
+            C,
+            "stale update",
+            store.save_state(&scope, &sample_state(9), stale).await,
+        )?;
+        ensure!(
+            C,
+            out == SaveOutcome::Conflict,
+            "an update expecting version {stale} when the row is at 2 gave {out:?}"
+        );
+    }
+    let read2 = call(C, "get_state", store.get_state(&scope).await)?
+        .ok_or_else(|| fail(C, "state missing after update"))?;
+    ensure!(
+        C,
+        same_content(&read2, &two),
+        "a conflict overwrote the state: {read2:?}"
+    );
+    ensure!(C, read2.version == 2, "version is {}", read2.version);
+    ensure!(
+        C,
+        read2.created_at_ms == read.created_at_ms,
+        "an update changed created_at_ms from {} to {}",
+        read.created_at_ms,
+        read2.created_at_ms
+    );
+
+    // The stored version comes from expected_version, never from state.version.
+    let mut liar = SessionMemoryState {
+        covered_until: None,
+        summary_model: None,
+        pinned: Map::new(),
+        ..sample_state(3)
+    };
+    liar.version = 99;
+    let out = call(C, "update", store.save_state(&scope, &liar, 2).await)?;
+    ensure!(
+        C,
+        out == SaveOutcome::Saved { version: 3 },
+        "update from 2 gave {out:?}"
+    );
+    let read3 = call(C, "get_state", store.get_state(&scope).await)?
+        .ok_or_else(|| fail(C, "state missing"))?;
+    ensure!(
+        C,
+        read3.version == 3 && same_content(&read3, &liar),
+        "read back {read3:?}"
+    );
+
+    // Updating a scope that was never inserted writes nothing.
+    let ghost = SessionScope::new(format!("{ns}-flow"), "user", "ghost", "");
+    let out = call(
+        C,
+        "update of a missing row",
+        store.save_state(&ghost, &one, 4).await,
+    )?;
+    ensure!(
+        C,
+        out == SaveOutcome::Conflict,
+        "updating a missing row gave {out:?}"
+    );
+    let got = call(C, "get_state", store.get_state(&ghost).await)?;
+    ensure!(C, got.is_none(), "an update created a row: {got:?}");
+
+    // Out-of-range input is a typed error, not a panic or a wrapped-around value.
+    let r = store.save_state(&scope, &one, u64::MAX).await;
+    ensure!(C, is_invalid(&r), "expected_version = u64::MAX gave {r:?}");
+    let r = store.save_state(&scope, &one, i64::MAX as u64).await;
+    ensure!(C, is_invalid(&r), "expected_version = i64::MAX gave {r:?}");
+    let huge = SessionMemoryState {
+        absorbed_count: u64::MAX,
+        ..sample_state(4)
+    };
+    let r = store.save_state(&scope, &huge, 3).await;
+    ensure!(C, is_invalid(&r), "absorbed_count = u64::MAX gave {r:?}");
+    let nul = SessionMemoryState {
+        summary: "a\0b".into(),
+        ..sample_state(4)
+    };
+    let r = store.save_state(&scope, &nul, 3).await;
+    ensure!(C, is_invalid(&r), "a summary with NUL gave {r:?}");
+    Ok(())
+}
+
+/// `delete_session_states` removes every context of one `(flow, user, session)` and
+/// nothing else; chat history is untouched; the scope can start again at version 0.
+pub async fn purge<S: Storage>(store: &S) -> Checked {
+    const C: &str = "purge";
+    let ns = namespace();
+    let flow = format!("{ns}-flow");
+    let doomed = [
+        SessionScope::new(flow.clone(), "u", "s", ""),
+        SessionScope::new(flow.clone(), "u", "s", "sub"),
+    ];
+    let kept = [
+        SessionScope::new(flow.clone(), "u", "s2", ""),
+        SessionScope::new(flow.clone(), "u2", "s", ""),
+        SessionScope::new(format!("{flow}-2"), "u", "s", ""),
+    ];
+    for s in doomed.iter().chain(&kept) {
+        call(
+            C,
+            "save_state",
+            store.save_state(s, &sample_state(1), 0).await,
+        )?;
+    }
+    call(C, "append", store.append(&doomed[0], &[msg(1, "h1")]).await)?;
+
+    let n = call(
+        C,
+        "delete_session_states",
+        store.delete_session_states(&flow, "u", "s").await,
+    )?;
+    ensure!(
+        C,
+        n == 2,
+        "deleting a session with two contexts removed {n} rows"
+    );
+    for s in &doomed {
+        let st = call(C, "get_state", store.get_state(s).await)?;
+        ensure!(C, st.is_none(), "{s:?} survived the purge: {st:?}");
+    }
+    for s in &kept {
+        let st = call(C, "get_state", store.get_state(s).await)?;
+        ensure!(
+            C,
+            st.is_some(),
+            "{s:?} was deleted by another session's purge"
+        );
+    }
+    let n = call(C, "count_after", store.count_after(&doomed[0], None).await)?;
+    ensure!(
+        C,
+        n == 1,
+        "purging state deleted chat history ({n} messages left of 1)"
+    );
+    let again = call(
+        C,
+        "delete_session_states",
+        store.delete_session_states(&flow, "u", "s").await,
+    )?;
+    ensure!(C, again == 0, "a second purge removed {again} rows");
+    let out = call(
+        C,
+        "save_state",
+        store.save_state(&doomed[0], &sample_state(2), 0).await,
+    )?;
+    ensure!(
+        C,
+        out == SaveOutcome::Saved { version: 1 },
+        "re-insert after purge gave {out:?}"
+    );
+    Ok(())
+}
+
+fn checkpoint(node: &str, messages: Vec<Message>, n: i64) -> Checkpoint {
+    let mut values = Map::new();
+    values.insert("step".into(), json!(n));
+    Checkpoint {
+        seq: 999,
+        run_id: "run-1".into(),
+        node: node.into(),
+        messages,
+        values,
+        created_at_ms: 1_700_000_000_000 + n,
+    }
+}
+
+/// Checkpoints are appended with seq 0, 1, 2, ... per thread whatever the caller passes;
+/// every earlier checkpoint keeps its exact messages, even when a later one rewrote a
+/// message under the same id.
+pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
+    const C: &str = "checkpoints_append_only";
+    let ns = namespace();
+    let thread = format!("{ns}-thread");
+    let h1 = Message::human("hello").with_id("h1");
+    let a1 = Message::ai("")
+        .with_tool_calls(vec![ToolCall::new("c1", "ls", json!({"dir": "/"}))])
+        .with_id("a1");
+    let t1 = Message::tool("c1", "a b c").with_id("t1");
+    let mut h1_edited = h1.clone();
+    if let MessageBody::Human(h) = h1_edited.body_mut() {
+        h.content = "hello (edited in place)".into();
+    }
+    let written = vec![
+        checkpoint("input", vec![h1.clone()], 0),
+        checkpoint("model", vec![h1.clone(), a1.clone()], 1),
+        checkpoint("tools", vec![h1_edited, a1.clone(), t1.clone(), t1], 2),
+        checkpoint("empty", Vec::new(), 3),
+    ];
+    for (i, cp) in written.iter().enumerate() {
+        let seq = call(C, "put", store.put(&thread, cp.clone()).await)?;
+        ensure!(C, seq == i as u64, "put #{i} was assigned seq {seq}");
+    }
+    let history = call(C, "history", store.history(&thread).await)?;
+    ensure!(
+        C,
+        history.len() == written.len(),
+        "history has {} checkpoints",
+        history.len()
+    );
+    for (i, (got, want)) in history.iter().zip(&written).enumerate() {
+        let want = Checkpoint {
+            seq: i as u64,
+            ..want.clone()
+        };
+        ensure!(
+            C,
+            *got == want,
+            "checkpoint {i} read back as {got:?}, wrote {want:?}"
+        );
+    }
+    let latest = call(C, "latest", store.latest(&thread).await)?;
+    ensure!(
+        C,
+        latest.as_ref() == history.last(),
+        "latest is {latest:?}, history ends with {:?}",
+        history.last()
+    );
+    let other = format!("{ns}-other");
+    ensure!(
+        C,
+        call(C, "history", store.history(&other).await)?.is_empty(),
+        "an unknown thread has history"
+    );
+    ensure!(
+        C,
+        call(C, "latest", store.latest(&other).await)?.is_none(),
+        "an unknown thread has a latest checkpoint"
+    );
+    Ok(())
+}
+
+/// The summary cache: missing keys, put, replace, arbitrary JSON values.
+pub async fn summary_cache<S: Storage>(store: &S) -> Checked {
+    const C: &str = "summary_cache";
+    let key = format!("{}-summary/ключ", namespace());
+    let got = call(C, "get_summary", store.get_summary(&key).await)?;
+    ensure!(C, got.is_none(), "a fresh key has {got:?}");
+    let values = [
+        json!({"summary": "- PRJ-123 on EU", "tokens": 42, "nested": {"a": [1, 2.5, null]}}),
+        json!("a bare string with \u{0} inside"),
+        json!(7),
+    ];
+    for v in &values {
+        call(C, "put_summary", store.put_summary(&key, v).await)?;
+        let got = call(C, "get_summary", store.get_summary(&key).await)?;
+        ensure!(C, got.as_ref() == Some(v), "put {v}, read {got:?}");
+    }
+    Ok(())
+}
+
+/// Re-running the migrations is a no-op: data written before is still there and the
+/// store still works.
+pub async fn migrations_rerun<S: Storage>(store: &S) -> Checked {
+    const C: &str = "migrations_rerun";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-flow"), "u", "s", "");
+    call(
+        C,
+        "save_state",
+        store.save_state(&scope, &sample_state(1), 0).await,
+    )?;
+    call(C, "append", store.append(&scope, &[msg(1, "x")]).await)?;
+    call(C, "migrate", store.migrate().await)?;
+    call(C, "migrate again", store.migrate().await)?;
+    let st = call(C, "get_state", store.get_state(&scope).await)?;
+    ensure!(
+        C,
+        st.map(|s| s.version) == Some(1),
+        "state lost by re-running migrations"
+    );
+    let n = call(C, "count_after", store.count_after(&scope, None).await)?;
+    ensure!(
+        C,
+        n == 1,
+        "history lost by re-running migrations ({n} messages)"
+    );
+    let out = call(
+        C,
+        "save_state",
+        store.save_state(&scope, &sample_state(2), 1).await,
+    )?;
+    ensure!(
+        C,
+        out == SaveOutcome::Saved { version: 2 },
+        "save after migrate gave {out:?}"
+    );
+    Ok(())
+}
+
+/// What one task of [`concurrent_cas`] saw on one attempt.
+struct Attempt {
+    expected: u64,
+    outcome: SaveOutcome,
+}
+
+/// `tasks` tasks each load the state of one scope and save it with compare-and-swap,
+/// retrying until they win once. Versions rise by exactly one per successful save, each
+/// version has exactly one winner, every loser gets [`SaveOutcome::Conflict`] (never an
+/// error), and every load sees a whole state (no torn writes).
+pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -> Checked {
+    const C: &str = "concurrent_cas";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-flow"), "u", "contended", "");
+    let max_attempts = tasks.saturating_mul(4).max(16);
+    let mut handles = Vec::with_capacity(tasks);
+    for writer in 0..tasks {
+        let store = Arc::clone(&store);
+        let scope = scope.clone();
+        handles.push(tokio::spawn(async move {
+            let mut attempts = Vec::new();
+            for _ in 0..max_attempts {
+                let current =
+                    call(C, "get_state", store.get_state(&scope).await)?.unwrap_or_default();
+                let v = current.version;
+                ensure!(
+                    C,
+                    current.absorbed_count == v && (v == 0 || current.summary == format!("v{v}")),
+                    "a load saw a torn state: version {v}, absorbed {}, summary {:?}",
+                    current.absorbed_count,
+                    current.summary
+                );
+                let mut next = current.clone();
+                next.summary = format!("v{}", v + 1);
+                next.absorbed_count = v + 1;
+                next.pinned.insert("writer".into(), json!(writer));
+                let outcome = call(C, "save_state", store.save_state(&scope, &next, v).await)?;
+                let won = outcome != SaveOutcome::Conflict;
+                attempts.push(Attempt {
+                    expected: v,
+                    outcome,
+                });
+                if won {
+                    return Ok(attempts);
+                }
+            }
+            Err(fail(
+                C,
+                format!("writer {writer} lost {max_attempts} races in a row"),
+            ))
+        }));
+    }
+    let mut by_version: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
+    for h in handles {
+        let attempts = h
+            .await
+            .map_err(|e| fail(C, format!("a writer task failed: {e}")))??;
+        for a in attempts {
+            let entry = by_version.entry(a.expected).or_default();
+            match a.outcome {
+                SaveOutcome::Saved { version } => {
+                    ensure!(
+                        C,
+                        version == a.expected + 1,
+                        "a save expecting {} stored version {version}",
+                        a.expected
+                    );
+                    entry.0 += 1;
+                }
+                SaveOutcome::Conflict => entry.1 += 1,
+            }
+        }
+    }
+    for v in 0..tasks as u64 {
+        let (winners, _) = by_version.get(&v).copied().unwrap_or_default();
+        ensure!(
+            C,
+            winners == 1,
+            "{winners} saves won from version {v}, expected exactly 1"
+        );
+    }
+    ensure!(
+        C,
+        by_version.keys().all(|v| *v < tasks as u64),
+        "someone saw a version beyond {tasks}: {:?}",
+        by_version.keys().collect::<Vec<_>>()
+    );
+    let last = call(C, "get_state", store.get_state(&scope).await)?
+        .ok_or_else(|| fail(C, "no state after the race"))?;
+    ensure!(
+        C,
+        last.version == tasks as u64 && last.absorbed_count == tasks as u64,
+        "final state has version {} absorbed {}, expected {tasks}",
+        last.version,
+        last.absorbed_count
+    );
+    Ok(())
+}

@@ -1,0 +1,255 @@
+//! The in-memory backend: every store trait on plain maps behind one lock.
+//!
+//! Always compiled, whatever the features. Use it in tests, and as the fallback when no
+//! database is configured (state then lives as long as the process). It passes the same
+//! [conformance suite](crate::conformance) as the SQL backends, so code tested against it
+//! behaves the same on SQLite and PostgreSQL.
+//!
+//! ```
+//! use keel_core::store::{SessionMemoryStore, SessionMemoryState, SaveOutcome, SessionScope};
+//! use keel_store::memory::MemoryStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! let scope = SessionScope::new("flow", "user", "session", "");
+//! let state = SessionMemoryState { summary: "- project PRJ-123".into(), ..Default::default() };
+//! assert_eq!(store.save_state(&scope, &state, 0).await?, SaveOutcome::Saved { version: 1 });
+//! // A second writer that also read version 0 loses and must reload.
+//! assert_eq!(store.save_state(&scope, &state, 0).await?, SaveOutcome::Conflict);
+//! # Ok::<(), keel_core::store::StoreError>(())
+//! # }).unwrap();
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::message::Message;
+use keel_core::store::{
+    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
+    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::check;
+
+/// The in-memory store. Cloning is cheap and clones share the same data, like two
+/// handles on one database.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    checkpoints: HashMap<String, Vec<Checkpoint>>,
+    history: HashMap<SessionScope, ScopeHistory>,
+    states: HashMap<SessionScope, SessionMemoryState>,
+    summaries: HashMap<String, Value>,
+}
+
+#[derive(Default)]
+struct ScopeHistory {
+    /// Messages keyed by their position, which is also the read order.
+    by_position: BTreeMap<Cursor, Message>,
+    /// Ids are unique per scope whatever their timestamp.
+    ids: HashSet<String>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn stored(cursor: &Cursor, message: &Message) -> StoredMessage {
+    StoredMessage {
+        timestamp_ms: cursor.timestamp_ms,
+        message: message.clone(),
+    }
+}
+
+fn check_checkpoint(thread_id: &str, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    check::text("thread_id", thread_id)?;
+    check::text("checkpoint.run_id", &checkpoint.run_id)?;
+    check::text("checkpoint.node", &checkpoint.node)
+}
+
+#[async_trait]
+impl Checkpointer for MemoryStore {
+    async fn put(&self, thread_id: &str, mut checkpoint: Checkpoint) -> Result<u64, StoreError> {
+        check_checkpoint(thread_id, &checkpoint)?;
+        let mut inner = self.inner.lock();
+        let thread = inner.checkpoints.entry(thread_id.to_owned()).or_default();
+        let seq = thread.len() as u64;
+        checkpoint.seq = seq;
+        thread.push(checkpoint);
+        Ok(seq)
+    }
+
+    async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .and_then(|t| t.last().cloned()))
+    }
+
+    async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl ChatHistoryStore for MemoryStore {
+    async fn append(
+        &self,
+        scope: &SessionScope,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        check::scope(scope)?;
+        check::append_batch(messages)?;
+        let mut inner = self.inner.lock();
+        let rows = inner.history.entry(scope.clone()).or_default();
+        // All-or-nothing, like the SQL backends' transaction: check every id first.
+        if let Some(m) = messages.iter().find(|m| rows.ids.contains(m.message.id())) {
+            return Err(check::duplicate_id(m.message.id()));
+        }
+        for m in messages {
+            rows.ids.insert(m.message.id().to_owned());
+            rows.by_position.insert(m.cursor(), m.message.clone());
+        }
+        Ok(())
+    }
+
+    async fn last_n(
+        &self,
+        scope: &SessionScope,
+        n: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let inner = self.inner.lock();
+        let Some(rows) = inner.history.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<StoredMessage> = rows
+            .by_position
+            .iter()
+            .rev()
+            .take(n)
+            .map(|(c, m)| stored(c, m))
+            .collect();
+        out.reverse();
+        Ok(out)
+    }
+
+    async fn after(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let inner = self.inner.lock();
+        let Some(rows) = inner.history.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let lower = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(rows
+            .by_position
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(c, m)| stored(c, m))
+            .collect())
+    }
+
+    async fn count_after(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+    ) -> Result<u64, StoreError> {
+        let inner = self.inner.lock();
+        let Some(rows) = inner.history.get(scope) else {
+            return Ok(0);
+        };
+        let lower = cursor.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(rows.by_position.range((lower, Bound::Unbounded)).count() as u64)
+    }
+}
+
+#[async_trait]
+impl SessionMemoryStore for MemoryStore {
+    async fn get_state(
+        &self,
+        scope: &SessionScope,
+    ) -> Result<Option<SessionMemoryState>, StoreError> {
+        Ok(self.inner.lock().states.get(scope).cloned())
+    }
+
+    async fn save_state(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        expected_version: u64,
+    ) -> Result<SaveOutcome, StoreError> {
+        check::scope(scope)?;
+        check::state_fields(state)?;
+        let version = check::next_version(expected_version)?;
+        let now = check::now_ms();
+        let mut inner = self.inner.lock();
+        let current = inner.states.get(scope);
+        let created_at_ms = match (expected_version, current) {
+            (0, None) => now,
+            (expected, Some(row)) if expected != 0 && row.version == expected => row.created_at_ms,
+            _ => return Ok(SaveOutcome::Conflict),
+        };
+        let mut row = state.clone();
+        row.version = version;
+        row.created_at_ms = created_at_ms;
+        row.updated_at_ms = now;
+        inner.states.insert(scope.clone(), row);
+        Ok(SaveOutcome::Saved { version })
+    }
+
+    async fn delete_session_states(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.inner.lock();
+        let before = inner.states.len();
+        inner.states.retain(|s, _| {
+            !(s.flow_id == flow_id && s.user_id == user_id && s.session_id == session_id)
+        });
+        Ok((before - inner.states.len()) as u64)
+    }
+}
+
+#[async_trait]
+impl SummaryStore for MemoryStore {
+    async fn get_summary(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        Ok(self.inner.lock().summaries.get(key).cloned())
+    }
+
+    async fn put_summary(&self, key: &str, value: &Value) -> Result<(), StoreError> {
+        check::text("key", key)?;
+        self.inner
+            .lock()
+            .summaries
+            .insert(key.to_owned(), value.clone());
+        Ok(())
+    }
+}
