@@ -1,0 +1,260 @@
+//! Pair protection: an AI message's tool calls and their tool results travel together.
+//!
+//! Providers reject a tool result whose call is missing and a tool call without its
+//! result (HTTP 400). Every peer has shipped that bug at the cut (REFERENCE.md section 3),
+//! so here it is an *invariant on the final request* ([`check_pairs`]), plus a
+//! [`PairIndex`] that compaction uses to only ever cut or move whole bundles.
+//!
+//! ```
+//! use keel_core::message::{Message, ToolCall};
+//! use keel_summarization::pairs::{check_pairs, PairIndex, PairViolation};
+//! use serde_json::json;
+//!
+//! let msgs = vec![
+//!     Message::human("list files"),
+//!     Message::ai("").with_tool_calls(vec![ToolCall::new("c1", "ls", json!({}))]),
+//!     Message::tool("c1", "a.txt"),
+//!     Message::ai("done"),
+//! ];
+//! assert!(check_pairs(&msgs).is_ok());
+//! // Cutting between the call and its result is not allowed; the safe cut moves back.
+//! let index = PairIndex::new(&msgs);
+//! assert!(!index.is_safe_cut(2));
+//! assert_eq!(index.safe_cut_back(2), 1);
+//! assert_eq!(index.safe_cut_forward(2), 3);
+//! assert!(matches!(check_pairs(&msgs[2..]), Err(PairViolation::OrphanResult { .. })));
+//! ```
+
+use std::collections::HashMap;
+
+use keel_core::message::Message;
+
+/// Why a message list would be rejected by a provider.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PairViolation {
+    /// A tool result with no AI tool call right before it (in the same tool run).
+    #[error("message #{index} is a tool result for call {tool_call_id:?}, but no preceding assistant message in its tool run made that call")]
+    OrphanResult {
+        /// Position in the list.
+        index: usize,
+        /// The call id it answers.
+        tool_call_id: String,
+    },
+    /// A tool call whose result does not follow its AI message.
+    #[error("message #{index} calls tool {tool_call_id:?}, but its result does not follow")]
+    MissingResult {
+        /// Position of the AI message.
+        index: usize,
+        /// The unanswered call id.
+        tool_call_id: String,
+    },
+    /// Two results for the same call.
+    #[error("message #{index} answers call {tool_call_id:?} a second time")]
+    DuplicateResult {
+        /// Position of the second result.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+    },
+}
+
+/// Checks the pair invariant as providers enforce it: the results of an AI message's
+/// tool calls follow it directly (one tool run, any order), every result answers a call
+/// of that AI message, and every call is answered. The only exception is the final AI
+/// message's calls when nothing but some of its results follows: those are the pending
+/// calls of the current step.
+pub fn check_pairs(messages: &[Message]) -> Result<(), PairViolation> {
+    check(messages, true)
+}
+
+/// Like [`check_pairs`], but a trailing AI message with unanswered calls is a violation too.
+pub fn check_pairs_strict(messages: &[Message]) -> Result<(), PairViolation> {
+    check(messages, false)
+}
+
+fn check(messages: &[Message], allow_pending_tail: bool) -> Result<(), PairViolation> {
+    // The AI message whose tool run we are in, and its calls not answered yet.
+    let mut open: Option<(usize, Vec<&str>)> = None;
+    let mut answered: Vec<&str> = Vec::new();
+    for (index, m) in messages.iter().enumerate() {
+        if let Some(id) = m.tool_call_id() {
+            let Some((_, pending)) = open.as_mut() else {
+                return Err(PairViolation::OrphanResult {
+                    index,
+                    tool_call_id: id.to_owned(),
+                });
+            };
+            if let Some(pos) = pending.iter().position(|p| *p == id) {
+                pending.swap_remove(pos);
+                answered.push(id);
+            } else if answered.contains(&id) {
+                return Err(PairViolation::DuplicateResult {
+                    index,
+                    tool_call_id: id.to_owned(),
+                });
+            } else {
+                return Err(PairViolation::OrphanResult {
+                    index,
+                    tool_call_id: id.to_owned(),
+                });
+            }
+            continue;
+        }
+        close(&mut open)?;
+        answered.clear();
+        if !m.tool_calls().is_empty() {
+            open = Some((index, m.tool_calls().iter().map(|c| c.id.as_str()).collect()));
+        }
+    }
+    if allow_pending_tail {
+        Ok(())
+    } else {
+        close(&mut open)
+    }
+}
+
+fn close(open: &mut Option<(usize, Vec<&str>)>) -> Result<(), PairViolation> {
+    if let Some((index, pending)) = open.take()
+        && let Some(first) = pending.first()
+    {
+        return Err(PairViolation::MissingResult {
+            index,
+            tool_call_id: (*first).to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Which messages belong together, computed once per message list.
+///
+/// A cut at `c` means `messages[..c]` go one way and `messages[c..]` the other. A cut is
+/// safe when no AI message and one of its results lie on different sides. The index
+/// also knows each AI message's results, so a rescued AI message always moves together
+/// with all of them.
+#[derive(Clone, Debug)]
+pub struct PairIndex {
+    unsafe_cut: Vec<bool>,
+    results: HashMap<usize, Vec<usize>>,
+    caller: Vec<Option<usize>>,
+}
+
+impl PairIndex {
+    /// Indexes `messages`. A result is paired with the latest earlier AI message that
+    /// made its call; results with no such message stay unpaired (orphans in the input).
+    pub fn new(messages: &[Message]) -> Self {
+        let n = messages.len();
+        let mut last_call: HashMap<&str, usize> = HashMap::new();
+        let mut results: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut caller = vec![None; n];
+        // Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
+        let mut diff = vec![0i64; n + 2];
+        for (i, m) in messages.iter().enumerate() {
+            for call in m.tool_calls() {
+                last_call.insert(call.id.as_str(), i);
+            }
+            if let Some(id) = m.tool_call_id()
+                && let Some(&ai) = last_call.get(id)
+            {
+                caller[i] = Some(ai);
+                results.entry(ai).or_default().push(i);
+                diff[ai + 1] += 1;
+                diff[i + 1] -= 1;
+            }
+        }
+        let mut unsafe_cut = vec![false; n + 1];
+        let mut depth = 0i64;
+        for (c, flag) in unsafe_cut.iter_mut().enumerate() {
+            depth += diff[c];
+            *flag = depth > 0;
+        }
+        PairIndex {
+            unsafe_cut,
+            results,
+            caller,
+        }
+    }
+
+    /// True when cutting before `cut` separates no AI message from its results.
+    pub fn is_safe_cut(&self, cut: usize) -> bool {
+        !self.unsafe_cut.get(cut).copied().unwrap_or(false)
+    }
+
+    /// The largest safe cut `<= cut` (0 is always safe).
+    pub fn safe_cut_back(&self, cut: usize) -> usize {
+        let mut c = cut.min(self.unsafe_cut.len().saturating_sub(1));
+        while c > 0 && self.unsafe_cut[c] {
+            c -= 1;
+        }
+        c
+    }
+
+    /// The smallest safe cut `>= cut` (the end is always safe).
+    pub fn safe_cut_forward(&self, cut: usize) -> usize {
+        let end = self.unsafe_cut.len().saturating_sub(1);
+        let mut c = cut.min(end);
+        while c < end && self.unsafe_cut[c] {
+            c += 1;
+        }
+        c
+    }
+
+    /// The results of the AI message at `ai` (empty for other messages).
+    pub fn results_of(&self, ai: usize) -> &[usize] {
+        self.results.get(&ai).map_or(&[], Vec::as_slice)
+    }
+
+    /// The AI message that issued the call a tool result at `index` answers.
+    pub fn caller_of(&self, index: usize) -> Option<usize> {
+        self.caller.get(index).copied().flatten()
+    }
+
+    /// The indices that must move with `index`: an AI message with its results, or a
+    /// result with its AI message and that message's other results; else just `index`.
+    pub fn bundle(&self, index: usize) -> Vec<usize> {
+        let head = self.caller_of(index).unwrap_or(index);
+        let mut out = vec![head];
+        out.extend_from_slice(self.results_of(head));
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::message::ToolCall;
+    use serde_json::json;
+
+    fn ai(ids: &[&str]) -> Message {
+        Message::ai("").with_tool_calls(ids.iter().map(|i| ToolCall::new(*i, "t", json!({}))).collect())
+    }
+
+    #[test]
+    fn parallel_calls_any_order() {
+        let msgs = vec![Message::human("q"), ai(&["a", "b"]), Message::tool("b", "1"), Message::tool("a", "2"), Message::ai("x")];
+        assert!(check_pairs_strict(&msgs).is_ok());
+        let idx = PairIndex::new(&msgs);
+        assert!(idx.is_safe_cut(1) && !idx.is_safe_cut(2) && !idx.is_safe_cut(3) && idx.is_safe_cut(4));
+        assert_eq!(idx.bundle(3), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn missing_and_pending() {
+        let msgs = vec![Message::human("q"), ai(&["a", "b"]), Message::tool("a", "1")];
+        assert!(check_pairs(&msgs).is_ok(), "pending call of the current step");
+        assert!(matches!(check_pairs_strict(&msgs), Err(PairViolation::MissingResult { index: 1, .. })));
+        let mut more = msgs.clone();
+        more.push(Message::human("next"));
+        assert!(matches!(check_pairs(&more), Err(PairViolation::MissingResult { index: 1, .. })));
+    }
+
+    #[test]
+    fn result_after_another_message_is_orphan() {
+        let msgs = vec![ai(&["a"]), Message::human("hi"), Message::tool("a", "1")];
+        assert!(matches!(check_pairs(&msgs), Err(PairViolation::MissingResult { index: 0, .. })));
+        assert!(matches!(check_pairs(&msgs[1..]), Err(PairViolation::OrphanResult { index: 1, .. })));
+        let dup = vec![ai(&["a"]), Message::tool("a", "1"), Message::tool("a", "1")];
+        assert!(matches!(check_pairs(&dup), Err(PairViolation::DuplicateResult { index: 2, .. })));
+    }
+}

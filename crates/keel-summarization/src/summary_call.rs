@@ -1,0 +1,408 @@
+//! The internal summary model call, shared by compaction and session memory.
+//!
+//! One [`SummaryCaller::call`] is: for the summary model, then (if it fails) the run's
+//! model, up to `max_attempts` attempts each with a timeout, retrying only transient
+//! errors ([`ModelError::is_retryable`]) with exponential backoff (a server's
+//! `retry_after` is honoured, capped). A context-overflow error from the summarizer is
+//! retried once with the middle of the transcript cut out. The call is marked
+//! [`ChatRequest::internal`], so its tokens never reach the user's stream.
+//!
+//! Output is validated before anyone can store it: blank text, text longer than the cap,
+//! and the placeholder or error strings peers used to store as summaries ("Error
+//! generating summary: ...", "Previous conversation was too long to summarize.") are
+//! failures, never summaries.
+//!
+//! A [`CircuitBreaker`] keyed by thread stops calling after `threshold` consecutive
+//! failed calls for a cool-down, so a broken summary model does not add latency (and
+//! cost) to every model call of a thread.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use keel_core::message::Message;
+//! use keel_summarization::summary_call::{SummaryCaller, SummaryCallOptions, SummaryModels};
+//! use keel_summarization::transcript::{SummaryPrompt, TranscriptOptions, DEFAULT_SUMMARY_PROMPT};
+//! use keel_testkit::ScriptedModel;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let model = Arc::new(ScriptedModel::new([Message::ai("- user wants a haiku")]));
+//! let caller = SummaryCaller::new(SummaryCallOptions::default());
+//! let prompt = SummaryPrompt::new(DEFAULT_SUMMARY_PROMPT, None, &[Message::human("write a haiku")], &TranscriptOptions::default()).unwrap();
+//! let out = caller.call("thread-1", &SummaryModels::single(model.clone()), &prompt, None).await.unwrap();
+//! assert_eq!(out.text, "- user wants a haiku");
+//! assert_eq!(model.internal_calls(), 1);
+//! # });
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::message::Message;
+use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings};
+use lru::LruCache;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::transcript::SummaryPrompt;
+
+/// Texts peers have stored as "summaries" that carry no information. A model echoing
+/// one of them is treated as a failure.
+pub const PLACEHOLDER_PREFIXES: &[&str] = &[
+    "error generating summary",
+    "previous conversation was too long to summarize",
+    "no previous conversation history",
+];
+
+/// Bounds of one summary call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SummaryCallOptions {
+    /// Attempts per model for transient errors (at least 1).
+    pub max_attempts: u32,
+    /// Time allowed for one attempt.
+    pub timeout: Duration,
+    /// First backoff between attempts; doubled each retry, capped at 8 seconds.
+    pub initial_backoff: Duration,
+    /// Longest `retry_after` honoured.
+    pub max_retry_after: Duration,
+    /// Output longer than this many characters is a failure (`0`: no cap).
+    pub max_output_chars: usize,
+    /// Output token cap sent to the model (`None`: the model's default).
+    pub max_output_tokens: Option<u32>,
+}
+
+impl Default for SummaryCallOptions {
+    fn default() -> Self {
+        SummaryCallOptions {
+            max_attempts: 3,
+            timeout: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(250),
+            max_retry_after: Duration::from_secs(30),
+            max_output_chars: 24_000,
+            max_output_tokens: None,
+        }
+    }
+}
+
+/// The models a summary call may use: the configured summary model first, then the
+/// run's model as a fallback.
+#[derive(Clone)]
+pub struct SummaryModels {
+    /// Tried first.
+    pub primary: Arc<dyn ChatModel>,
+    /// Tried when the primary fails (skipped when it is the same model).
+    pub fallback: Option<Arc<dyn ChatModel>>,
+}
+
+impl SummaryModels {
+    /// One model, no fallback.
+    pub fn single(model: Arc<dyn ChatModel>) -> Self {
+        SummaryModels {
+            primary: model,
+            fallback: None,
+        }
+    }
+
+    /// A summary model with the run's model as fallback.
+    pub fn with_fallback(primary: Arc<dyn ChatModel>, fallback: Arc<dyn ChatModel>) -> Self {
+        let same = Arc::ptr_eq(&primary, &fallback);
+        SummaryModels {
+            primary,
+            fallback: (!same).then_some(fallback),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<dyn ChatModel>> {
+        std::iter::once(&self.primary).chain(self.fallback.iter())
+    }
+}
+
+/// A validated summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SummaryOutput {
+    /// The summary text (trimmed, non-blank).
+    pub text: String,
+    /// The name of the model that wrote it.
+    pub model: String,
+    /// Attempts made in total (all models).
+    pub attempts: u32,
+    /// True when the fallback model wrote it.
+    pub used_fallback: bool,
+}
+
+/// Why no summary came back.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SummaryCallError {
+    /// The thread's circuit breaker is open; no call was made.
+    #[error("summary calls for this thread are paused for {}s after repeated failures", retry_in.as_secs())]
+    CircuitOpen {
+        /// Time left in the cool-down.
+        retry_in: Duration,
+    },
+    /// Every attempt failed.
+    #[error("summary call failed after {attempts} attempt(s): {reason}")]
+    Failed {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+        /// The last model error's kind, if the last failure was a model error.
+        kind: Option<ModelErrorKind>,
+    },
+}
+
+/// An extra check of the output (session memory checks it parses as JSON). Return the
+/// reason on rejection.
+pub type OutputCheck<'a> = &'a (dyn Fn(&str) -> Result<(), String> + Send + Sync);
+
+/// Makes summary calls with retries, fallback, validation and a circuit breaker.
+pub struct SummaryCaller {
+    options: SummaryCallOptions,
+    breaker: Arc<CircuitBreaker>,
+}
+
+impl SummaryCaller {
+    /// A caller with its own circuit breaker (3 failures, 5 minutes cool-down).
+    pub fn new(options: SummaryCallOptions) -> Self {
+        Self::with_breaker(options, Arc::new(CircuitBreaker::default()))
+    }
+
+    /// A caller sharing `breaker` (use one per process so it survives rebuilt agents).
+    pub fn with_breaker(options: SummaryCallOptions, breaker: Arc<CircuitBreaker>) -> Self {
+        SummaryCaller { options, breaker }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SummaryCallOptions {
+        &self.options
+    }
+
+    /// The circuit breaker.
+    pub fn breaker(&self) -> &Arc<CircuitBreaker> {
+        &self.breaker
+    }
+
+    /// Summarizes `prompt` for the thread `key`. See the [module docs](self).
+    pub async fn call(
+        &self,
+        key: &str,
+        models: &SummaryModels,
+        prompt: &SummaryPrompt,
+        check: Option<OutputCheck<'_>>,
+    ) -> Result<SummaryOutput, SummaryCallError> {
+        if let Err(retry_in) = self.breaker.check(key) {
+            return Err(SummaryCallError::CircuitOpen { retry_in });
+        }
+        let mut attempts = 0u32;
+        let mut last_reason = String::from("no model was tried");
+        let mut last_kind = None;
+        for (model_index, model) in models.iter().enumerate() {
+            let mut prompt = prompt.clone();
+            let mut overflow_cut_used = false;
+            let mut model_attempts = 0u32;
+            let mut backoff = self.options.initial_backoff;
+            loop {
+                model_attempts += 1;
+                attempts += 1;
+                let error = match self.attempt(model.as_ref(), &prompt, check).await {
+                    Ok(text) => {
+                        self.breaker.record_success(key);
+                        return Ok(SummaryOutput {
+                            text,
+                            model: model.profile().name.clone(),
+                            attempts,
+                            used_fallback: model_index > 0,
+                        });
+                    }
+                    Err(e) => e,
+                };
+                tracing::warn!(model = %model.profile().name, attempt = model_attempts, error = %error.message, "summary attempt failed");
+                last_reason = format!("{}: {}", model.profile().name, error.message);
+                last_kind = Some(error.kind);
+                if error.kind == ModelErrorKind::ContextOverflow
+                    && !overflow_cut_used
+                    && let Some(shorter) = prompt.without_middle()
+                {
+                    prompt = shorter;
+                    overflow_cut_used = true;
+                    continue;
+                }
+                if error.is_retryable() && model_attempts < self.options.max_attempts.max(1) {
+                    let wait = error
+                        .retry_after
+                        .map(|d| d.min(self.options.max_retry_after))
+                        .unwrap_or(backoff);
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(8));
+                    continue;
+                }
+                break;
+            }
+        }
+        self.breaker.record_failure(key);
+        Err(SummaryCallError::Failed {
+            attempts,
+            reason: last_reason,
+            kind: last_kind,
+        })
+    }
+
+    async fn attempt(
+        &self,
+        model: &dyn ChatModel,
+        prompt: &SummaryPrompt,
+        check: Option<OutputCheck<'_>>,
+    ) -> Result<String, ModelError> {
+        let messages = [Message::human(prompt.render())];
+        let settings = ModelSettings {
+            max_tokens: self.options.max_output_tokens,
+            ..ModelSettings::default()
+        };
+        let mut request = ChatRequest::new(&messages, &settings);
+        request.internal = true;
+        let answer = match tokio::time::timeout(self.options.timeout, model.invoke(request)).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(ModelError::new(
+                    ModelErrorKind::Timeout,
+                    format!("no summary within {}s", self.options.timeout.as_secs_f32()),
+                ));
+            }
+        };
+        let text = validate_output(&answer.text(), self.options.max_output_chars)
+            .map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
+        if let Some(check) = check {
+            check(&text).map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
+        }
+        Ok(text)
+    }
+}
+
+/// Checks a model's summary: trimmed, non-blank, not a placeholder or error text, within
+/// `max_chars` (`0`: no cap). A leading "Here is a summary of the conversation to date:"
+/// echoed by the model is removed so the prefix is never doubled.
+pub fn validate_output(text: &str, max_chars: usize) -> Result<String, String> {
+    let mut t = text.trim();
+    if let Some(rest) = t.strip_prefix(crate::SUMMARY_PREFIX) {
+        t = rest.trim();
+    }
+    if t.is_empty() {
+        return Err("the summary model returned blank text".into());
+    }
+    let lower = t.to_lowercase();
+    if PLACEHOLDER_PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return Err(format!(
+            "the summary model returned placeholder or error text: {:?}",
+            t.chars().take(80).collect::<String>()
+        ));
+    }
+    let n = t.chars().count();
+    if max_chars > 0 && n > max_chars {
+        return Err(format!("the summary is {n} characters long; the cap is {max_chars}"));
+    }
+    Ok(t.to_owned())
+}
+
+#[derive(Clone, Copy, Debug)]
+struct BreakerEntry {
+    failures: u32,
+    open_until: Option<Instant>,
+}
+
+/// Stops summary calls for a key (a thread) after `threshold` consecutive failed calls,
+/// for `cooldown`. After the cool-down one call is let through; a success closes it, a
+/// failure opens it again. Bounded (least recently used keys are forgotten).
+pub struct CircuitBreaker {
+    threshold: u32,
+    cooldown: Duration,
+    entries: Mutex<LruCache<String, BreakerEntry>>,
+}
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        Self::new(3, Duration::from_secs(300), 10_000)
+    }
+}
+
+impl CircuitBreaker {
+    /// A breaker opening after `threshold` failures (at least 1) for `cooldown`,
+    /// remembering at most `capacity` keys.
+    pub fn new(threshold: u32, cooldown: Duration, capacity: usize) -> Self {
+        let cap = std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        CircuitBreaker {
+            threshold: threshold.max(1),
+            cooldown,
+            entries: Mutex::new(LruCache::new(cap)),
+        }
+    }
+
+    /// `Ok` when a call may be made, else the time left in the cool-down.
+    pub fn check(&self, key: &str) -> Result<(), Duration> {
+        let entries = self.entries.lock();
+        match entries.peek(key).and_then(|e| e.open_until) {
+            Some(until) => {
+                let now = Instant::now();
+                if until > now {
+                    Err(until - now)
+                } else {
+                    Ok(())
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Records a successful call: the key's failure count resets.
+    pub fn record_success(&self, key: &str) {
+        self.entries.lock().pop(key);
+    }
+
+    /// Records a failed call; opens the breaker at the threshold.
+    pub fn record_failure(&self, key: &str) {
+        let mut entries = self.entries.lock();
+        let entry = entries.get_or_insert_mut(key.to_owned(), || BreakerEntry {
+            failures: 0,
+            open_until: None,
+        });
+        entry.failures += 1;
+        if entry.failures >= self.threshold {
+            entry.open_until = Some(Instant::now() + self.cooldown);
+        }
+    }
+
+    /// Consecutive failures recorded for `key`.
+    pub fn failures(&self, key: &str) -> u32 {
+        self.entries.lock().peek(key).map_or(0, |e| e.failures)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_and_blank_are_rejected() {
+        assert!(validate_output("  \n ", 0).is_err());
+        assert!(validate_output("Error generating summary: 500", 0).is_err());
+        assert!(validate_output("Previous conversation was too long to summarize.", 0).is_err());
+        assert!(validate_output(&"x".repeat(11), 10).is_err());
+        assert_eq!(
+            validate_output("Here is a summary of the conversation to date:\n\n- a", 0).unwrap(),
+            "- a"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn breaker_opens_and_cools_down() {
+        let b = CircuitBreaker::new(3, Duration::from_secs(60), 10);
+        for _ in 0..2 {
+            b.record_failure("t");
+        }
+        assert!(b.check("t").is_ok());
+        b.record_failure("t");
+        assert!(b.check("t").is_err());
+        assert!(b.check("other").is_ok());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(b.check("t").is_ok());
+        b.record_success("t");
+        assert_eq!(b.failures("t"), 0);
+    }
+}
