@@ -39,6 +39,7 @@ pub mod store;
 pub mod stream;
 pub mod tokens;
 pub mod tool;
+pub mod transcript;
 
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod approx;
+pub mod cache;
 #[cfg(feature = "tiktoken")]
 pub mod exact;
 pub mod pyrepr;
@@ -29,6 +30,7 @@ pub mod scaling;
 pub mod script;
 
 pub use approx::{ApproximateCounter, CharWeighting};
+pub use cache::CachedCounter;
 #[cfg(feature = "tiktoken")]
 pub use exact::{Encoding, TiktokenCounter, TokenizerError, warm_up};
 pub use keel_core::tokens::TokenCounter;

@@ -1,0 +1,388 @@
+//! Incremental counting: count each message once.
+//!
+//! [`CachedCounter`] wraps any counter with two memories, both bounded:
+//!
+//! - a per-message LRU keyed by (hash of the message id, [`Message::fingerprint`]), so a
+//!   message seen before is never re-tokenized, and an edited message (new fingerprint)
+//!   is;
+//! - per conversation (keyed by its first message), a prefix memo of the fingerprints
+//!   and running sums of the last list counted. Counting a conversation that grew by
+//!   one message compares fingerprints along the list (a `u64` each; messages cache
+//!   their fingerprint) and counts one message.
+//!
+//! Locks (`parking_lot`) are held only around map operations, never while the inner
+//! counter tokenizes. The wrapper is transparent: it reports the inner counter's name
+//! and the same numbers.
+//!
+//! ```
+//! use keel_core::message::Message;
+//! use keel_core::tokens::TokenCounter;
+//! use keel_tokens::{ApproximateCounter, CachedCounter};
+//!
+//! let counter = CachedCounter::new(ApproximateCounter::langchain());
+//! let mut history = vec![Message::human("hello world").with_id("h1")];
+//! assert_eq!(counter.count_messages(&history), 7);
+//! history.push(Message::ai("hi there!").with_id("a1"));
+//! assert_eq!(counter.count_messages(&history), 15); // counts only "a1"
+//! ```
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::num::NonZeroUsize;
+
+use keel_core::message::Message;
+use keel_core::tokens::TokenCounter;
+use keel_core::tool::ToolSpec;
+use lru::LruCache;
+use parking_lot::Mutex;
+
+/// Default number of per-message counts kept.
+pub const DEFAULT_MESSAGE_CAPACITY: usize = 65_536;
+/// Default number of conversations whose prefix memo is kept.
+pub const DEFAULT_CONVERSATION_CAPACITY: usize = 64;
+
+type MessageKey = (u64, u64);
+
+/// The last list counted in one conversation: fingerprints and running sums
+/// (`sums[i]` = tokens of the first `i` messages; `sums.len() == fps.len() + 1`).
+#[derive(Default)]
+struct PrefixMemo {
+    fps: Vec<u64>,
+    sums: Vec<u64>,
+}
+
+/// A caching, incremental wrapper around a [`TokenCounter`]. See the [module docs](self).
+pub struct CachedCounter<C> {
+    inner: C,
+    messages: Mutex<LruCache<MessageKey, u64>>,
+    conversations: Mutex<LruCache<u64, PrefixMemo>>,
+    tools: Mutex<Option<(u64, u64)>>,
+    /// What the inner counter adds to a request besides its parts (reply priming).
+    request_overhead: u64,
+}
+
+impl<C: TokenCounter> CachedCounter<C> {
+    /// Wraps `inner` with the default capacities.
+    pub fn new(inner: C) -> Self {
+        Self::with_capacity(
+            inner,
+            NonZeroUsize::new(DEFAULT_MESSAGE_CAPACITY).unwrap_or(NonZeroUsize::MIN),
+            NonZeroUsize::new(DEFAULT_CONVERSATION_CAPACITY).unwrap_or(NonZeroUsize::MIN),
+        )
+    }
+
+    /// Wraps `inner`, keeping at most `messages` per-message counts and the prefix memo
+    /// of at most `conversations` conversations.
+    pub fn with_capacity(inner: C, messages: NonZeroUsize, conversations: NonZeroUsize) -> Self {
+        let request_overhead = inner.count_request(None, &[], &[]);
+        CachedCounter {
+            inner,
+            messages: Mutex::new(LruCache::new(messages)),
+            conversations: Mutex::new(LruCache::new(conversations)),
+            tools: Mutex::new(None),
+            request_overhead,
+        }
+    }
+
+    /// The wrapped counter.
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    /// Number of per-message counts currently kept.
+    pub fn cached_messages(&self) -> usize {
+        self.messages.lock().len()
+    }
+
+    /// Forgets everything.
+    pub fn clear(&self) {
+        self.messages.lock().clear();
+        self.conversations.lock().clear();
+        *self.tools.lock() = None;
+    }
+
+    fn key(message: &Message) -> MessageKey {
+        let mut h = DefaultHasher::new();
+        message.id().hash(&mut h);
+        (h.finish(), message.fingerprint())
+    }
+
+    /// Counts of `messages`, appended to `memo` (extending its fingerprints and sums).
+    fn extend_memo(&self, memo: &mut PrefixMemo, messages: &[Message]) {
+        memo.fps.reserve(messages.len());
+        memo.sums.reserve(messages.len());
+        let mut running = memo.sums.last().copied().unwrap_or(0);
+        for m in messages {
+            running += self.count_message(m);
+            memo.fps.push(m.fingerprint());
+            memo.sums.push(running);
+        }
+    }
+
+    /// The prefix memo for `messages`, updated to cover all of them.
+    fn memo_for(&self, messages: &[Message]) -> Option<(u64, PrefixMemo)> {
+        let first = messages.first()?;
+        let conv = first.fingerprint();
+        // Taken out of the map so that no lock is held while counting; a concurrent
+        // count of the same conversation falls back to the per-message cache.
+        let mut memo = self.conversations.lock().pop(&conv).unwrap_or_default();
+        if memo.sums.is_empty() {
+            memo.sums.push(0);
+        }
+        let common = memo
+            .fps
+            .iter()
+            .zip(messages)
+            .take_while(|(fp, m)| **fp == m.fingerprint())
+            .count();
+        memo.fps.truncate(common);
+        memo.sums.truncate(common + 1);
+        self.extend_memo(&mut memo, &messages[common..]);
+        Some((conv, memo))
+    }
+
+    fn put_back(&self, conv: u64, memo: PrefixMemo) {
+        self.conversations.lock().put(conv, memo);
+    }
+
+    fn tools_key(tools: &[ToolSpec]) -> u64 {
+        let mut h = DefaultHasher::new();
+        for t in tools {
+            t.name.hash(&mut h);
+            t.description.hash(&mut h);
+            t.parameters.to_string().hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
+impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn count_message(&self, message: &Message) -> u64 {
+        let key = Self::key(message);
+        if let Some(&n) = self.messages.lock().get(&key) {
+            return n;
+        }
+        let n = self.inner.count_message(message);
+        self.messages.lock().put(key, n);
+        n
+    }
+
+    fn count_text(&self, text: &str) -> u64 {
+        self.inner.count_text(text)
+    }
+
+    fn count_messages(&self, messages: &[Message]) -> u64 {
+        match self.memo_for(messages) {
+            Some((conv, memo)) => {
+                let total = memo.sums.last().copied().unwrap_or(0);
+                self.put_back(conv, memo);
+                total
+            }
+            None => 0,
+        }
+    }
+
+    fn count_each(&self, messages: &[Message]) -> Vec<u64> {
+        match self.memo_for(messages) {
+            Some((conv, memo)) => {
+                let each = memo.sums.windows(2).map(|w| w[1] - w[0]).collect();
+                self.put_back(conv, memo);
+                each
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn count_tools(&self, tools: &[ToolSpec]) -> u64 {
+        if tools.is_empty() {
+            return self.inner.count_tools(tools);
+        }
+        let key = Self::tools_key(tools);
+        if let Some((k, n)) = *self.tools.lock()
+            && k == key
+        {
+            return n;
+        }
+        let n = self.inner.count_tools(tools);
+        *self.tools.lock() = Some((key, n));
+        n
+    }
+
+    /// The inner counter's request count, from cached parts. Assumes (as every counter
+    /// in this crate satisfies) that a request counts as its parts plus a constant.
+    fn count_request(
+        &self,
+        system: Option<&Message>,
+        messages: &[Message],
+        tools: &[ToolSpec],
+    ) -> u64 {
+        self.request_overhead
+            + system.map_or(0, |s| self.count_message(s))
+            + self.count_messages(messages)
+            + self.count_tools(tools)
+    }
+}
+
+impl<C: std::fmt::Debug> std::fmt::Debug for CachedCounter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedCounter")
+            .field("inner", &self.inner)
+            .field("cached_messages", &self.messages.lock().len())
+            .field("conversations", &self.conversations.lock().len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ApproximateCounter;
+    use keel_core::message::MessageBody;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts how often the inner counter is asked about a message.
+    #[derive(Clone, Default)]
+    struct Probe {
+        calls: Arc<AtomicUsize>,
+        inner: ApproximateCounter,
+    }
+
+    impl TokenCounter for Probe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn count_message(&self, m: &Message) -> u64 {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.inner.count_message(m)
+        }
+        fn count_text(&self, t: &str) -> u64 {
+            self.inner.count_text(t)
+        }
+    }
+
+    fn conversation(n: usize) -> Vec<Message> {
+        (0..n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Message::human(format!("question {i} about the design"))
+                        .with_id(format!("h{i}"))
+                } else {
+                    Message::ai(format!("answer {i}: it depends")).with_id(format!("a{i}"))
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn growing_by_one_counts_one() {
+        let probe = Probe::default();
+        let cached = CachedCounter::new(probe.clone());
+        let mut conv = conversation(100);
+        let plain = ApproximateCounter::langchain();
+        assert_eq!(cached.count_messages(&conv), plain.count_messages(&conv));
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 100);
+        conv.push(Message::human("one more").with_id("new"));
+        assert_eq!(cached.count_messages(&conv), plain.count_messages(&conv));
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 101);
+        assert_eq!(cached.count_each(&conv), plain.count_each(&conv));
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 101);
+    }
+
+    #[test]
+    fn edited_message_is_recounted() {
+        let probe = Probe::default();
+        let cached = CachedCounter::new(probe.clone());
+        let mut conv = conversation(10);
+        let before = cached.count_messages(&conv);
+        if let MessageBody::Human(h) = conv[4].body_mut() {
+            h.content =
+                "a much longer question than before, with many more characters in it".into();
+        }
+        let after = cached.count_messages(&conv);
+        assert!(after > before);
+        assert_eq!(after, ApproximateCounter::langchain().count_messages(&conv));
+        // Only the edited message and nothing else was recounted: the suffix after it
+        // comes from the per-message cache.
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 11);
+    }
+
+    #[test]
+    fn truncated_and_summarized_lists_stay_correct() {
+        let cached = CachedCounter::new(ApproximateCounter::langchain());
+        let plain = ApproximateCounter::langchain();
+        let conv = conversation(50);
+        assert_eq!(cached.count_messages(&conv), plain.count_messages(&conv));
+        let shorter = &conv[..20];
+        assert_eq!(
+            cached.count_messages(shorter),
+            plain.count_messages(shorter)
+        );
+        let mut summarized = vec![Message::human("summary").with_id("s")];
+        summarized.extend_from_slice(&conv[30..]);
+        assert_eq!(
+            cached.count_messages(&summarized),
+            plain.count_messages(&summarized)
+        );
+        assert_eq!(cached.count_messages(&[]), 0);
+    }
+
+    #[test]
+    fn bounded_memory() {
+        let cached = CachedCounter::with_capacity(
+            ApproximateCounter::langchain(),
+            NonZeroUsize::new(8).unwrap(),
+            NonZeroUsize::new(2).unwrap(),
+        );
+        let conv = conversation(100);
+        assert_eq!(
+            cached.count_messages(&conv),
+            ApproximateCounter::langchain().count_messages(&conv)
+        );
+        assert_eq!(cached.cached_messages(), 8);
+    }
+
+    #[test]
+    fn request_and_tools_match_inner() {
+        let plain = ApproximateCounter::langchain();
+        let cached = CachedCounter::new(ApproximateCounter::langchain());
+        let tools = vec![ToolSpec::new(
+            "ls",
+            "list a directory",
+            serde_json::json!({"type": "object"}),
+        )];
+        let sys = Message::system("be brief");
+        let conv = conversation(5);
+        for _ in 0..2 {
+            assert_eq!(
+                cached.count_request(Some(&sys), &conv, &tools),
+                plain.count_request(Some(&sys), &conv, &tools)
+            );
+        }
+    }
+
+    #[test]
+    fn shared_across_threads() {
+        let cached = Arc::new(CachedCounter::new(ApproximateCounter::langchain()));
+        let conv = Arc::new(conversation(200));
+        let want = ApproximateCounter::langchain().count_messages(&conv);
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let (cached, conv) = (cached.clone(), conv.clone());
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let len = 150 + (i * 7 + t) % 50;
+                        let _ = cached.count_messages(&conv[..len]);
+                    }
+                    cached.count_messages(&conv)
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), want);
+        }
+    }
+}
