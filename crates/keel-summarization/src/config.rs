@@ -81,8 +81,12 @@ pub enum TokenCounterKind {
 }
 
 impl TokenCounterKind {
-    const NAMES: &'static [&'static str] =
-        &["approximate", "approximate_script", "o200k_base", "cl100k_base"];
+    const NAMES: &'static [&'static str] = &[
+        "approximate",
+        "approximate_script",
+        "o200k_base",
+        "cl100k_base",
+    ];
 
     fn parse(s: &str) -> Option<Self> {
         match s.replace('-', "_").as_str() {
@@ -233,7 +237,9 @@ pub enum ConfigError {
 }
 
 fn at(line: Option<u64>) -> String {
-    line.filter(|l| *l > 0).map(|l| format!(" (line {l})")).unwrap_or_default()
+    line.filter(|l| *l > 0)
+        .map(|l| format!(" (line {l})"))
+        .unwrap_or_default()
 }
 
 /// A configuration that loads but deserves attention.
@@ -249,7 +255,13 @@ pub struct ConfigWarning {
 
 impl std::fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "summarization.{}{}: {}", self.key, at(self.line), self.message)
+        write!(
+            f,
+            "summarization.{}{}: {}",
+            self.key,
+            at(self.line),
+            self.message
+        )
     }
 }
 
@@ -328,11 +340,17 @@ impl Ctx<'_> {
                 u64::try_from(*i).map_err(|_| self.invalid("is too large", allowed))
             }
             Yaml::Int(_) => Err(self.invalid(
-                if min == 0 { "must not be negative" } else { "must be positive" },
+                if min == 0 {
+                    "must not be negative"
+                } else {
+                    "must be positive"
+                },
                 allowed,
             )),
             Yaml::Bool(_) => Err(self.invalid("is a boolean, not a number", allowed)),
-            Yaml::Float(f) if !f.is_finite() => Err(self.invalid("is not a finite number", allowed)),
+            Yaml::Float(f) if !f.is_finite() => {
+                Err(self.invalid("is not a finite number", allowed))
+            }
             Yaml::Float(_) => Err(self.invalid("must be a whole number", allowed)),
             Yaml::Str(_) => Err(self.invalid("is a string, not a number", allowed)),
             _ => Err(self.invalid("must be a number", allowed)),
@@ -366,7 +384,11 @@ impl Ctx<'_> {
     }
 }
 
-fn context_size(key: &str, node: &Node, keys: &mut HashMap<String, u64>) -> Result<ContextSize, ConfigError> {
+fn context_size(
+    key: &str,
+    node: &Node,
+    keys: &mut HashMap<String, u64>,
+) -> Result<ContextSize, ConfigError> {
     let Yaml::Map(entries) = &node.value else {
         return Err(Ctx { key, node }.invalid(
             "must be a mapping with `type` and `value`",
@@ -377,7 +399,16 @@ fn context_size(key: &str, node: &Node, keys: &mut HashMap<String, u64>) -> Resu
     let mut value: Option<&Node> = None;
     for (k, line, v) in entries {
         match k.as_str() {
-            "type" => kind = Some((Ctx { key: &format!("{key}.type"), node: v }.string()?, v)),
+            "type" => {
+                kind = Some((
+                    Ctx {
+                        key: &format!("{key}.type"),
+                        node: v,
+                    }
+                    .string()?,
+                    v,
+                ))
+            }
             "value" => value = Some(v),
             other => {
                 return Err(ConfigError::UnknownKey {
@@ -396,7 +427,10 @@ fn context_size(key: &str, node: &Node, keys: &mut HashMap<String, u64>) -> Resu
     };
     let vkey = format!("{key}.value");
     keys.insert(vkey.clone(), value.line);
-    let ctx = Ctx { key: &vkey, node: value };
+    let ctx = Ctx {
+        key: &vkey,
+        node: value,
+    };
     match kind.as_str() {
         "tokens" => Ok(ContextSize::Tokens(ctx.int(1, "a whole number >= 1")?)),
         "messages" => Ok(ContextSize::Messages(ctx.int(1, "a whole number >= 1")?)),
@@ -435,7 +469,8 @@ impl SummarizationConfig {
     /// Parses and validates YAML text (the bare mapping, or a document with a top-level
     /// `summarization:` key).
     pub fn from_yaml_str(text: &str) -> Result<LoadedConfig, ConfigError> {
-        let root = yaml::parse(text).map_err(|(message, line)| ConfigError::Syntax { message, line })?;
+        let root =
+            yaml::parse(text).map_err(|(message, line)| ConfigError::Syntax { message, line })?;
         let mut container_from_skills: Option<(String, u64)> = None;
         let section: Option<Node> = match &root.value {
             Yaml::Null => None,
@@ -443,13 +478,21 @@ impl SummarizationConfig {
                 for (k, _, v) in entries {
                     if k == "skills"
                         && let Yaml::Map(skills) = &v.value
-                        && let Some((_, _, p)) = skills.iter().find(|(k, _, _)| k == "container_path")
+                        && let Some((_, _, p)) =
+                            skills.iter().find(|(k, _, _)| k == "container_path")
                     {
-                        let path = Ctx { key: "skills.container_path", node: p }.string()?;
+                        let path = Ctx {
+                            key: "skills.container_path",
+                            node: p,
+                        }
+                        .string()?;
                         container_from_skills = Some((path, p.line));
                     }
                 }
-                entries.iter().find(|(k, _, _)| k == "summarization").map(|(_, _, v)| v.clone())
+                entries
+                    .iter()
+                    .find(|(k, _, _)| k == "summarization")
+                    .map(|(_, _, v)| v.clone())
             }
             Yaml::Map(_) => Some(root.clone()),
             _ => {
@@ -457,7 +500,9 @@ impl SummarizationConfig {
                     key: "(root)".into(),
                     value: root.value.show(),
                     problem: "the document must be a mapping".into(),
-                    allowed: "a mapping of summarization keys, or a mapping with a `summarization:` key".into(),
+                    allowed:
+                        "a mapping of summarization keys, or a mapping with a `summarization:` key"
+                            .into(),
                     line: Some(root.line),
                 });
             }
@@ -483,7 +528,9 @@ impl SummarizationConfig {
                                 Yaml::Seq(items) => items
                                     .iter()
                                     .enumerate()
-                                    .map(|(i, n)| context_size(&format!("trigger[{i}]"), n, &mut keys))
+                                    .map(|(i, n)| {
+                                        context_size(&format!("trigger[{i}]"), n, &mut keys)
+                                    })
                                     .collect::<Result<_, _>>()?,
                                 _ => vec![context_size("trigger", node, &mut keys)?],
                             }
@@ -492,32 +539,52 @@ impl SummarizationConfig {
                         "trim_tokens_to_summarize" => {
                             config.trim_tokens_to_summarize = match node.value {
                                 Yaml::Null => None,
-                                _ => Some(ctx.int(1, "a whole number >= 1, or null for no trimming")?),
+                                _ => Some(
+                                    ctx.int(1, "a whole number >= 1, or null for no trimming")?,
+                                ),
                             }
                         }
                         "summary_prompt" => config.summary_prompt = ctx.opt_string()?,
                         "preserve_recent_skill_count" => {
-                            config.preserve_recent_skill_count = ctx.int(0, "a whole number >= 0")?
+                            config.preserve_recent_skill_count =
+                                ctx.int(0, "a whole number >= 0")?
                         }
                         "preserve_recent_skill_tokens" => {
-                            config.preserve_recent_skill_tokens = ctx.int(0, "a whole number >= 0")?
+                            config.preserve_recent_skill_tokens =
+                                ctx.int(0, "a whole number >= 0")?
                         }
                         "preserve_recent_skill_tokens_per_skill" => {
-                            config.preserve_recent_skill_tokens_per_skill = ctx.int(0, "a whole number >= 0")?
+                            config.preserve_recent_skill_tokens_per_skill =
+                                ctx.int(0, "a whole number >= 0")?
                         }
                         "skill_file_read_tool_names" => {
                             config.skill_file_read_tool_names = match &node.value {
                                 Yaml::Seq(items) => items
                                     .iter()
                                     .enumerate()
-                                    .map(|(i, n)| Ctx { key: &format!("skill_file_read_tool_names[{i}]"), node: n }.string())
+                                    .map(|(i, n)| {
+                                        Ctx {
+                                            key: &format!("skill_file_read_tool_names[{i}]"),
+                                            node: n,
+                                        }
+                                        .string()
+                                    })
                                     .collect::<Result<_, _>>()?,
-                                _ => return Err(ctx.invalid("must be a list of tool names", "a list of strings")),
+                                _ => {
+                                    return Err(ctx.invalid(
+                                        "must be a list of tool names",
+                                        "a list of strings",
+                                    ));
+                                }
                             }
                         }
                         "skills_container_path" => config.skills_container_path = ctx.string()?,
-                        "preserve_latest_user_message" => config.preserve_latest_user_message = ctx.bool()?,
-                        "preserve_dynamic_context" => config.preserve_dynamic_context = ctx.bool()?,
+                        "preserve_latest_user_message" => {
+                            config.preserve_latest_user_message = ctx.bool()?
+                        }
+                        "preserve_dynamic_context" => {
+                            config.preserve_dynamic_context = ctx.bool()?
+                        }
                         "stickiness_headroom" => {
                             config.stickiness_headroom = match node.value {
                                 Yaml::Null => None,
@@ -525,39 +592,53 @@ impl SummarizationConfig {
                             }
                         }
                         "cache_capacity" => {
-                            config.cache_capacity = usize::try_from(ctx.int(1, "a whole number >= 1")?).unwrap_or(usize::MAX)
+                            config.cache_capacity =
+                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                                    .unwrap_or(usize::MAX)
                         }
                         "token_counter" => {
                             let s = ctx.string()?;
-                            config.token_counter = TokenCounterKind::parse(&s).ok_or_else(|| {
-                                ctx.invalid("is not a known token counter", &TokenCounterKind::NAMES.join(", "))
-                            })?;
+                            config.token_counter =
+                                TokenCounterKind::parse(&s).ok_or_else(|| {
+                                    ctx.invalid(
+                                        "is not a known token counter",
+                                        &TokenCounterKind::NAMES.join(", "),
+                                    )
+                                })?;
                         }
                         "compacting_message" => config.compacting_message = ctx.string()?,
                         "summary_max_attempts" => {
                             config.summary_max_attempts =
-                                u32::try_from(ctx.int(1, "a whole number in [1, 10]")?).unwrap_or(u32::MAX)
+                                u32::try_from(ctx.int(1, "a whole number in [1, 10]")?)
+                                    .unwrap_or(u32::MAX)
                         }
                         "summary_timeout_seconds" => {
-                            config.summary_timeout_seconds = ctx.number("a number of seconds > 0")?
+                            config.summary_timeout_seconds =
+                                ctx.number("a number of seconds > 0")?
                         }
                         "max_summary_chars" => {
-                            config.max_summary_chars = usize::try_from(ctx.int(1, "a whole number >= 1")?).unwrap_or(usize::MAX)
+                            config.max_summary_chars =
+                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                                    .unwrap_or(usize::MAX)
                         }
                         "max_chars_per_message" => {
                             config.max_chars_per_message =
-                                usize::try_from(ctx.int(0, "a whole number >= 0 (0: no cap)")?).unwrap_or(usize::MAX)
+                                usize::try_from(ctx.int(0, "a whole number >= 0 (0: no cap)")?)
+                                    .unwrap_or(usize::MAX)
                         }
                         "circuit_breaker_failures" => {
                             config.circuit_breaker_failures =
-                                u32::try_from(ctx.int(1, "a whole number >= 1")?).unwrap_or(u32::MAX)
+                                u32::try_from(ctx.int(1, "a whole number >= 1")?)
+                                    .unwrap_or(u32::MAX)
                         }
                         "circuit_breaker_cooldown_seconds" => {
-                            config.circuit_breaker_cooldown_seconds = ctx.int(0, "a whole number >= 0")?
+                            config.circuit_breaker_cooldown_seconds =
+                                ctx.int(0, "a whole number >= 0")?
                         }
                         "extractive_word_budget" => {
                             config.extractive_word_budget =
-                                usize::try_from(ctx.int(1, "a whole number >= 1")?).unwrap_or(usize::MAX)
+                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                                    .unwrap_or(usize::MAX)
                         }
                         other => {
                             return Err(ConfigError::UnknownKey {
@@ -591,7 +672,10 @@ impl SummarizationConfig {
         self.validate_with_lines(&HashMap::new())
     }
 
-    fn validate_with_lines(&self, lines: &HashMap<String, u64>) -> Result<Vec<ConfigWarning>, ConfigError> {
+    fn validate_with_lines(
+        &self,
+        lines: &HashMap<String, u64>,
+    ) -> Result<Vec<ConfigWarning>, ConfigError> {
         let line = |k: &str| lines.get(k).copied();
         let bad = |key: &str, value: String, problem: &str, allowed: &str| ConfigError::Invalid {
             key: key.to_owned(),
@@ -602,9 +686,12 @@ impl SummarizationConfig {
         };
         let check_size = |key: &str, size: &ContextSize| -> Result<(), ConfigError> {
             match *size {
-                ContextSize::Fraction(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
-                    Err(bad(&format!("{key}.value"), f.to_string(), "fraction is out of range", "a number in (0, 1]"))
-                }
+                ContextSize::Fraction(f) if !(f.is_finite() && f > 0.0 && f <= 1.0) => Err(bad(
+                    &format!("{key}.value"),
+                    f.to_string(),
+                    "fraction is out of range",
+                    "a number in (0, 1]",
+                )),
                 ContextSize::Tokens(0) | ContextSize::Messages(0) => Err(bad(
                     &format!("{key}.value"),
                     "0".into(),
@@ -616,50 +703,125 @@ impl SummarizationConfig {
         };
         let single = self.trigger.len() == 1;
         for (i, t) in self.trigger.iter().enumerate() {
-            check_size(&if single && !lines.contains_key("trigger[0].value") { "trigger".to_owned() } else { format!("trigger[{i}]") }, t)?;
+            check_size(
+                &if single && !lines.contains_key("trigger[0].value") {
+                    "trigger".to_owned()
+                } else {
+                    format!("trigger[{i}]")
+                },
+                t,
+            )?;
         }
         check_size("keep", &self.keep)?;
         if self.enabled && self.trigger.is_empty() {
-            return Err(bad("trigger", "[]".into(), "summarization is enabled but has no trigger", "one or more of {type: tokens|messages|fraction, value: ...}"));
+            return Err(bad(
+                "trigger",
+                "[]".into(),
+                "summarization is enabled but has no trigger",
+                "one or more of {type: tokens|messages|fraction, value: ...}",
+            ));
         }
         if let Some(p) = &self.summary_prompt
             && !p.contains(MESSAGES_SLOT)
         {
             let shown: String = p.chars().take(60).collect();
-            return Err(bad("summary_prompt", format!("{shown:?}"), "the prompt has no {messages} placeholder", "a string containing {messages} (other braces are literal text)"));
+            return Err(bad(
+                "summary_prompt",
+                format!("{shown:?}"),
+                "the prompt has no {messages} placeholder",
+                "a string containing {messages} (other braces are literal text)",
+            ));
         }
         if let Some(h) = self.stickiness_headroom
             && !(h.is_finite() && h > 0.0 && h <= 1.0)
         {
-            return Err(bad("stickiness_headroom", h.to_string(), "headroom is out of range", "a number in (0, 1], or null to disable"));
+            return Err(bad(
+                "stickiness_headroom",
+                h.to_string(),
+                "headroom is out of range",
+                "a number in (0, 1], or null to disable",
+            ));
         }
         if self.trim_tokens_to_summarize == Some(0) {
-            return Err(bad("trim_tokens_to_summarize", "0".into(), "must be positive", "a whole number >= 1, or null for no trimming"));
+            return Err(bad(
+                "trim_tokens_to_summarize",
+                "0".into(),
+                "must be positive",
+                "a whole number >= 1, or null for no trimming",
+            ));
         }
         if self.cache_capacity == 0 {
-            return Err(bad("cache_capacity", "0".into(), "must be positive", "a whole number >= 1"));
+            return Err(bad(
+                "cache_capacity",
+                "0".into(),
+                "must be positive",
+                "a whole number >= 1",
+            ));
         }
         if !(1..=10).contains(&self.summary_max_attempts) {
-            return Err(bad("summary_max_attempts", self.summary_max_attempts.to_string(), "out of range", "a whole number in [1, 10]"));
+            return Err(bad(
+                "summary_max_attempts",
+                self.summary_max_attempts.to_string(),
+                "out of range",
+                "a whole number in [1, 10]",
+            ));
         }
         if !(self.summary_timeout_seconds.is_finite() && self.summary_timeout_seconds > 0.0) {
-            return Err(bad("summary_timeout_seconds", self.summary_timeout_seconds.to_string(), "must be positive", "a number of seconds > 0"));
+            return Err(bad(
+                "summary_timeout_seconds",
+                self.summary_timeout_seconds.to_string(),
+                "must be positive",
+                "a number of seconds > 0",
+            ));
         }
         if self.circuit_breaker_failures == 0 {
-            return Err(bad("circuit_breaker_failures", "0".into(), "must be positive", "a whole number >= 1"));
+            return Err(bad(
+                "circuit_breaker_failures",
+                "0".into(),
+                "must be positive",
+                "a whole number >= 1",
+            ));
         }
         if self.extractive_word_budget == 0 || self.max_summary_chars == 0 {
-            let key = if self.extractive_word_budget == 0 { "extractive_word_budget" } else { "max_summary_chars" };
-            return Err(bad(key, "0".into(), "must be positive", "a whole number >= 1"));
+            let key = if self.extractive_word_budget == 0 {
+                "extractive_word_budget"
+            } else {
+                "max_summary_chars"
+            };
+            return Err(bad(
+                key,
+                "0".into(),
+                "must be positive",
+                "a whole number >= 1",
+            ));
         }
         if !self.skills_container_path.starts_with('/') {
-            return Err(bad("skills_container_path", format!("{:?}", self.skills_container_path), "must be an absolute path", "an absolute path such as /mnt/skills"));
+            return Err(bad(
+                "skills_container_path",
+                format!("{:?}", self.skills_container_path),
+                "must be an absolute path",
+                "an absolute path such as /mnt/skills",
+            ));
         }
         if self.compacting_message.trim().is_empty() {
-            return Err(bad("compacting_message", "\"\"".into(), "must not be blank", "a non-empty string"));
+            return Err(bad(
+                "compacting_message",
+                "\"\"".into(),
+                "must not be blank",
+                "a non-empty string",
+            ));
         }
-        if matches!(self.token_counter, TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase) && !cfg!(feature = "tiktoken") {
-            return Err(bad("token_counter", format!("{:?}", self.token_counter), "exact counting needs keel-summarization's `tiktoken` feature", "approximate or approximate_script (or build with --features tiktoken)"));
+        if matches!(
+            self.token_counter,
+            TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase
+        ) && !cfg!(feature = "tiktoken")
+        {
+            return Err(bad(
+                "token_counter",
+                format!("{:?}", self.token_counter),
+                "exact counting needs keel-summarization's `tiktoken` feature",
+                "approximate or approximate_script (or build with --features tiktoken)",
+            ));
         }
 
         let mut warnings = Vec::new();
@@ -753,7 +915,10 @@ impl SummarizationConfigBuilder {
     }
 
     /// Skill-read tool names.
-    pub fn skill_file_read_tool_names<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+    pub fn skill_file_read_tool_names<S: Into<String>>(
+        mut self,
+        names: impl IntoIterator<Item = S>,
+    ) -> Self {
         self.config.skill_file_read_tool_names = names.into_iter().map(Into::into).collect();
         self
     }

@@ -52,12 +52,28 @@ impl Default for ExtractiveOptions {
 }
 
 const DECISION_WORDS: &[&str] = &[
-    "decided", "decide", "decision", "will ", "chose", "choose", "agreed", "plan", "must",
-    "should", "conclude", "confirmed", "prefer", "next step",
+    "decided",
+    "decide",
+    "decision",
+    "will ",
+    "chose",
+    "choose",
+    "agreed",
+    "plan",
+    "must",
+    "should",
+    "conclude",
+    "confirmed",
+    "prefer",
+    "next step",
 ];
 
 /// Summarizes `messages`, folding in `previous` (an earlier summary) first.
-pub fn summarize(previous: Option<&str>, messages: &[Message], options: &ExtractiveOptions) -> String {
+pub fn summarize(
+    previous: Option<&str>,
+    messages: &[Message],
+    options: &ExtractiveOptions,
+) -> String {
     let budget = options.word_budget.max(1);
     let per_item = options.max_words_per_item.max(1);
 
@@ -82,12 +98,22 @@ pub fn summarize(previous: Option<&str>, messages: &[Message], options: &Extract
     let new_items = new_items(messages);
     let mut out: Vec<String> = Vec::new();
     let mut used = 0usize;
-    let previous_cap = if new_items.is_empty() { budget } else { budget.div_ceil(2) };
+    let previous_cap = if new_items.is_empty() {
+        budget
+    } else {
+        budget.div_ceil(2)
+    };
     for item in &previous_items {
         if used >= previous_cap {
             break;
         }
-        push_item(&mut out, &mut used, item, previous_cap.min(budget), per_item);
+        push_item(
+            &mut out,
+            &mut used,
+            item,
+            previous_cap.min(budget),
+            per_item,
+        );
     }
     for item in &new_items {
         if used >= budget {
@@ -97,7 +123,10 @@ pub fn summarize(previous: Option<&str>, messages: &[Message], options: &Extract
     }
     if out.is_empty() && !messages.is_empty() {
         let n = messages.len();
-        let fallback = format!("{n} earlier message{} with no text content.", if n == 1 { "" } else { "s" });
+        let fallback = format!(
+            "{n} earlier message{} with no text content.",
+            if n == 1 { "" } else { "s" }
+        );
         push_item(&mut out, &mut used, &fallback, budget, per_item);
     }
     out.join("\n")
@@ -127,7 +156,9 @@ fn push_item(out: &mut Vec<String>, used: &mut usize, item: &str, budget: usize,
 
 /// The text after the summary message prefix, if it has one.
 fn strip_summary_prefix(text: &str) -> &str {
-    text.strip_prefix(crate::SUMMARY_PREFIX).unwrap_or(text).trim()
+    text.strip_prefix(crate::SUMMARY_PREFIX)
+        .unwrap_or(text)
+        .trim()
 }
 
 fn sentences(text: &str) -> Vec<String> {
@@ -192,7 +223,10 @@ fn new_items(messages: &[Message]) -> Vec<String> {
             }
             MessageBody::Ai(ai) => {
                 for call in &ai.tool_calls {
-                    calls.insert(call.id.as_str(), (call.name.as_str(), target_of(&call.args)));
+                    calls.insert(
+                        call.id.as_str(),
+                        (call.name.as_str(), target_of(&call.args)),
+                    );
                 }
                 let text = m.text();
                 for (i, s) in sentences(&text).into_iter().enumerate() {
@@ -205,21 +239,53 @@ fn new_items(messages: &[Message]) -> Vec<String> {
                 let (name, target) = calls
                     .get(t.tool_call_id.as_str())
                     .map(|(n, a)| ((*n).to_owned(), a.clone()))
-                    .unwrap_or_else(|| (t.name.clone().unwrap_or_else(|| "tool".into()), String::new()));
-                let status = if t.status == ToolStatus::Error { "failed" } else { "ok" };
+                    .unwrap_or_else(|| {
+                        (
+                            t.name.clone().unwrap_or_else(|| "tool".into()),
+                            String::new(),
+                        )
+                    });
+                let status = if t.status == ToolStatus::Error {
+                    "failed"
+                } else {
+                    "ok"
+                };
                 let text = m.text();
-                let first = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
-                let target = if target.is_empty() { String::new() } else { format!(" {target}") };
-                tools.push(format!("Tool {name}{target} {status}: {}", first_words(first, 20)));
+                let first = text
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty())
+                    .unwrap_or("");
+                let target = if target.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {target}")
+                };
+                tools.push(format!(
+                    "Tool {name}{target} {status}: {}",
+                    first_words(first, 20)
+                ));
             }
         }
     }
-    goal.into_iter().chain(user).chain(facts).chain(tools).collect()
+    goal.into_iter()
+        .chain(user)
+        .chain(facts)
+        .chain(tools)
+        .collect()
 }
 
 /// The most telling argument of a tool call (a path, a query, a command), if any.
 fn target_of(args: &serde_json::Value) -> String {
-    for key in ["path", "file_path", "filepath", "query", "command", "url", "name"] {
+    for key in [
+        "path",
+        "file_path",
+        "filepath",
+        "query",
+        "command",
+        "url",
+        "name",
+    ] {
         if let Some(v) = args.get(key).and_then(|v| v.as_str()) {
             return first_words(v, 8);
         }
@@ -245,7 +311,11 @@ mod tests {
     fn sample() -> Vec<Message> {
         vec![
             Message::human("Find why the nightly build fails. My name is Ada."),
-            Message::ai("").with_tool_calls(vec![ToolCall::new("c1", "read_file", json!({"path": "/repo/ci.log"}))]),
+            Message::ai("").with_tool_calls(vec![ToolCall::new(
+                "c1",
+                "read_file",
+                json!({"path": "/repo/ci.log"}),
+            )]),
             Message::tool("c1", "\nerror: linker `cc` not found\nmore"),
             Message::ai("The linker is missing on the runner. We will install build-essential."),
             Message::human("Also keep the cache."),
@@ -254,10 +324,17 @@ mod tests {
 
     #[test]
     fn priority_order_and_content() {
-        let s = summarize(Some("- Repo is acme/api"), &sample(), &ExtractiveOptions::default());
+        let s = summarize(
+            Some("- Repo is acme/api"),
+            &sample(),
+            &ExtractiveOptions::default(),
+        );
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "- Repo is acme/api");
-        assert_eq!(lines[1], "- Goal: Find why the nightly build fails. My name is Ada.");
+        assert_eq!(
+            lines[1],
+            "- Goal: Find why the nightly build fails. My name is Ada."
+        );
         assert!(s.contains("- User: Also keep the cache."));
         assert!(s.contains("We will install build-essential."));
         assert!(s.contains("- Tool read_file /repo/ci.log ok: error: linker `cc` not found"));
@@ -265,10 +342,16 @@ mod tests {
 
     #[test]
     fn deterministic_and_budgeted() {
-        let opts = ExtractiveOptions { word_budget: 12, max_words_per_item: 40 };
+        let opts = ExtractiveOptions {
+            word_budget: 12,
+            max_words_per_item: 40,
+        };
         let a = summarize(None, &sample(), &opts);
         assert_eq!(a, summarize(None, &sample(), &opts));
-        let words = a.split_whitespace().filter(|w| *w != "-" && *w != "…").count();
+        let words = a
+            .split_whitespace()
+            .filter(|w| *w != "-" && *w != "…")
+            .count();
         assert!(words <= 12, "{a}");
         assert!(!a.is_empty());
     }
@@ -276,15 +359,31 @@ mod tests {
     #[test]
     fn never_empty() {
         let msgs = vec![Message::ai("").with_tool_calls(vec![ToolCall::new("c", "x", json!({}))])];
-        let s = summarize(None, &msgs, &ExtractiveOptions { word_budget: 1, max_words_per_item: 1 });
+        let s = summarize(
+            None,
+            &msgs,
+            &ExtractiveOptions {
+                word_budget: 1,
+                max_words_per_item: 1,
+            },
+        );
         assert!(!s.trim().is_empty());
         assert_eq!(summarize(None, &[], &ExtractiveOptions::default()), "");
     }
 
     #[test]
     fn previous_summary_leaves_room_for_new_facts() {
-        let prev: String = (0..100).map(|i| format!("- old fact number {i}\n")).collect();
-        let s = summarize(Some(&prev), &sample(), &ExtractiveOptions { word_budget: 40, max_words_per_item: 40 });
+        let prev: String = (0..100)
+            .map(|i| format!("- old fact number {i}\n"))
+            .collect();
+        let s = summarize(
+            Some(&prev),
+            &sample(),
+            &ExtractiveOptions {
+                word_budget: 40,
+                max_words_per_item: 40,
+            },
+        );
         assert!(s.starts_with("- old fact number 0"));
         assert!(s.contains("Goal:"), "{s}");
     }

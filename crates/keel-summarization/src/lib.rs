@@ -21,10 +21,13 @@
 //! assert!(m.flag("hide_from_ui"));
 //! ```
 
+pub mod cache;
 pub mod config;
 pub mod events;
 pub mod extractive;
+pub mod middleware;
 pub mod pairs;
+pub mod plan;
 pub mod summary_call;
 pub mod transcript;
 mod yaml;

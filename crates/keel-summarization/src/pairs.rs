@@ -33,7 +33,9 @@ use keel_core::message::Message;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PairViolation {
     /// A tool result with no AI tool call right before it (in the same tool run).
-    #[error("message #{index} is a tool result for call {tool_call_id:?}, but no preceding assistant message in its tool run made that call")]
+    #[error(
+        "message #{index} is a tool result for call {tool_call_id:?}, but no preceding assistant message in its tool run made that call"
+    )]
     OrphanResult {
         /// Position in the list.
         index: usize,
@@ -103,7 +105,10 @@ fn check(messages: &[Message], allow_pending_tail: bool) -> Result<(), PairViola
         close(&mut open)?;
         answered.clear();
         if !m.tool_calls().is_empty() {
-            open = Some((index, m.tool_calls().iter().map(|c| c.id.as_str()).collect()));
+            open = Some((
+                index,
+                m.tool_calls().iter().map(|c| c.id.as_str()).collect(),
+            ));
         }
     }
     if allow_pending_tail {
@@ -136,6 +141,9 @@ pub struct PairIndex {
     unsafe_cut: Vec<bool>,
     results: HashMap<usize, Vec<usize>>,
     caller: Vec<Option<usize>>,
+    /// Messages that cannot be paired in the input: results with no earlier call, and
+    /// AI messages with a call that is never answered.
+    unpaired: Vec<usize>,
 }
 
 impl PairIndex {
@@ -161,6 +169,26 @@ impl PairIndex {
                 diff[i + 1] -= 1;
             }
         }
+        let mut unpaired: Vec<usize> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.is_tool() && caller[i].is_none() {
+                unpaired.push(i);
+            }
+            let calls = m.tool_calls();
+            if !calls.is_empty() {
+                let answered: Vec<&str> = results
+                    .get(&i)
+                    .map(|r| {
+                        r.iter()
+                            .filter_map(|&j| messages[j].tool_call_id())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if calls.iter().any(|c| !answered.contains(&c.id.as_str())) {
+                    unpaired.push(i);
+                }
+            }
+        }
         let mut unsafe_cut = vec![false; n + 1];
         let mut depth = 0i64;
         for (c, flag) in unsafe_cut.iter_mut().enumerate() {
@@ -171,6 +199,7 @@ impl PairIndex {
             unsafe_cut,
             results,
             caller,
+            unpaired,
         }
     }
 
@@ -196,6 +225,29 @@ impl PairIndex {
             c += 1;
         }
         c
+    }
+
+    /// The last message that cannot be paired in the input (a result without its call,
+    /// or an AI message with an unanswered call), ignoring the AI message at
+    /// `pending_tail` (the pending calls of the current step).
+    pub fn last_unpaired(&self, pending_tail: Option<usize>) -> Option<usize> {
+        self.unpaired
+            .iter()
+            .rev()
+            .copied()
+            .find(|&i| Some(i) != pending_tail)
+    }
+
+    /// Adjusts a cut so that the kept side (`messages[cut..]`) holds no orphan: first back
+    /// to the AI message of a tool run it would split (keeping more, as LangChain does),
+    /// then, if the input itself has unpairable messages at or after the cut, forward
+    /// past the last of them.
+    pub fn adjust_cut(&self, cut: usize, pending_tail: Option<usize>) -> usize {
+        let c = self.safe_cut_back(cut);
+        match self.last_unpaired(pending_tail) {
+            Some(u) if u >= c => self.safe_cut_forward(u + 1),
+            _ => c,
+        }
     }
 
     /// The results of the AI message at `ai` (empty for other messages).
@@ -227,34 +279,68 @@ mod tests {
     use serde_json::json;
 
     fn ai(ids: &[&str]) -> Message {
-        Message::ai("").with_tool_calls(ids.iter().map(|i| ToolCall::new(*i, "t", json!({}))).collect())
+        Message::ai("").with_tool_calls(
+            ids.iter()
+                .map(|i| ToolCall::new(*i, "t", json!({})))
+                .collect(),
+        )
     }
 
     #[test]
     fn parallel_calls_any_order() {
-        let msgs = vec![Message::human("q"), ai(&["a", "b"]), Message::tool("b", "1"), Message::tool("a", "2"), Message::ai("x")];
+        let msgs = vec![
+            Message::human("q"),
+            ai(&["a", "b"]),
+            Message::tool("b", "1"),
+            Message::tool("a", "2"),
+            Message::ai("x"),
+        ];
         assert!(check_pairs_strict(&msgs).is_ok());
         let idx = PairIndex::new(&msgs);
-        assert!(idx.is_safe_cut(1) && !idx.is_safe_cut(2) && !idx.is_safe_cut(3) && idx.is_safe_cut(4));
+        assert!(
+            idx.is_safe_cut(1) && !idx.is_safe_cut(2) && !idx.is_safe_cut(3) && idx.is_safe_cut(4)
+        );
         assert_eq!(idx.bundle(3), vec![1, 2, 3]);
     }
 
     #[test]
     fn missing_and_pending() {
-        let msgs = vec![Message::human("q"), ai(&["a", "b"]), Message::tool("a", "1")];
-        assert!(check_pairs(&msgs).is_ok(), "pending call of the current step");
-        assert!(matches!(check_pairs_strict(&msgs), Err(PairViolation::MissingResult { index: 1, .. })));
+        let msgs = vec![
+            Message::human("q"),
+            ai(&["a", "b"]),
+            Message::tool("a", "1"),
+        ];
+        assert!(
+            check_pairs(&msgs).is_ok(),
+            "pending call of the current step"
+        );
+        assert!(matches!(
+            check_pairs_strict(&msgs),
+            Err(PairViolation::MissingResult { index: 1, .. })
+        ));
         let mut more = msgs.clone();
         more.push(Message::human("next"));
-        assert!(matches!(check_pairs(&more), Err(PairViolation::MissingResult { index: 1, .. })));
+        assert!(matches!(
+            check_pairs(&more),
+            Err(PairViolation::MissingResult { index: 1, .. })
+        ));
     }
 
     #[test]
     fn result_after_another_message_is_orphan() {
         let msgs = vec![ai(&["a"]), Message::human("hi"), Message::tool("a", "1")];
-        assert!(matches!(check_pairs(&msgs), Err(PairViolation::MissingResult { index: 0, .. })));
-        assert!(matches!(check_pairs(&msgs[1..]), Err(PairViolation::OrphanResult { index: 1, .. })));
+        assert!(matches!(
+            check_pairs(&msgs),
+            Err(PairViolation::MissingResult { index: 0, .. })
+        ));
+        assert!(matches!(
+            check_pairs(&msgs[1..]),
+            Err(PairViolation::OrphanResult { index: 1, .. })
+        ));
         let dup = vec![ai(&["a"]), Message::tool("a", "1"), Message::tool("a", "1")];
-        assert!(matches!(check_pairs(&dup), Err(PairViolation::DuplicateResult { index: 2, .. })));
+        assert!(matches!(
+            check_pairs(&dup),
+            Err(PairViolation::DuplicateResult { index: 2, .. })
+        ));
     }
 }

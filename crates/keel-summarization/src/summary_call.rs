@@ -270,7 +270,8 @@ impl SummaryCaller {
         let text = validate_output(&answer.text(), self.options.max_output_chars)
             .map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
         if let Some(check) = check {
-            check(&text).map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
+            check(&text)
+                .map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
         }
         Ok(text)
     }
@@ -296,7 +297,9 @@ pub fn validate_output(text: &str, max_chars: usize) -> Result<String, String> {
     }
     let n = t.chars().count();
     if max_chars > 0 && n > max_chars {
-        return Err(format!("the summary is {n} characters long; the cap is {max_chars}"));
+        return Err(format!(
+            "the summary is {n} characters long; the cap is {max_chars}"
+        ));
     }
     Ok(t.to_owned())
 }
@@ -326,7 +329,8 @@ impl CircuitBreaker {
     /// A breaker opening after `threshold` failures (at least 1) for `cooldown`,
     /// remembering at most `capacity` keys.
     pub fn new(threshold: u32, cooldown: Duration, capacity: usize) -> Self {
-        let cap = std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        let cap =
+            std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
         CircuitBreaker {
             threshold: threshold.max(1),
             cooldown,

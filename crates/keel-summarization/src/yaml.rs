@@ -34,7 +34,11 @@ impl Yaml {
                 if f.is_nan() {
                     ".nan".into()
                 } else if f.is_infinite() {
-                    if *f > 0.0 { ".inf".into() } else { "-.inf".into() }
+                    if *f > 0.0 {
+                        ".inf".into()
+                    } else {
+                        "-.inf".into()
+                    }
                 } else {
                     f.to_string()
                 }

@@ -1,0 +1,253 @@
+//! The per-thread summary cache: process-wide, bounded (LRU), thread-safe, with an
+//! optional second level ([`SummaryStore`]) so restarted or sibling processes reuse
+//! summaries, and single flight so concurrent model calls on one thread share one
+//! summary call.
+//!
+//! An entry says which prefix of the thread the summary covers: `messages[..boundary]`
+//! except the `holes` (messages rescued at the time, still sent verbatim). It is valid
+//! for a later message list only while that prefix is unchanged (same fingerprints), so
+//! an edited history is re-summarized, never served a stale summary.
+//!
+//! Locks are `parking_lot` mutexes held only around map operations, never across an
+//! await; the single-flight gate is an async mutex per thread.
+//!
+//! ```
+//! use keel_core::message::Message;
+//! use keel_summarization::cache::{CachedSummary, SummaryCache};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let cache = SummaryCache::new(16);
+//! let msgs = vec![Message::human("a").with_id("1"), Message::ai("b").with_id("2")];
+//! cache.put("t1", CachedSummary::new("- a then b", &msgs, 2, vec![])).await;
+//! let hit = cache.get("t1").await.unwrap();
+//! assert!(hit.matches(&msgs));
+//! assert!(!hit.matches(&msgs[..1]));
+//! # });
+//! ```
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, OnceLock};
+
+use keel_core::message::Message;
+use keel_core::store::SummaryStore;
+use lru::LruCache;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+/// A summary and the part of the thread it stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedSummary {
+    /// The summary text (without the summary-message prefix).
+    pub summary: String,
+    /// The summary covers `messages[..boundary]`, except `holes`.
+    pub boundary: usize,
+    /// Indices before `boundary` that are not in the summary (rescued, sent verbatim).
+    pub holes: Vec<usize>,
+    /// A hash of the fingerprints of `messages[..boundary]`.
+    pub prefix_hash: u64,
+}
+
+/// Hash of the fingerprints of `messages` (order-sensitive).
+pub fn prefix_hash(messages: &[Message]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for m in messages {
+        h ^= m.fingerprint();
+        h = h.wrapping_mul(0x0100_0000_01b3).rotate_left(5);
+    }
+    h ^ messages.len() as u64
+}
+
+impl CachedSummary {
+    /// An entry covering `messages[..boundary]` except `holes`.
+    pub fn new(
+        summary: impl Into<String>,
+        messages: &[Message],
+        boundary: usize,
+        mut holes: Vec<usize>,
+    ) -> Self {
+        let boundary = boundary.min(messages.len());
+        holes.retain(|&h| h < boundary);
+        holes.sort_unstable();
+        holes.dedup();
+        CachedSummary {
+            summary: summary.into(),
+            boundary,
+            holes,
+            prefix_hash: prefix_hash(&messages[..boundary]),
+        }
+    }
+
+    /// True when `messages` still starts with the prefix this summary covers.
+    pub fn matches(&self, messages: &[Message]) -> bool {
+        messages.len() >= self.boundary
+            && prefix_hash(&messages[..self.boundary]) == self.prefix_hash
+    }
+
+    /// True when message `i` is represented by the summary.
+    pub fn covers(&self, i: usize) -> bool {
+        i < self.boundary && self.holes.binary_search(&i).is_err()
+    }
+
+    /// Indices of `0..len` not represented by the summary, ascending.
+    pub fn uncovered(&self, len: usize) -> Vec<usize> {
+        (0..len).filter(|&i| !self.covers(i)).collect()
+    }
+}
+
+type Flights = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
+
+/// The process-wide per-thread summary cache. See the [module docs](self).
+pub struct SummaryCache {
+    entries: Mutex<LruCache<String, Arc<CachedSummary>>>,
+    store: Option<Arc<dyn SummaryStore>>,
+    flights: Flights,
+}
+
+impl std::fmt::Debug for SummaryCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SummaryCache")
+            .field("entries", &self.entries.lock().len())
+            .field("store", &self.store.is_some())
+            .finish()
+    }
+}
+
+/// The key under which an entry is stored in the second level.
+pub fn store_key(thread_id: &str) -> String {
+    format!("keel-summary:v1:{thread_id}")
+}
+
+impl SummaryCache {
+    /// An in-process cache remembering at most `capacity` threads (least recently used
+    /// evicted first).
+    pub fn new(capacity: usize) -> Self {
+        SummaryCache {
+            entries: Mutex::new(LruCache::new(
+                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+            )),
+            store: None,
+            flights: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The same cache backed by a second level.
+    pub fn with_store(mut self, store: Arc<dyn SummaryStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The process-wide cache, created on first use with `capacity`; a later, larger
+    /// `capacity` grows it (it never shrinks under running threads).
+    pub fn global(capacity: usize) -> Arc<SummaryCache> {
+        static GLOBAL: OnceLock<Arc<SummaryCache>> = OnceLock::new();
+        let cache = GLOBAL.get_or_init(|| Arc::new(SummaryCache::new(capacity)));
+        {
+            let mut entries = cache.entries.lock();
+            if capacity > entries.cap().get()
+                && let Some(cap) = NonZeroUsize::new(capacity)
+            {
+                entries.resize(cap);
+            }
+        }
+        cache.clone()
+    }
+
+    /// Threads currently cached in process.
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    /// True when nothing is cached in process.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entry for a thread: in-process first, then the second level.
+    pub async fn get(&self, thread_id: &str) -> Option<Arc<CachedSummary>> {
+        if let Some(e) = self.entries.lock().get(thread_id) {
+            return Some(e.clone());
+        }
+        let store = self.store.as_ref()?;
+        match store.get_summary(&store_key(thread_id)).await {
+            Ok(Some(v)) => match serde_json::from_value::<CachedSummary>(v) {
+                Ok(e) => {
+                    let e = Arc::new(e);
+                    self.entries.lock().put(thread_id.to_owned(), e.clone());
+                    Some(e)
+                }
+                Err(err) => {
+                    tracing::warn!(thread_id, error = %err, "ignoring an undecodable stored summary");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(thread_id, error = %err, "summary store read failed; continuing without it");
+                None
+            }
+        }
+    }
+
+    /// Stores an entry in process and, when configured, in the second level (a store
+    /// failure is logged; the in-process entry still serves).
+    pub async fn put(&self, thread_id: &str, entry: CachedSummary) -> Arc<CachedSummary> {
+        let entry = Arc::new(entry);
+        self.entries.lock().put(thread_id.to_owned(), entry.clone());
+        if let Some(store) = &self.store {
+            match serde_json::to_value(&*entry) {
+                Ok(v) => {
+                    if let Err(err) = store.put_summary(&store_key(thread_id), &v).await {
+                        tracing::warn!(thread_id, error = %err, "summary store write failed");
+                    }
+                }
+                Err(err) => tracing::warn!(thread_id, error = %err, "summary not serializable"),
+            }
+        }
+        entry
+    }
+
+    /// Forgets a thread in process (the second level keeps its copy).
+    pub fn invalidate(&self, thread_id: &str) {
+        self.entries.lock().pop(thread_id);
+    }
+
+    /// Waits until no other task is summarizing `thread_id`, then holds the gate until
+    /// the guard drops. Callers re-check the cache after acquiring: the task they waited
+    /// for has usually just stored what they need.
+    pub async fn single_flight(&self, thread_id: &str) -> FlightGuard<'_> {
+        let gate = self
+            .flights
+            .lock()
+            .entry(thread_id.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+            .clone();
+        let guard = gate.clone().lock_owned().await;
+        FlightGuard {
+            cache: self,
+            thread_id: thread_id.to_owned(),
+            gate,
+            guard: Some(guard),
+        }
+    }
+}
+
+/// Holds a thread's single-flight gate. Dropping it lets the next waiter in and removes
+/// the gate when nobody else uses it.
+pub struct FlightGuard<'a> {
+    cache: &'a SummaryCache,
+    thread_id: String,
+    gate: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut flights = self.cache.flights.lock();
+        // The map and this guard hold the only references: nobody is waiting.
+        if Arc::strong_count(&self.gate) == 2 {
+            flights.remove(&self.thread_id);
+        }
+    }
+}

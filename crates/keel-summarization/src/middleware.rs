@@ -1,0 +1,891 @@
+//! [`SummarizationMiddleware`]: transient compaction in `wrap_model_call`.
+//!
+//! For every model call: count the whole request (system prompt and tool schemas
+//! included). Under every trigger the request passes through untouched: no cache lookup,
+//! no summary. Over a trigger, the per-thread cache is tried first (reused with no
+//! model call while the compressed request stays under every trigger); otherwise a new
+//! cut is planned (keep policy, rescue, stickiness headroom, pair protection), the newly
+//! evicted messages are folded into the previous summary, and the request becomes
+//! `[summary, *rescued, *recent]`. State and checkpoints are never touched: only the
+//! request handed to the rest of the chain changes.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use keel_core::message::Message;
+//! use keel_core::middleware::{ModelRequest, Runtime};
+//! use keel_core::model::ModelSettings;
+//! use keel_core::state::AgentState;
+//! use keel_summarization::config::{ContextSize, SummarizationConfig};
+//! use keel_summarization::middleware::{Action, SummarizationMiddleware};
+//! use keel_summarization::cache::SummaryCache;
+//! use keel_testkit::ScriptedModel;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let config = SummarizationConfig::builder()
+//!     .trigger(ContextSize::Messages(10))
+//!     .keep(ContextSize::Messages(4))
+//!     .build()
+//!     .unwrap();
+//! let mw = SummarizationMiddleware::builder(config)
+//!     .extractive()
+//!     .cache(Arc::new(SummaryCache::new(8)))
+//!     .build()
+//!     .unwrap();
+//! let history: Vec<Message> = (0..12).map(|i| Message::human(format!("note {i}"))).collect();
+//! let request = ModelRequest {
+//!     messages: Arc::new(history),
+//!     system: None,
+//!     tools: Arc::new(vec![]),
+//!     tool_choice: None,
+//!     settings: ModelSettings::default(),
+//!     model: Arc::new(ScriptedModel::new([])),
+//!     state: Arc::new(AgentState::default()),
+//!     runtime: Runtime::detached("thread-1"),
+//! };
+//! let prepared = mw.prepare(&request).await;
+//! assert_eq!(prepared.report.action, Action::Compacted);
+//! assert_eq!(prepared.request.messages[0].name(), Some("summary"));
+//! assert_eq!(request.messages.len(), 12, "the original is untouched");
+//! # });
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_core::message::Message;
+use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
+use keel_core::tokens::TokenCounter;
+use keel_tokens::{ApproximateCounter, CachedCounter};
+use serde::Serialize;
+
+use crate::cache::{CachedSummary, SummaryCache};
+use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
+use crate::events::{ContextCompacted, ContextCompacting, SummarySource};
+use crate::extractive::{self, ExtractiveOptions};
+use crate::pairs::check_pairs;
+use crate::plan::{self, Limit, Plan, Planner, RescuePolicy, SkillRescue, resolve};
+use crate::summary_call::{
+    CircuitBreaker, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
+};
+use crate::summary_message;
+use crate::transcript::{DEFAULT_SUMMARY_PROMPT, SummaryPrompt, TranscriptOptions};
+
+/// Tokens assumed for a summary not written yet, when planning headroom for a first fold.
+pub const SUMMARY_TOKENS_ESTIMATE: u64 = 500;
+
+/// Resolves `model_name` to a chat model (the application's model registry or factory).
+pub trait ModelRegistry: Send + Sync {
+    /// The model called `name`, if there is one.
+    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>>;
+}
+
+impl<F> ModelRegistry for F
+where
+    F: Fn(&str) -> Option<Arc<dyn ChatModel>> + Send + Sync,
+{
+    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>> {
+        self(name)
+    }
+}
+
+/// Who writes summaries.
+#[derive(Clone)]
+enum Summarizer {
+    /// A model: the configured summary model (or the run's model), falling back to the
+    /// run's model.
+    Model(Option<Arc<dyn ChatModel>>),
+    /// The deterministic extractive summarizer (no model call).
+    Extractive,
+}
+
+/// What happened to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Disabled, or under every trigger: untouched.
+    PassThrough,
+    /// Over a trigger, but nothing could be summarized: untouched.
+    NothingToSummarize,
+    /// The cached summary was reused (no model call).
+    CacheReused,
+    /// A new summary was folded and substituted.
+    Compacted,
+    /// The summary failed and the uncompressed request fits the context window: untouched.
+    UncompressedAfterFailure,
+}
+
+/// What the middleware did to one request: for `keel compact`, logs and tests.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompactionReport {
+    /// What happened.
+    pub action: Action,
+    /// Tokens of the whole request before.
+    pub tokens_before: u64,
+    /// Tokens of the whole request sent.
+    pub tokens_after: u64,
+    /// Messages before.
+    pub messages_before: usize,
+    /// Messages sent (the summary included).
+    pub messages_after: usize,
+    /// Where the summary came from (when one was sent).
+    pub source: Option<SummarySource>,
+    /// Ids of the messages the summary represents.
+    pub summarized_ids: Vec<String>,
+    /// Ids of older messages kept verbatim by rescue.
+    pub rescued_ids: Vec<String>,
+    /// Ids of the recent messages kept verbatim.
+    pub kept_ids: Vec<String>,
+    /// Summary model calls made (attempts).
+    pub summary_calls: u32,
+    /// Why the summary model was not used, when it failed.
+    pub error: Option<String>,
+    /// The summary text sent, if any.
+    pub summary: Option<String>,
+}
+
+/// A request after the middleware's decision, and what it did.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The request to hand to the rest of the chain.
+    pub request: ModelRequest,
+    /// What happened.
+    pub report: CompactionReport,
+}
+
+/// An error building the middleware.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `model_name` is set but cannot be resolved.
+    #[error("summarization.model_name = {name:?}: {problem}")]
+    Model {
+        /// The configured name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Builds a [`SummarizationMiddleware`].
+pub struct SummarizationMiddlewareBuilder {
+    config: SummarizationConfig,
+    summarizer: Option<Summarizer>,
+    registry: Option<Arc<dyn ModelRegistry>>,
+    counter: Option<Arc<dyn TokenCounter>>,
+    cache: Option<Arc<SummaryCache>>,
+    breaker: Option<Arc<CircuitBreaker>>,
+    profile: Option<ModelProfile>,
+}
+
+impl SummarizationMiddlewareBuilder {
+    /// Summaries by this model (instead of resolving `model_name`), falling back to the
+    /// run's model.
+    pub fn summary_model(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.summarizer = Some(Summarizer::Model(Some(model)));
+        self
+    }
+
+    /// Resolves `model_name` through this registry.
+    pub fn model_registry(mut self, registry: impl ModelRegistry + 'static) -> Self {
+        self.registry = Some(Arc::new(registry));
+        self
+    }
+
+    /// Summaries by the deterministic extractive summarizer: no model call (offline).
+    pub fn extractive(mut self) -> Self {
+        self.summarizer = Some(Summarizer::Extractive);
+        self
+    }
+
+    /// Counts tokens with this counter instead of the configured kind.
+    pub fn token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.counter = Some(counter);
+        self
+    }
+
+    /// Uses this cache instead of the process-wide one (tests, isolation).
+    pub fn cache(mut self, cache: Arc<SummaryCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Uses this circuit breaker instead of the process-wide one.
+    pub fn circuit_breaker(mut self, breaker: Arc<CircuitBreaker>) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The run's model profile, when known at construction: a fraction with no known
+    /// context window is then an error here instead of a warning per call.
+    pub fn model_profile(mut self, profile: ModelProfile) -> Self {
+        self.profile = Some(profile);
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build(self) -> Result<SummarizationMiddleware, BuildError> {
+        let config = self.config;
+        for w in config.validate()? {
+            tracing::warn!("{w}");
+        }
+        if let Some(profile) = &self.profile {
+            config.check_context_window(profile.max_input_tokens)?;
+        }
+        let summarizer = match self.summarizer {
+            Some(s) => s,
+            None => match (&config.model_name, &self.registry) {
+                (None, _) => Summarizer::Model(None),
+                (Some(name), Some(registry)) => match registry.resolve(name) {
+                    Some(m) => Summarizer::Model(Some(m)),
+                    None => {
+                        return Err(BuildError::Model {
+                            name: name.clone(),
+                            problem: "the model registry has no model by that name".into(),
+                        });
+                    }
+                },
+                (Some(name), None) => {
+                    return Err(BuildError::Model {
+                        name: name.clone(),
+                        problem: "a summary model is named but no model registry was given (use model_registry, summary_model, or set model_name: null to use the run's model)".into(),
+                    });
+                }
+            },
+        };
+        let breaker = self.breaker.unwrap_or_else(|| {
+            global_breaker(
+                config.circuit_breaker_failures,
+                config.circuit_breaker_cooldown_seconds,
+            )
+        });
+        let caller = SummaryCaller::with_breaker(
+            SummaryCallOptions {
+                max_attempts: config.summary_max_attempts,
+                timeout: Duration::from_secs_f64(config.summary_timeout_seconds),
+                max_output_chars: config.max_summary_chars,
+                ..SummaryCallOptions::default()
+            },
+            breaker,
+        );
+        let counter = match self.counter {
+            Some(c) => CounterChoice::Fixed(c),
+            None => counter_for(config.token_counter)?,
+        };
+        let rescue = RescuePolicy {
+            latest_user_message: config.preserve_latest_user_message,
+            dynamic_context: config.preserve_dynamic_context,
+            skills: SkillRescue {
+                max_count: config.preserve_recent_skill_count,
+                max_tokens: config.preserve_recent_skill_tokens,
+                max_tokens_per_skill: config.preserve_recent_skill_tokens_per_skill,
+                tool_names: config.skill_file_read_tool_names.clone(),
+                container_path: config.skills_container_path.clone(),
+            },
+        };
+        Ok(SummarizationMiddleware {
+            cache: self
+                .cache
+                .unwrap_or_else(|| SummaryCache::global(config.cache_capacity)),
+            prompt: config
+                .summary_prompt
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SUMMARY_PROMPT.to_owned()),
+            config,
+            summarizer,
+            counter,
+            caller,
+            rescue,
+            warned_fraction: AtomicBool::new(false),
+        })
+    }
+}
+
+fn global_breaker(threshold: u32, cooldown_secs: u64) -> Arc<CircuitBreaker> {
+    static GLOBAL: OnceLock<Arc<CircuitBreaker>> = OnceLock::new();
+    GLOBAL
+        .get_or_init(|| {
+            Arc::new(CircuitBreaker::new(
+                threshold,
+                Duration::from_secs(cooldown_secs),
+                10_000,
+            ))
+        })
+        .clone()
+}
+
+#[derive(Clone)]
+enum CounterChoice {
+    Fixed(Arc<dyn TokenCounter>),
+    /// LangChain's approximate counter: 3.3 characters per token for Anthropic models.
+    Approximate {
+        script: bool,
+    },
+}
+
+fn counter_for(kind: TokenCounterKind) -> Result<CounterChoice, BuildError> {
+    match kind {
+        TokenCounterKind::Approximate => Ok(CounterChoice::Approximate { script: false }),
+        TokenCounterKind::ApproximateScript => Ok(CounterChoice::Approximate { script: true }),
+        #[cfg(feature = "tiktoken")]
+        TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase => {
+            let encoding = if kind == TokenCounterKind::O200kBase {
+                keel_tokens::Encoding::O200kBase
+            } else {
+                keel_tokens::Encoding::Cl100kBase
+            };
+            let exact = keel_tokens::TiktokenCounter::new(encoding).map_err(|e| {
+                BuildError::Config(ConfigError::Invalid {
+                    key: "token_counter".into(),
+                    value: encoding.name().into(),
+                    problem: format!("the tokenizer could not be loaded: {e}"),
+                    allowed: "approximate, approximate_script, o200k_base, cl100k_base".into(),
+                    line: None,
+                })
+            })?;
+            Ok(CounterChoice::Fixed(Arc::new(CachedCounter::new(exact))))
+        }
+        #[cfg(not(feature = "tiktoken"))]
+        TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase => {
+            Err(BuildError::Config(ConfigError::Invalid {
+                key: "token_counter".into(),
+                value: format!("{kind:?}"),
+                problem: "exact counting needs keel-summarization's `tiktoken` feature".into(),
+                allowed: "approximate or approximate_script".into(),
+                line: None,
+            }))
+        }
+    }
+}
+
+/// Process-wide cached counters, so a middleware rebuilt every run (as DeerFlow does)
+/// still counts each message once.
+fn shared_approximate(anthropic: bool, script: bool) -> Arc<dyn TokenCounter> {
+    static COUNTERS: OnceLock<[Arc<dyn TokenCounter>; 4]> = OnceLock::new();
+    let all = COUNTERS.get_or_init(|| {
+        let mk =
+            |c: ApproximateCounter| -> Arc<dyn TokenCounter> { Arc::new(CachedCounter::new(c)) };
+        [
+            mk(ApproximateCounter::langchain()),
+            mk(ApproximateCounter::anthropic()),
+            mk(ApproximateCounter::langchain().script_aware()),
+            mk(ApproximateCounter::anthropic().script_aware()),
+        ]
+    });
+    all[usize::from(anthropic) + 2 * usize::from(script)].clone()
+}
+
+/// Transient, pair-safe summarization. See the [module docs](self).
+pub struct SummarizationMiddleware {
+    config: SummarizationConfig,
+    prompt: String,
+    summarizer: Summarizer,
+    counter: CounterChoice,
+    caller: SummaryCaller,
+    cache: Arc<SummaryCache>,
+    rescue: RescuePolicy,
+    warned_fraction: AtomicBool,
+}
+
+/// Everything counted about one request.
+struct Measured {
+    fixed: u64,
+    total: u64,
+    triggers: Vec<Limit>,
+    window: Option<u64>,
+}
+
+impl SummarizationMiddleware {
+    /// A builder for `config` (validated again at `build`).
+    pub fn builder(config: SummarizationConfig) -> SummarizationMiddlewareBuilder {
+        SummarizationMiddlewareBuilder {
+            config,
+            summarizer: None,
+            registry: None,
+            counter: None,
+            cache: None,
+            breaker: None,
+            profile: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SummarizationConfig {
+        &self.config
+    }
+
+    /// The cache in use.
+    pub fn cache(&self) -> &Arc<SummaryCache> {
+        &self.cache
+    }
+
+    /// The counter for a request's model.
+    pub fn counter_for(&self, profile: &ModelProfile) -> Arc<dyn TokenCounter> {
+        match &self.counter {
+            CounterChoice::Fixed(c) => c.clone(),
+            CounterChoice::Approximate { script } => {
+                shared_approximate(profile.provider.eq_ignore_ascii_case("anthropic"), *script)
+            }
+        }
+    }
+
+    fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
+        let mut out = Vec::with_capacity(self.config.trigger.len());
+        for t in &self.config.trigger {
+            match resolve(*t, window) {
+                Some(l) => out.push(l),
+                None => self.warn_fraction("trigger"),
+            }
+        }
+        out
+    }
+
+    fn warn_fraction(&self, key: &str) {
+        if !self.warned_fraction.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "summarization.{key}: a fraction needs the model's context window (max_input_tokens), which is unknown; the fraction clause is ignored (a fraction keep falls back to the last {} messages)",
+                plan::DEFAULT_MESSAGES_TO_KEEP
+            );
+        }
+    }
+
+    fn measure(&self, request: &ModelRequest, counter: &dyn TokenCounter) -> Measured {
+        let fixed = request
+            .system
+            .as_ref()
+            .map_or(0, |s| counter.count_message(s))
+            + counter.count_tools(&request.tools);
+        let total = fixed + counter.count_messages(&request.messages);
+        let window = request.model.profile().max_input_tokens;
+        Measured {
+            fixed,
+            total,
+            triggers: self.resolve_triggers(window),
+            window,
+        }
+    }
+
+    /// Decides what to send for `request` (the whole middleware except calling the
+    /// model), emitting the stream events. `keel compact` calls this directly.
+    pub async fn prepare(&self, request: &ModelRequest) -> Prepared {
+        self.prepare_inner(request, None).await
+    }
+
+    async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
+        let messages: &[Message] = &request.messages;
+        let counter = self.counter_for(request.model.profile());
+        let mut m = self.measure(request, counter.as_ref());
+        let untouched = |action: Action, m: &Measured, error: Option<String>| Prepared {
+            request: request.clone(),
+            report: CompactionReport {
+                action,
+                tokens_before: m.total,
+                tokens_after: m.total,
+                messages_before: messages.len(),
+                messages_after: messages.len(),
+                source: None,
+                summarized_ids: Vec::new(),
+                rescued_ids: Vec::new(),
+                kept_ids: messages.iter().map(|m| m.id().to_owned()).collect(),
+                summary_calls: 0,
+                error,
+                summary: None,
+            },
+        };
+        if !self.config.enabled || messages.is_empty() {
+            return untouched(Action::PassThrough, &m, None);
+        }
+        if let Some(f) = forced {
+            m.triggers.push(Limit::Tokens(f.max(1)));
+        } else if !plan::triggered(&m.triggers, m.total, messages.len()) {
+            // Threshold first: no cache lookup, no summary.
+            return untouched(Action::PassThrough, &m, None);
+        }
+
+        let thread = request.runtime.thread_id.clone();
+        let per_message = counter.count_each(messages);
+        let planner = Planner::new(messages, &per_message, &self.rescue);
+
+        let reuse = |entry: &CachedSummary,
+                     source: SummarySource,
+                     error: Option<String>|
+         -> Option<Prepared> {
+            self.assemble(
+                request,
+                &m,
+                &per_message,
+                entry,
+                None,
+                source,
+                0,
+                error,
+                counter.as_ref(),
+            )
+        };
+        let fits = |p: &Prepared| {
+            !plan::triggered(&m.triggers, p.report.tokens_after, p.request.messages.len())
+        };
+
+        let cached = self
+            .cache
+            .get(&thread)
+            .await
+            .filter(|e| e.matches(messages));
+        if let Some(e) = &cached
+            && let Some(p) = reuse(e, SummarySource::Cache, None)
+            && fits(&p)
+        {
+            self.emit_compacted(request, &p.report);
+            return p;
+        }
+
+        // Single flight: concurrent calls on this thread wait here, then usually find the
+        // leader's fresh summary in the cache.
+        let _flight = self.cache.single_flight(&thread).await;
+        let cached = match self
+            .cache
+            .get(&thread)
+            .await
+            .filter(|e| e.matches(messages))
+        {
+            Some(e) => {
+                if cached.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &e))
+                    && let Some(p) = reuse(&e, SummarySource::Cache, None)
+                    && fits(&p)
+                {
+                    self.emit_compacted(request, &p.report);
+                    return p;
+                }
+                Some(e)
+            }
+            None => None,
+        };
+
+        let exclude = |i: usize| cached.as_ref().is_some_and(|e| e.covers(i));
+        let keep = match resolve(self.config.keep, m.window) {
+            Some(k) => k,
+            None => {
+                self.warn_fraction("keep");
+                Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP)
+            }
+        };
+        let mut cut = planner.keep_cut(keep);
+        if let Some(e) = &cached {
+            // What the summary already covers is never sent verbatim again.
+            cut = cut.max(planner.pairs().safe_cut_forward(e.boundary));
+        }
+        let mut plan = planner.plan_at(cut, &exclude);
+        let summary_estimate = cached.as_ref().map_or(SUMMARY_TOKENS_ESTIMATE, |e| {
+            counter.count_message(&summary_message(&e.summary))
+        });
+        if let Some(h) = self.config.stickiness_headroom {
+            plan =
+                planner.apply_headroom(plan, &m.triggers, h, m.fixed, summary_estimate, &exclude);
+        }
+        plan = planner.avoid_task_only(plan, &exclude);
+
+        let evicted: Vec<usize> = plan
+            .summarized
+            .iter()
+            .copied()
+            .filter(|&i| !exclude(i))
+            .collect();
+        if evicted.is_empty() {
+            return match &cached {
+                Some(e) => match reuse(e, SummarySource::Cache, None) {
+                    Some(p) => {
+                        self.emit_compacted(request, &p.report);
+                        p
+                    }
+                    None => untouched(Action::NothingToSummarize, &m, None),
+                },
+                None => untouched(Action::NothingToSummarize, &m, None),
+            };
+        }
+
+        let previous = cached.as_ref().map(|e| e.summary.as_str());
+        let (fold_input, overflow) = self.trim(messages, &per_message, &evicted, &planner);
+        let mut existing = previous.map(str::to_owned);
+        if !overflow.is_empty() {
+            // Older evicted messages beyond the trim budget are condensed without a
+            // model, so nothing (least of all the previous summary) silently drops out.
+            let older: Vec<Message> = overflow.iter().map(|&i| messages[i].clone()).collect();
+            let notes = extractive::summarize(None, &older, &self.extractive_options());
+            existing = Some(match existing {
+                Some(p) => format!("{p}\n{notes}"),
+                None => notes,
+            });
+        }
+        let fold_messages: Vec<Message> = fold_input.iter().map(|&i| messages[i].clone()).collect();
+
+        let (summary, source, calls, error) = match &self.summarizer {
+            Summarizer::Extractive => (
+                extractive::summarize(
+                    existing.as_deref(),
+                    &fold_messages,
+                    &self.extractive_options(),
+                ),
+                SummarySource::Extractive,
+                0,
+                None,
+            ),
+            Summarizer::Model(summary_model) => {
+                let prompt = match SummaryPrompt::new(
+                    &self.prompt,
+                    existing.as_deref(),
+                    &fold_messages,
+                    &self.transcript_options(),
+                ) {
+                    Ok(p) => p,
+                    Err(e) => return untouched(Action::PassThrough, &m, Some(e.to_string())),
+                };
+                let models = match summary_model {
+                    Some(sm) => SummaryModels::with_fallback(sm.clone(), request.model.clone()),
+                    None => SummaryModels::single(request.model.clone()),
+                };
+                if self.caller.breaker().check(&thread).is_ok() {
+                    ContextCompacting::new(self.config.compacting_message.clone())
+                        .emit(&request.runtime.writer);
+                }
+                match self.caller.call(&thread, &models, &prompt, None).await {
+                    Ok(out) => (out.text, SummarySource::Model, out.attempts, None),
+                    Err(err) => {
+                        let calls = match &err {
+                            SummaryCallError::Failed { attempts, .. } => *attempts,
+                            SummaryCallError::CircuitOpen { .. } => 0,
+                        };
+                        let reason = err.to_string();
+                        tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
+                        if let Some(e) = &cached
+                            && let Some(mut p) =
+                                reuse(e, SummarySource::LastGood, Some(reason.clone()))
+                        {
+                            p.report.summary_calls = calls;
+                            self.emit_compacted(request, &p.report);
+                            return p;
+                        }
+                        if m.window.is_none_or(|w| m.total < w) {
+                            let mut p =
+                                untouched(Action::UncompressedAfterFailure, &m, Some(reason));
+                            p.report.summary_calls = calls;
+                            return p;
+                        }
+                        (
+                            extractive::summarize(
+                                existing.as_deref(),
+                                &fold_messages,
+                                &self.extractive_options(),
+                            ),
+                            SummarySource::Extractive,
+                            calls,
+                            Some(reason),
+                        )
+                    }
+                }
+            }
+        };
+
+        let entry = self
+            .cache
+            .put(
+                &thread,
+                CachedSummary::new(summary, messages, plan.cut, plan.rescued.clone()),
+            )
+            .await;
+        match self.assemble(
+            request,
+            &m,
+            &per_message,
+            &entry,
+            Some(&plan),
+            source,
+            calls,
+            error,
+            counter.as_ref(),
+        ) {
+            Some(p) => {
+                self.emit_compacted(request, &p.report);
+                p
+            }
+            None => untouched(
+                Action::NothingToSummarize,
+                &m,
+                Some("the compacted request failed the pair check".into()),
+            ),
+        }
+    }
+
+    /// Builds `[summary, *uncovered]` for `entry`; `None` when the result would break the
+    /// pair invariant although the input satisfies it (then the caller sends the original).
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        &self,
+        request: &ModelRequest,
+        m: &Measured,
+        per_message: &[u64],
+        entry: &CachedSummary,
+        plan: Option<&Plan>,
+        source: SummarySource,
+        summary_calls: u32,
+        error: Option<String>,
+        counter: &dyn TokenCounter,
+    ) -> Option<Prepared> {
+        let messages: &[Message] = &request.messages;
+        let summary = summary_message(&entry.summary);
+        let mut out = Vec::with_capacity(messages.len() + 1 - entry.boundary.min(messages.len()));
+        let mut tokens = m.fixed + counter.count_message(&summary);
+        out.push(summary);
+        let mut summarized_ids = Vec::new();
+        let mut rescued_ids = Vec::new();
+        let mut kept_ids = Vec::new();
+        for (i, msg) in messages.iter().enumerate() {
+            if entry.covers(i) {
+                summarized_ids.push(msg.id().to_owned());
+                continue;
+            }
+            tokens += per_message[i];
+            if i < entry.boundary {
+                rescued_ids.push(msg.id().to_owned());
+            } else {
+                kept_ids.push(msg.id().to_owned());
+            }
+            out.push(msg.clone());
+        }
+        if let Err(v) = check_pairs(&out[1..])
+            && check_pairs(messages).is_ok()
+        {
+            tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
+            return None;
+        }
+        let _ = plan;
+        let action = if source == SummarySource::Cache {
+            Action::CacheReused
+        } else {
+            Action::Compacted
+        };
+        let messages_after = out.len();
+        Some(Prepared {
+            request: request.with_messages(out),
+            report: CompactionReport {
+                action,
+                tokens_before: m.total,
+                tokens_after: tokens,
+                messages_before: messages.len(),
+                messages_after,
+                source: Some(source),
+                summarized_ids,
+                rescued_ids,
+                kept_ids,
+                summary_calls,
+                error,
+                summary: Some(entry.summary.clone()),
+            },
+        })
+    }
+
+    /// Splits the evicted messages into what the summary call reads (the newest within
+    /// `trim_tokens_to_summarize`, starting on a whole bundle) and the older overflow.
+    fn trim(
+        &self,
+        messages: &[Message],
+        per_message: &[u64],
+        evicted: &[usize],
+        planner: &Planner<'_>,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let Some(budget) = self.config.trim_tokens_to_summarize else {
+            return (evicted.to_vec(), Vec::new());
+        };
+        let mut used = 0u64;
+        let mut start = evicted.len();
+        while start > 0 {
+            let t = per_message[evicted[start - 1]];
+            if used + t > budget && start < evicted.len() {
+                break;
+            }
+            used += t;
+            start -= 1;
+        }
+        // Do not open the transcript with results whose call was trimmed away.
+        while start < evicted.len()
+            && messages[evicted[start]].is_tool()
+            && planner
+                .pairs()
+                .caller_of(evicted[start])
+                .is_none_or(|ai| !evicted[start..].contains(&ai))
+        {
+            start += 1;
+        }
+        (evicted[start..].to_vec(), evicted[..start].to_vec())
+    }
+
+    fn extractive_options(&self) -> ExtractiveOptions {
+        ExtractiveOptions {
+            word_budget: self.config.extractive_word_budget,
+            ..ExtractiveOptions::default()
+        }
+    }
+
+    fn transcript_options(&self) -> TranscriptOptions {
+        TranscriptOptions {
+            max_chars_per_message: self.config.max_chars_per_message,
+        }
+    }
+
+    fn emit_compacted(&self, request: &ModelRequest, report: &CompactionReport) {
+        let Some(source) = report.source else { return };
+        ContextCompacted {
+            kind: crate::events::EVENT_COMPACTED.to_owned(),
+            tokens_before: report.tokens_before,
+            tokens_after: report.tokens_after,
+            cache_hit: source == SummarySource::Cache,
+            source,
+            summarized: report.summarized_ids.len(),
+            kept: report.kept_ids.len(),
+            rescued: report.rescued_ids.len(),
+            error: report.error.clone(),
+        }
+        .emit(&request.runtime.writer);
+    }
+}
+
+#[async_trait]
+impl Middleware for SummarizationMiddleware {
+    fn name(&self) -> &str {
+        "SummarizationMiddleware"
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            wrap_model_call: true,
+            ..Hooks::NONE
+        }
+    }
+
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let prepared = self.prepare(&request).await;
+        let sent = prepared.report.tokens_after;
+        match next.clone().run(prepared.request).await {
+            Err(e) if e.kind == ModelErrorKind::ContextOverflow && self.config.enabled => {
+                // The model says it does not fit although our count said otherwise:
+                // compact below three quarters of what was sent and retry once.
+                let forced = self
+                    .prepare_inner(&request, Some(sent.saturating_mul(3) / 4))
+                    .await;
+                if forced.report.tokens_after < sent {
+                    next.run(forced.request).await
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }
+}

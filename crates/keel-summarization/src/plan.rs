@@ -1,0 +1,530 @@
+//! Where to cut: triggers, the keep policy, rescue and stickiness headroom.
+//!
+//! Everything here is a pure function of the messages and their token counts, so the
+//! middleware, `keel compact` and the LangChain parity test share one implementation.
+//!
+//! ```
+//! use keel_core::message::Message;
+//! use keel_summarization::config::ContextSize;
+//! use keel_summarization::plan::langchain_split;
+//!
+//! let msgs: Vec<Message> = (0..30).map(|i| Message::human(format!("message {i}"))).collect();
+//! let split = langchain_split(&msgs, &[ContextSize::Messages(25)], ContextSize::Messages(10), None);
+//! assert!(split.triggered);
+//! assert_eq!(split.cut, 20); // summarize 20, keep the last 10
+//! ```
+
+use std::collections::BTreeSet;
+
+use keel_core::message::{DYNAMIC_CONTEXT, Message};
+use keel_core::tokens::TokenCounter;
+use keel_tokens::ApproximateCounter;
+
+use crate::SUMMARY_NAME;
+use crate::config::ContextSize;
+use crate::pairs::PairIndex;
+
+/// LangChain's fallback when a fraction `keep` cannot be resolved.
+pub const DEFAULT_MESSAGES_TO_KEEP: u64 = 20;
+
+/// A trigger or keep size with fractions resolved against a context window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// Tokens.
+    Tokens(u64),
+    /// Messages.
+    Messages(u64),
+}
+
+/// Resolves `size` against the context window; `None` for a fraction with no window.
+pub fn resolve(size: ContextSize, max_input_tokens: Option<u64>) -> Option<Limit> {
+    match size {
+        ContextSize::Tokens(t) => Some(Limit::Tokens(t)),
+        ContextSize::Messages(m) => Some(Limit::Messages(m)),
+        ContextSize::Fraction(f) => {
+            max_input_tokens.map(|w| Limit::Tokens(ContextSize::fraction_tokens(f, w)))
+        }
+    }
+}
+
+/// True when any trigger is reached (`>=`): `tokens` counts the whole request.
+pub fn triggered(triggers: &[Limit], tokens: u64, messages: usize) -> bool {
+    triggers.iter().any(|t| match *t {
+        Limit::Tokens(n) => tokens >= n,
+        Limit::Messages(n) => messages as u64 >= n,
+    })
+}
+
+/// The index of the latest real user message: a human message that is not a summary
+/// and not a dynamic-context reminder.
+pub fn latest_user_message(messages: &[Message]) -> Option<usize> {
+    messages
+        .iter()
+        .rposition(|m| m.is_human() && m.name() != Some(SUMMARY_NAME) && !m.flag(DYNAMIC_CONTEXT))
+}
+
+/// The AI message whose calls are pending in the current step: the last non-tool
+/// message, when it made tool calls.
+pub fn pending_tail(messages: &[Message]) -> Option<usize> {
+    let i = messages.iter().rposition(|m| !m.is_tool())?;
+    (!messages[i].tool_calls().is_empty()).then_some(i)
+}
+
+/// Suffix sums: `suffix[i]` = tokens of `messages[i..]` (`suffix[n]` = 0). Monotonic by
+/// construction, which the keep search needs.
+pub fn suffix_sums(per_message: &[u64]) -> Vec<u64> {
+    let mut out = vec![0u64; per_message.len() + 1];
+    for i in (0..per_message.len()).rev() {
+        out[i] = out[i + 1] + per_message[i];
+    }
+    out
+}
+
+/// The keep policy's raw cut (before pair adjustment), as LangChain computes it:
+/// `messages: n` cuts at `len - n` (0 when `len <= n`); `tokens: t` keeps everything when
+/// it all fits, else binary-searches the earliest suffix that fits, else keeps only the
+/// last message.
+pub fn keep_cut(keep: Limit, suffix: &[u64]) -> usize {
+    let n = suffix.len().saturating_sub(1);
+    match keep {
+        Limit::Messages(k) => n.saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
+        Limit::Tokens(t) => {
+            let t = t.max(1);
+            if n == 0 || suffix[0] <= t {
+                return 0;
+            }
+            let (mut left, mut right) = (0usize, n);
+            let mut candidate = n;
+            while left < right {
+                let mid = (left + right) / 2;
+                if suffix[mid] <= t {
+                    candidate = mid;
+                    right = mid;
+                } else {
+                    left = mid + 1;
+                }
+            }
+            if candidate == n {
+                candidate = left;
+            }
+            if candidate >= n {
+                if n == 1 {
+                    return 0;
+                }
+                candidate = n - 1;
+            }
+            candidate
+        }
+    }
+}
+
+/// The split LangChain 1.5's `SummarizationMiddleware` would make, computed by Keel:
+/// with rescue and headroom disabled and LangChain's approximate counter (usage scaling
+/// for the trigger, unscaled suffix counts for keep). The one difference is pairing: the
+/// kept side never holds an orphan (see [`PairIndex::adjust_cut`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Whether a trigger fired.
+    pub triggered: bool,
+    /// `messages[..cut]` are summarized, `messages[cut..]` kept.
+    pub cut: usize,
+}
+
+/// See [`Split`]. A fraction with no context window never triggers (LangChain skips it)
+/// and, as `keep`, falls back to the last 20 messages.
+pub fn langchain_split(
+    messages: &[Message],
+    trigger: &[ContextSize],
+    keep: ContextSize,
+    max_input_tokens: Option<u64>,
+) -> Split {
+    let counter = ApproximateCounter::langchain();
+    let per_message = counter.count_each(messages);
+    let total = keel_tokens::scaling::count_with_usage_scaling(&counter, messages);
+    let triggers: Vec<Limit> = trigger
+        .iter()
+        .filter_map(|t| resolve(*t, max_input_tokens))
+        .collect();
+    if !triggered(&triggers, total, messages.len()) {
+        return Split {
+            triggered: false,
+            cut: 0,
+        };
+    }
+    let keep = resolve(keep, max_input_tokens).unwrap_or(Limit::Messages(DEFAULT_MESSAGES_TO_KEEP));
+    let raw = keep_cut(keep, &suffix_sums(&per_message));
+    let cut = if raw == 0 {
+        0
+    } else {
+        PairIndex::new(messages).adjust_cut(raw, None)
+    };
+    Split {
+        triggered: true,
+        cut,
+    }
+}
+
+/// Skill-rescue settings (REFERENCE.md section 4).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkillRescue {
+    /// How many skill files at most (0 disables).
+    pub max_count: u64,
+    /// Total token budget of rescued skill bundles.
+    pub max_tokens: u64,
+    /// A skill read whose result is larger than this is not rescued.
+    pub max_tokens_per_skill: u64,
+    /// Tool names that read files.
+    pub tool_names: Vec<String>,
+    /// Where skills live (normalised).
+    pub container_path: String,
+}
+
+/// What the planner may keep besides the recent window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RescuePolicy {
+    /// Keep the latest real user message.
+    pub latest_user_message: bool,
+    /// Keep messages flagged `dynamic_context`.
+    pub dynamic_context: bool,
+    /// Keep recent skill reads.
+    pub skills: SkillRescue,
+}
+
+impl RescuePolicy {
+    /// No rescue at all (LangChain's behaviour).
+    pub fn none() -> Self {
+        RescuePolicy {
+            latest_user_message: false,
+            dynamic_context: false,
+            skills: SkillRescue {
+                max_count: 0,
+                max_tokens: 0,
+                max_tokens_per_skill: 0,
+                tool_names: Vec::new(),
+                container_path: "/mnt/skills".into(),
+            },
+        }
+    }
+}
+
+/// Lexically normalises an absolute path (`//`, `.`, `..`, trailing `/`); `None` for a
+/// relative path.
+pub fn normalize_path(path: &str) -> Option<String> {
+    let path = path.trim();
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// The normalised skill path a tool call reads, if it is a skill read.
+pub fn skill_path(call: &keel_core::message::ToolCall, skills: &SkillRescue) -> Option<String> {
+    if !skills.tool_names.contains(&call.name) {
+        return None;
+    }
+    let raw = ["path", "file_path", "filepath"]
+        .iter()
+        .find_map(|k| call.args.get(*k).and_then(|v| v.as_str()))?;
+    let p = normalize_path(raw)?;
+    let root = normalize_path(&skills.container_path)?;
+    let under = p == root || root == "/" || p.starts_with(&format!("{root}/"));
+    under.then_some(p)
+}
+
+/// A skill read: (AI index, bundle indices, skill paths, bundle tokens, largest skill
+/// result in tokens).
+type SkillBundle = (usize, Vec<usize>, BTreeSet<String>, u64, u64);
+
+/// Precomputed facts for planning over one message list.
+pub struct Planner<'a> {
+    messages: &'a [Message],
+    per_message: &'a [u64],
+    suffix: Vec<u64>,
+    pairs: PairIndex,
+    latest_user: Option<usize>,
+    dynamic: Vec<usize>,
+    /// Skill bundles, newest first.
+    skill_bundles: Vec<SkillBundle>,
+    policy: &'a RescuePolicy,
+    pending: Option<usize>,
+}
+
+/// A plan: what is summarized, what is rescued, what is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// `messages[cut..]` are the recent window.
+    pub cut: usize,
+    /// Indices before `cut` kept verbatim, ascending.
+    pub rescued: Vec<usize>,
+    /// Indices before `cut` that the summary represents, ascending.
+    pub summarized: Vec<usize>,
+}
+
+impl<'a> Planner<'a> {
+    /// Indexes `messages`; `per_message[i]` is the token count of `messages[i]`.
+    pub fn new(messages: &'a [Message], per_message: &'a [u64], policy: &'a RescuePolicy) -> Self {
+        let pairs = PairIndex::new(messages);
+        let mut skill_bundles = Vec::new();
+        if policy.skills.max_count > 0 {
+            for (i, m) in messages.iter().enumerate().rev() {
+                let calls = m.tool_calls();
+                if calls.is_empty() {
+                    continue;
+                }
+                let mut paths = BTreeSet::new();
+                let mut largest = 0u64;
+                for call in calls {
+                    if let Some(p) = skill_path(call, &policy.skills) {
+                        paths.insert(p);
+                        let result_tokens = pairs
+                            .results_of(i)
+                            .iter()
+                            .find(|&&r| messages[r].tool_call_id() == Some(call.id.as_str()))
+                            .map_or(0, |&r| per_message[r]);
+                        largest = largest.max(result_tokens);
+                    }
+                }
+                if paths.is_empty() {
+                    continue;
+                }
+                let bundle = pairs.bundle(i);
+                let tokens = bundle.iter().map(|&j| per_message[j]).sum();
+                skill_bundles.push((i, bundle, paths, tokens, largest));
+            }
+        }
+        let dynamic = if policy.dynamic_context {
+            messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.flag(DYNAMIC_CONTEXT))
+                .map(|(i, _)| i)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Planner {
+            messages,
+            per_message,
+            suffix: suffix_sums(per_message),
+            latest_user: if policy.latest_user_message {
+                latest_user_message(messages)
+            } else {
+                None
+            },
+            pending: pending_tail(messages),
+            pairs,
+            dynamic,
+            skill_bundles,
+            policy,
+        }
+    }
+
+    /// The pair index.
+    pub fn pairs(&self) -> &PairIndex {
+        &self.pairs
+    }
+
+    /// Tokens of `messages[i..]`.
+    pub fn suffix_tokens(&self, i: usize) -> u64 {
+        self.suffix.get(i).copied().unwrap_or(0)
+    }
+
+    /// The keep policy's cut, adjusted so no pair is split and no orphan is kept.
+    pub fn keep_cut(&self, keep: Limit) -> usize {
+        let raw = keep_cut(keep, &self.suffix);
+        if raw == 0 {
+            0
+        } else {
+            self.pairs.adjust_cut(raw, self.pending)
+        }
+    }
+
+    /// Indices before `cut` to keep verbatim, ascending. `exclude` marks indices that
+    /// may not be rescued (already inside an earlier summary).
+    pub fn rescue(&self, cut: usize, exclude: &dyn Fn(usize) -> bool) -> Vec<usize> {
+        let mut set: BTreeSet<usize> = BTreeSet::new();
+        let add_bundle = |set: &mut BTreeSet<usize>, bundle: &[usize]| {
+            if bundle.iter().all(|&j| j < cut && !exclude(j)) {
+                set.extend(bundle.iter().copied());
+            }
+        };
+        if let Some(u) = self.latest_user.filter(|&u| u < cut) {
+            add_bundle(&mut set, &[u]);
+        }
+        for &d in self.dynamic.iter().filter(|&&d| d < cut) {
+            add_bundle(&mut set, &self.pairs.bundle(d));
+        }
+        let skills = &self.policy.skills;
+        let mut chosen_paths: BTreeSet<&str> = BTreeSet::new();
+        let mut remaining = skills.max_tokens;
+        for (ai, bundle, paths, tokens, largest) in &self.skill_bundles {
+            if *ai >= cut {
+                continue;
+            }
+            if chosen_paths.len() as u64 >= skills.max_count {
+                break;
+            }
+            // A newer read of the same files already won.
+            if paths.iter().all(|p| chosen_paths.contains(p.as_str())) {
+                continue;
+            }
+            if *largest > skills.max_tokens_per_skill || *tokens > remaining {
+                continue;
+            }
+            let new_paths = paths
+                .iter()
+                .filter(|p| !chosen_paths.contains(p.as_str()))
+                .count() as u64;
+            if chosen_paths.len() as u64 + new_paths > skills.max_count {
+                continue;
+            }
+            if bundle.iter().any(|&j| j >= cut || exclude(j)) {
+                continue;
+            }
+            remaining -= tokens;
+            chosen_paths.extend(paths.iter().map(String::as_str));
+            set.extend(bundle.iter().copied());
+        }
+        set.into_iter().collect()
+    }
+
+    /// Builds the plan for `cut`: rescued and summarized indices before it.
+    pub fn plan_at(&self, cut: usize, exclude: &dyn Fn(usize) -> bool) -> Plan {
+        let rescued = self.rescue(cut, exclude);
+        let mut r = rescued.iter().peekable();
+        let summarized = (0..cut)
+            .filter(|i| {
+                while r.peek().is_some_and(|&&x| x < *i) {
+                    r.next();
+                }
+                r.peek() != Some(&i)
+            })
+            .collect();
+        Plan {
+            cut,
+            rescued,
+            summarized,
+        }
+    }
+
+    /// Tokens and message count of the request the plan produces (with a summary of
+    /// `summary_tokens` tokens): `(tokens of messages, message count)`.
+    pub fn kept_size(&self, plan: &Plan, summary_tokens: u64) -> (u64, usize) {
+        let rescued: u64 = plan.rescued.iter().map(|&i| self.per_message[i]).sum();
+        let tokens = summary_tokens + rescued + self.suffix_tokens(plan.cut);
+        let count = 1 + plan.rescued.len() + (self.messages.len() - plan.cut);
+        (tokens, count)
+    }
+
+    /// Moves the cut forward (whole bundles at a time) until the kept window is below
+    /// `headroom` x every trigger, or nothing more can go. `fixed_tokens` is the system
+    /// prompt and tool schemas; `summary_tokens` the expected summary size.
+    pub fn apply_headroom(
+        &self,
+        mut plan: Plan,
+        triggers: &[Limit],
+        headroom: f64,
+        fixed_tokens: u64,
+        summary_tokens: u64,
+        exclude: &dyn Fn(usize) -> bool,
+    ) -> Plan {
+        let n = self.messages.len();
+        let fits = |plan: &Plan| {
+            let (tokens, count) = self.kept_size(plan, summary_tokens);
+            triggers.iter().all(|t| match *t {
+                Limit::Tokens(limit) => ((tokens + fixed_tokens) as f64) < headroom * limit as f64,
+                Limit::Messages(limit) => (count as f64) < headroom * limit as f64,
+            })
+        };
+        while !fits(&plan) && plan.cut < n {
+            let next = self.pairs.safe_cut_forward(plan.cut + 1);
+            plan = self.plan_at(next, exclude);
+        }
+        plan
+    }
+
+    /// Never summarize only the user's task while keeping its tool outputs: when every
+    /// summarized message is a user message and the recent window opens with the tool
+    /// bundle that answers it, move the cut past that bundle.
+    pub fn avoid_task_only(&self, plan: Plan, exclude: &dyn Fn(usize) -> bool) -> Plan {
+        if plan.summarized.is_empty()
+            || !plan.summarized.iter().all(|&i| self.messages[i].is_human())
+            || plan.cut >= self.messages.len()
+            || self.pairs.results_of(plan.cut).is_empty()
+        {
+            return plan;
+        }
+        let next = self.pairs.safe_cut_forward(plan.cut + 1);
+        self.plan_at(next, exclude)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_core::message::ToolCall;
+    use serde_json::json;
+
+    #[test]
+    fn token_keep_binary_search() {
+        // suffix of [5, 5, 5, 5]: 20, 15, 10, 5, 0
+        let s = suffix_sums(&[5, 5, 5, 5]);
+        assert_eq!(keep_cut(Limit::Tokens(20), &s), 0);
+        assert_eq!(keep_cut(Limit::Tokens(11), &s), 2);
+        assert_eq!(
+            keep_cut(Limit::Tokens(1), &s),
+            3,
+            "none fits: keep the last message"
+        );
+        assert_eq!(keep_cut(Limit::Messages(3), &s), 1);
+        assert_eq!(keep_cut(Limit::Messages(9), &s), 0);
+    }
+
+    #[test]
+    fn skill_paths_are_normalised() {
+        let skills = SkillRescue {
+            max_count: 5,
+            max_tokens: 100,
+            max_tokens_per_skill: 50,
+            tool_names: vec!["read_file".into()],
+            container_path: "/mnt/skills/".into(),
+        };
+        let call = |args| ToolCall::new("c", "read_file", args);
+        assert_eq!(
+            skill_path(
+                &call(json!({"path": "/mnt//skills/./pdf/../pdf/SKILL.md"})),
+                &skills
+            )
+            .as_deref(),
+            Some("/mnt/skills/pdf/SKILL.md")
+        );
+        assert_eq!(
+            skill_path(&call(json!({"file_path": "/mnt/skills-evil/x"})), &skills),
+            None
+        );
+        assert_eq!(
+            skill_path(
+                &call(json!({"filepath": "/mnt/skills/../etc/passwd"})),
+                &skills
+            ),
+            None
+        );
+        assert_eq!(
+            skill_path(
+                &ToolCall::new("c", "bash", json!({"path": "/mnt/skills/a"})),
+                &skills
+            ),
+            None
+        );
+    }
+}
