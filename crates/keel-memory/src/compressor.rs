@@ -1,0 +1,542 @@
+//! The per-turn work of session memory, independent of any agent and of any backend.
+//!
+//! [`SessionCompressor::prepare`] runs once per turn:
+//!
+//! 1. load the state and the recent window (the last `n_messages` stored messages,
+//!    excluding the current input, trimmed so it never starts or breaks inside a tool
+//!    run);
+//! 2. count the unfolded messages older than the window; while there are at least
+//!    `fold_batch` of them (and at most `max_folds_per_turn` times), fold up to
+//!    `max_batch_messages` of them with one internal model call;
+//! 3. merge the answer, save with compare-and-swap; on a lost race, reload and use the
+//!    winner's state and stop folding for this turn (no second model call);
+//! 4. return `[summary message, *recent]` for the model.
+//!
+//! A failed fold (model error, unparseable answer, storage error while saving) is an
+//! event, never an error: the turn runs with the previous state.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use keel_core::message::{Message, Role};
+use keel_core::model::{ChatModel, ModelErrorKind};
+use keel_core::store::{
+    ChatHistoryStore, Cursor, SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope,
+    StoreError, StoredMessage,
+};
+use keel_core::stream::StreamWriter;
+use keel_summarization::events::ContextCompacting;
+use keel_summarization::pairs::check_pairs_strict;
+use keel_summarization::summary_call::{
+    SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
+};
+use keel_summarization::{SUMMARY_NAME, summary_message};
+
+use crate::events::{FOLDING_MESSAGE, FoldFailed, FoldFailure, FoldSuperseded, Folded};
+use crate::fold::merge::{count_words, merge};
+use crate::fold::parse::parse_fold_output;
+use crate::fold::{fold_prompt, fold_template};
+use crate::settings::{SessionMemorySettings, SettingsError};
+
+/// What one fold attempt did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FoldOutcome {
+    /// The fold was saved.
+    Folded {
+        /// Messages absorbed.
+        messages: usize,
+        /// The version saved.
+        version: u64,
+    },
+    /// Another run saved first; its state is used and folding stops for this turn.
+    Superseded {
+        /// The version this run tried to replace.
+        expected_version: u64,
+        /// The winner's version.
+        winner_version: u64,
+    },
+    /// The fold failed; the previous state stays.
+    Failed {
+        /// What failed.
+        reason: FoldFailure,
+        /// The error.
+        error: String,
+        /// Messages the fold tried to absorb.
+        messages: usize,
+    },
+}
+
+/// The memory of one turn: the state and the recent window, ready to send.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnMemory {
+    /// The state after this turn's folds (or the winner's, after a lost race).
+    pub state: SessionMemoryState,
+    /// The recent window, oldest first, pair-safe, without the current input.
+    pub recent: Vec<StoredMessage>,
+    /// What each fold attempt of this turn did, in order.
+    pub folds: Vec<FoldOutcome>,
+    summary: Option<Message>,
+}
+
+impl TurnMemory {
+    /// Memory that sends nothing (memory off, or nothing stored yet).
+    pub fn empty() -> Self {
+        TurnMemory {
+            state: SessionMemoryState::default(),
+            recent: Vec::new(),
+            folds: Vec::new(),
+            summary: None,
+        }
+    }
+
+    /// The summary message, when the state holds a summary or a pinned value.
+    pub fn summary_message(&self) -> Option<&Message> {
+        self.summary.as_ref()
+    }
+
+    /// What the model sees before the current input: `[summary message, *recent]`.
+    pub fn messages(&self) -> Vec<Message> {
+        self.summary
+            .iter()
+            .cloned()
+            .chain(self.recent.iter().map(|m| m.message.clone()))
+            .collect()
+    }
+}
+
+/// The text after the summary prefix: the configured pinned keys that hold a value (in
+/// configured order), then the summary. `None` when there is nothing to say. Depends on
+/// the state alone, so it is byte-identical on every call between two folds.
+pub fn render_memory(state: &SessionMemoryState, pinned_keys: &[String]) -> Option<String> {
+    let mut pinned = String::new();
+    for key in pinned_keys {
+        if let Some(value) = state.pinned.get(key) {
+            let value = match value {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            pinned.push_str(&format!("- {key}: {value}\n"));
+        }
+    }
+    let summary = state.summary.trim();
+    match (pinned.is_empty(), summary.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(format!("Pinned:\n{}", pinned.trim_end())),
+        (true, false) => Some(summary.to_owned()),
+        (false, false) => Some(format!("Pinned:\n{pinned}\nSummary:\n{summary}")),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The storage-agnostic session compressor. See the [module docs](self).
+pub struct SessionCompressor {
+    settings: Arc<SessionMemorySettings>,
+    history: Arc<dyn ChatHistoryStore>,
+    states: Arc<dyn SessionMemoryStore>,
+    summary_model: Option<Arc<dyn ChatModel>>,
+    caller: Arc<SummaryCaller>,
+    template: String,
+}
+
+impl std::fmt::Debug for SessionCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCompressor")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Step {
+    Folded(SessionMemoryState, usize),
+    Superseded(SessionMemoryState, u64),
+    Failed(FoldFailure, String, usize),
+}
+
+impl SessionCompressor {
+    /// A compressor over these stores. Validates the settings.
+    pub fn new(
+        settings: SessionMemorySettings,
+        history: Arc<dyn ChatHistoryStore>,
+        states: Arc<dyn SessionMemoryStore>,
+    ) -> Result<Self, SettingsError> {
+        settings.validate()?;
+        let template = fold_template(&settings.pinned_keys, settings.summary_word_budget);
+        Ok(SessionCompressor {
+            settings: Arc::new(settings),
+            history,
+            states,
+            summary_model: None,
+            caller: Arc::new(SummaryCaller::new(SummaryCallOptions::default())),
+            template,
+        })
+    }
+
+    /// Folds with this model first, falling back to the run's model when it fails.
+    pub fn with_summary_model(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.summary_model = Some(model);
+        self
+    }
+
+    /// Uses this summary caller (retries, timeout, circuit breaker); share one per
+    /// process with the summarization middleware so a failing model is paused for both.
+    pub fn with_summary_caller(mut self, caller: Arc<SummaryCaller>) -> Self {
+        self.caller = caller;
+        self
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SessionMemorySettings {
+        &self.settings
+    }
+
+    /// The state store.
+    pub fn states(&self) -> &Arc<dyn SessionMemoryStore> {
+        &self.states
+    }
+
+    /// The chat history store.
+    pub fn history(&self) -> &Arc<dyn ChatHistoryStore> {
+        &self.history
+    }
+
+    /// Runs one turn's memory work for `scope`. `current` is the current input (and any
+    /// messages of this turn so far): it is excluded from the recent window even when it
+    /// is already stored. `run_model` folds when no summary model is set, and is the
+    /// fallback when it is. Fold events go to `writer`.
+    ///
+    /// Errors only when the history or the state cannot be read; a failed fold is
+    /// reported in [`TurnMemory::folds`] and as an event.
+    pub async fn prepare(
+        &self,
+        scope: &SessionScope,
+        current: &[Message],
+        run_model: &Arc<dyn ChatModel>,
+        writer: &StreamWriter,
+    ) -> Result<TurnMemory, StoreError> {
+        let n = self.settings.n_messages;
+        if n == 0 {
+            return Ok(TurnMemory::empty());
+        }
+        let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
+        let mut state = self.states.get_state(scope).await?.unwrap_or_default();
+        let (recent, boundary) = self.recent_window(scope, &current_ids).await?;
+        let models = match &self.summary_model {
+            Some(m) => SummaryModels::with_fallback(m.clone(), run_model.clone()),
+            None => SummaryModels::single(run_model.clone()),
+        };
+
+        let mut folds = Vec::new();
+        for _ in 0..self.settings.max_folds_per_turn {
+            let eligible = self
+                .eligible(scope, state.covered_until.as_ref(), boundary.as_ref())
+                .await?;
+            if eligible < self.settings.fold_batch as u64 {
+                break;
+            }
+            let limit = usize::try_from(eligible)
+                .unwrap_or(usize::MAX)
+                .min(self.settings.max_batch_messages);
+            let batch: Vec<StoredMessage> = self
+                .history
+                .after(scope, state.covered_until.as_ref(), limit)
+                .await?
+                .into_iter()
+                .filter(|m| boundary.as_ref().is_none_or(|b| m.cursor() < *b))
+                .filter(|m| !current_ids.contains(m.message.id()))
+                .collect();
+            if batch.len() < self.settings.fold_batch {
+                break;
+            }
+            match self.fold(scope, &state, &batch, &models, writer).await {
+                Step::Folded(next, messages) => {
+                    folds.push(FoldOutcome::Folded {
+                        messages,
+                        version: next.version,
+                    });
+                    state = next;
+                }
+                Step::Superseded(winner, expected_version) => {
+                    folds.push(FoldOutcome::Superseded {
+                        expected_version,
+                        winner_version: winner.version,
+                    });
+                    state = winner;
+                    break;
+                }
+                Step::Failed(reason, error, messages) => {
+                    folds.push(FoldOutcome::Failed {
+                        reason,
+                        error,
+                        messages,
+                    });
+                    break;
+                }
+            }
+        }
+
+        let summary =
+            render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
+        Ok(TurnMemory {
+            state,
+            recent,
+            folds,
+            summary,
+        })
+    }
+
+    /// The last `n_messages` stored messages without the current input, trimmed at the
+    /// front until the window is pair-safe, plus the boundary: the first position that is
+    /// not "older" (the window's first message, else the first stored current message).
+    async fn recent_window(
+        &self,
+        scope: &SessionScope,
+        current_ids: &HashSet<&str>,
+    ) -> Result<(Vec<StoredMessage>, Option<Cursor>), StoreError> {
+        let n = self.settings.n_messages;
+        let fetched = self
+            .history
+            .last_n(scope, n.saturating_add(current_ids.len()))
+            .await?;
+        let first_current = fetched
+            .iter()
+            .find(|m| current_ids.contains(m.message.id()))
+            .map(StoredMessage::cursor);
+        let mut window: Vec<StoredMessage> = fetched
+            .into_iter()
+            .filter(|m| !current_ids.contains(m.message.id()))
+            .collect();
+        if window.len() > n {
+            window.drain(..window.len() - n);
+        }
+        // A window that starts inside a tool run, or holds a call without its result
+        // (an interrupted turn), would be rejected by the provider. Messages cut here
+        // count as older, so the next fold absorbs them: nothing is lost.
+        loop {
+            let lead = window.iter().take_while(|m| m.message.is_tool()).count();
+            window.drain(..lead);
+            let messages: Vec<Message> = window.iter().map(|m| m.message.clone()).collect();
+            match check_pairs_strict(&messages) {
+                Ok(()) => break,
+                Err(violation) => {
+                    let index = match &violation {
+                        keel_summarization::pairs::PairViolation::OrphanResult {
+                            index, ..
+                        }
+                        | keel_summarization::pairs::PairViolation::MissingResult {
+                            index, ..
+                        }
+                        | keel_summarization::pairs::PairViolation::DuplicateResult {
+                            index, ..
+                        } => *index,
+                    };
+                    tracing::warn!(%violation, "session memory: recent window trimmed to keep tool calls and results together");
+                    window.drain(..=index.min(window.len().saturating_sub(1)));
+                }
+            }
+        }
+        let boundary = window.first().map(StoredMessage::cursor).or(first_current);
+        Ok((window, boundary))
+    }
+
+    /// Unfolded messages strictly between the cursor and the boundary.
+    async fn eligible(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+        boundary: Option<&Cursor>,
+    ) -> Result<u64, StoreError> {
+        match boundary {
+            None => self.history.count_after(scope, cursor).await,
+            Some(b) if cursor.is_some_and(|c| c >= b) => Ok(0),
+            Some(b) => {
+                let after_cursor = self.history.count_after(scope, cursor).await?;
+                let from_boundary = self.history.count_after(scope, Some(b)).await? + 1;
+                Ok(after_cursor.saturating_sub(from_boundary))
+            }
+        }
+    }
+
+    fn breaker_key(scope: &SessionScope) -> String {
+        format!(
+            "session-memory\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            scope.flow_id, scope.user_id, scope.session_id, scope.context_id
+        )
+    }
+
+    async fn fold(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        batch: &[StoredMessage],
+        models: &SummaryModels,
+        writer: &StreamWriter,
+    ) -> Step {
+        let count = batch.len();
+        let Some(last) = batch.last().map(StoredMessage::cursor) else {
+            return Step::Failed(FoldFailure::Model, "empty batch".into(), 0);
+        };
+        let failed = |reason: FoldFailure, error: String| {
+            FoldFailed::new(reason, error.clone(), count, state.version).emit(writer);
+            tracing::warn!(?reason, %error, messages = count, "session memory fold failed; the turn uses the previous state");
+            Step::Failed(reason, error, count)
+        };
+        let messages: Vec<Message> = batch.iter().map(|m| m.message.clone()).collect();
+        let prompt = match fold_prompt(
+            &self.template,
+            state,
+            &messages,
+            self.settings.max_message_chars,
+        ) {
+            Ok(p) => p,
+            Err(e) => return failed(FoldFailure::Model, e.to_string()),
+        };
+
+        let has_previous_summary = !state.summary.trim().is_empty();
+        let unparseable = AtomicBool::new(false);
+        let check = |text: &str| -> Result<(), String> {
+            let result = match parse_fold_output(text) {
+                Err(e) => Err(e.to_string()),
+                Ok(out) if out.summary.is_none() && !has_previous_summary => {
+                    Err("the answer has no summary and there is no previous summary to keep".into())
+                }
+                Ok(_) => Ok(()),
+            };
+            if result.is_err() {
+                unparseable.store(true, Ordering::Relaxed);
+            }
+            result
+        };
+        ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
+        let output = match self
+            .caller
+            .call(&Self::breaker_key(scope), models, &prompt, Some(&check))
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => {
+                let reason = match &e {
+                    SummaryCallError::Failed {
+                        kind: Some(ModelErrorKind::MalformedResponse),
+                        ..
+                    } if unparseable.load(Ordering::Relaxed) => FoldFailure::Unparseable,
+                    _ => FoldFailure::Model,
+                };
+                return failed(reason, e.to_string());
+            }
+        };
+        let parsed = match parse_fold_output(&output.text) {
+            Ok(p) => p,
+            Err(e) => return failed(FoldFailure::Unparseable, e.to_string()),
+        };
+        let (pinned, summary) = merge(
+            &state.pinned,
+            &state.summary,
+            &parsed,
+            &self.settings.pinned_keys,
+            self.settings.summary_word_budget,
+        );
+        let mut next = SessionMemoryState {
+            summary,
+            pinned,
+            covered_until: Some(last),
+            absorbed_count: state.absorbed_count + count as u64,
+            summary_model: Some(output.model.clone()),
+            version: state.version,
+            created_at_ms: state.created_at_ms,
+            updated_at_ms: now_ms(),
+        };
+        match self.states.save_state(scope, &next, state.version).await {
+            Ok(SaveOutcome::Saved { version }) => {
+                next.version = version;
+                Folded {
+                    kind: crate::events::EVENT_FOLDED.to_owned(),
+                    messages: count,
+                    absorbed_count: next.absorbed_count,
+                    version,
+                    summary_words: count_words(&next.summary),
+                    pinned_keys: self
+                        .settings
+                        .pinned_keys
+                        .iter()
+                        .filter(|k| next.pinned.contains_key(*k))
+                        .cloned()
+                        .collect(),
+                    summary_model: output.model,
+                }
+                .emit(writer);
+                Step::Folded(next, count)
+            }
+            Ok(SaveOutcome::Conflict) => match self.states.get_state(scope).await {
+                Ok(Some(winner)) => {
+                    FoldSuperseded {
+                        kind: crate::events::EVENT_FOLD_SUPERSEDED.to_owned(),
+                        expected_version: state.version,
+                        winner_version: winner.version,
+                    }
+                    .emit(writer);
+                    Step::Superseded(winner, state.version)
+                }
+                Ok(None) => failed(
+                    FoldFailure::Store,
+                    "the save lost a race, then the state was gone (session deleted?)".into(),
+                ),
+                Err(e) => failed(FoldFailure::Store, e.to_string()),
+            },
+            Err(e) => failed(FoldFailure::Store, e.to_string()),
+        }
+    }
+
+    /// Appends the messages of a turn to the chat history, skipping those already stored
+    /// (by id), system messages, summary messages and messages without an id. Stored
+    /// timestamps are strictly increasing in list order (never earlier than the newest
+    /// stored message), so `(timestamp, id)` order is the conversation order even when
+    /// ids do not sort. Returns how many were appended.
+    pub async fn record(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+    ) -> Result<usize, StoreError> {
+        let candidates: Vec<&Message> = messages
+            .iter()
+            .filter(|m| m.role() != Role::System && m.name() != Some(SUMMARY_NAME))
+            .filter(|m| !m.id().is_empty())
+            .collect();
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        let stored = self.history.last_n(scope, candidates.len()).await?;
+        let known: HashSet<&str> = stored.iter().map(|m| m.message.id()).collect();
+        let base = stored
+            .last()
+            .map_or(i64::MIN, |m| m.timestamp_ms.saturating_add(1))
+            .max(now_ms());
+        let rows: Vec<StoredMessage> = candidates
+            .into_iter()
+            .filter(|m| !known.contains(m.id()))
+            .enumerate()
+            .map(|(i, m)| StoredMessage {
+                timestamp_ms: base.saturating_add(i as i64),
+                message: m.clone(),
+            })
+            .collect();
+        if !rows.is_empty() {
+            self.history.append(scope, &rows).await?;
+        }
+        Ok(rows.len())
+    }
+
+    /// Deletes the session-memory state of every context of the scope's session (chat
+    /// history is append-only and stays). Call it wherever a session is deleted.
+    pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
+        self.states
+            .delete_session_states(&scope.flow_id, &scope.user_id, &scope.session_id)
+            .await
+    }
+}

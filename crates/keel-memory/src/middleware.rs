@@ -1,0 +1,312 @@
+//! [`SessionMemoryMiddleware`]: session memory as a Keel middleware.
+//!
+//! In `wrap_model_call` the request's messages are split into the current turn (from the
+//! latest run of user messages on: the input and this run's tool loop) and what came
+//! before. What came before is replaced by `[summary message, *last N]` from the store
+//! (computed once per run, so every model call of a tool loop sends the same prefix),
+//! and the current turn follows. State and stored history are never changed by the
+//! request rewrite; `after_agent` appends the turn to the chat history (unless
+//! disabled), which is the only write besides the state row.
+//!
+//! Without a store the middleware falls back to the last N earlier messages of the
+//! request (pair-safe) and says so once in the log.
+//!
+//! Place it first (outermost) in the middleware list, so an inner summarization
+//! middleware compacts what session memory produced.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use keel_core::message::Message;
+use keel_core::middleware::{
+    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+};
+use keel_core::model::{ChatModel, ModelError, ModelErrorKind};
+use keel_core::state::AgentState;
+use keel_core::store::{ChatHistoryStore, SessionMemoryStore, SessionScope, StoreError};
+use keel_summarization::SUMMARY_NAME;
+use keel_summarization::summary_call::SummaryCaller;
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use crate::compressor::{SessionCompressor, TurnMemory};
+use crate::settings::{SessionMemorySettings, SettingsError};
+
+/// The middleware's name (unique within an agent).
+pub const NAME: &str = "SessionMemoryMiddleware";
+
+/// Runs remembered at once (a run's prefix is dropped at `after_agent`; the bound only
+/// matters for runs that never reach it).
+const RUN_CACHE_CAPACITY: usize = 4096;
+
+/// Session memory as a middleware. Build with [`SessionMemoryMiddleware::builder`].
+pub struct SessionMemoryMiddleware {
+    settings: Arc<SessionMemorySettings>,
+    compressor: Option<SessionCompressor>,
+    record_history: bool,
+    runs: Mutex<LruCache<String, Arc<TurnMemory>>>,
+    fallback_logged: AtomicBool,
+}
+
+impl std::fmt::Debug for SessionMemoryMiddleware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionMemoryMiddleware")
+            .field("settings", &self.settings)
+            .field("store", &self.compressor.is_some())
+            .field("record_history", &self.record_history)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`SessionMemoryMiddleware`].
+pub struct SessionMemoryBuilder {
+    settings: SessionMemorySettings,
+    stores: Option<(Arc<dyn ChatHistoryStore>, Arc<dyn SessionMemoryStore>)>,
+    summary_model: Option<Arc<dyn ChatModel>>,
+    caller: Option<Arc<SummaryCaller>>,
+    record_history: bool,
+}
+
+impl SessionMemoryBuilder {
+    /// One backend holding both the chat history and the state (every `keel-store`
+    /// backend does).
+    pub fn store<S>(self, store: Arc<S>) -> Self
+    where
+        S: ChatHistoryStore + SessionMemoryStore + 'static,
+    {
+        let history: Arc<dyn ChatHistoryStore> = store.clone();
+        let states: Arc<dyn SessionMemoryStore> = store;
+        self.stores(history, states)
+    }
+
+    /// Separate history and state stores.
+    pub fn stores(
+        mut self,
+        history: Arc<dyn ChatHistoryStore>,
+        states: Arc<dyn SessionMemoryStore>,
+    ) -> Self {
+        self.stores = Some((history, states));
+        self
+    }
+
+    /// Folds with this model (the run's model is the fallback). Default: the run's model.
+    pub fn summary_model(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.summary_model = Some(model);
+        self
+    }
+
+    /// The summary caller (retries, timeout, circuit breaker), e.g. one shared with the
+    /// summarization middleware.
+    pub fn summary_caller(mut self, caller: Arc<SummaryCaller>) -> Self {
+        self.caller = Some(caller);
+        self
+    }
+
+    /// Whether `after_agent` appends each turn to the chat history (default `true`).
+    /// Turn it off when the application stores messages itself.
+    pub fn record_history(mut self, record: bool) -> Self {
+        self.record_history = record;
+        self
+    }
+
+    /// Validates the settings and builds the middleware.
+    pub fn build(self) -> Result<SessionMemoryMiddleware, SettingsError> {
+        self.settings.validate()?;
+        let compressor = match self.stores {
+            Some((history, states)) => {
+                let mut c = SessionCompressor::new(self.settings.clone(), history, states)?;
+                if let Some(m) = self.summary_model {
+                    c = c.with_summary_model(m);
+                }
+                if let Some(caller) = self.caller {
+                    c = c.with_summary_caller(caller);
+                }
+                Some(c)
+            }
+            None => None,
+        };
+        Ok(SessionMemoryMiddleware {
+            settings: Arc::new(self.settings),
+            compressor,
+            record_history: self.record_history,
+            runs: Mutex::new(LruCache::new(
+                NonZeroUsize::new(RUN_CACHE_CAPACITY).unwrap_or(NonZeroUsize::MIN),
+            )),
+            fallback_logged: AtomicBool::new(false),
+        })
+    }
+}
+
+/// Where the current turn starts: the first of the latest run of consecutive user
+/// messages (summary messages excluded); 0 when there is none.
+pub fn turn_start(messages: &[Message]) -> usize {
+    let is_input = |m: &Message| m.is_human() && m.name() != Some(SUMMARY_NAME);
+    let Some(mut start) = messages.iter().rposition(is_input) else {
+        return 0;
+    };
+    while start > 0 && is_input(&messages[start - 1]) {
+        start -= 1;
+    }
+    start
+}
+
+/// The last `n` of `earlier`, trimmed at the front so no tool result is separated from
+/// its call (the no-store fallback).
+pub fn last_n_pair_safe(earlier: &[Message], n: usize) -> &[Message] {
+    let start = earlier.len().saturating_sub(n);
+    let index = keel_summarization::pairs::PairIndex::new(earlier);
+    let mut cut = index.safe_cut_forward(start);
+    while cut < earlier.len() && earlier[cut].is_tool() {
+        cut += 1;
+    }
+    &earlier[cut..]
+}
+
+fn store_error(scope: &SessionScope, e: StoreError) -> ModelError {
+    let kind = match e {
+        StoreError::Backend(_) => ModelErrorKind::Connection,
+        _ => ModelErrorKind::Rejected,
+    };
+    ModelError::new(
+        kind,
+        format!(
+            "session memory could not read the history of session {:?} (flow {:?}): {e}",
+            scope.session_id, scope.flow_id
+        ),
+    )
+}
+
+impl SessionMemoryMiddleware {
+    /// A builder with these settings (validated at `build`).
+    pub fn builder(settings: SessionMemorySettings) -> SessionMemoryBuilder {
+        SessionMemoryBuilder {
+            settings,
+            stores: None,
+            summary_model: None,
+            caller: None,
+            record_history: true,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SessionMemorySettings {
+        &self.settings
+    }
+
+    /// The compressor, when a store is configured.
+    pub fn compressor(&self) -> Option<&SessionCompressor> {
+        self.compressor.as_ref()
+    }
+
+    /// The scope of a run on `thread_id`.
+    pub fn scope_for_thread(&self, thread_id: &str) -> SessionScope {
+        self.settings.scope_for_thread(thread_id)
+    }
+
+    /// Deletes the session-memory state of a session (every context). Chat history is
+    /// append-only and stays. Without a store there is nothing to delete (returns 0).
+    pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
+        match &self.compressor {
+            Some(c) => c.delete_session(scope).await,
+            None => Ok(0),
+        }
+    }
+
+    fn log_fallback_once(&self) {
+        if !self.fallback_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                n_messages = self.settings.n_messages,
+                "session memory has no store configured: falling back to the last {} messages, without a summary",
+                self.settings.n_messages
+            );
+        }
+    }
+
+    async fn prefix(
+        &self,
+        request: &ModelRequest,
+        start: usize,
+    ) -> Result<Vec<Message>, ModelError> {
+        let n = self.settings.n_messages;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let Some(compressor) = &self.compressor else {
+            self.log_fallback_once();
+            return Ok(last_n_pair_safe(&request.messages[..start], n).to_vec());
+        };
+        let run_id = request.runtime.run_id.to_string();
+        let cached = self.runs.lock().get(&run_id).cloned();
+        let memory = match cached {
+            Some(m) => m,
+            None => {
+                let scope = self.scope_for_thread(&request.runtime.thread_id);
+                let memory = compressor
+                    .prepare(
+                        &scope,
+                        &request.messages[start..],
+                        &request.model,
+                        &request.runtime.writer,
+                    )
+                    .await
+                    .map_err(|e| store_error(&scope, e))?;
+                let memory = Arc::new(memory);
+                self.runs.lock().put(run_id, memory.clone());
+                memory
+            }
+        };
+        Ok(memory.messages())
+    }
+}
+
+#[async_trait]
+impl Middleware for SessionMemoryMiddleware {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            wrap_model_call: true,
+            after_agent: true,
+            ..Hooks::NONE
+        }
+    }
+
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let start = turn_start(&request.messages);
+        let mut messages = self.prefix(&request, start).await?;
+        messages.extend(request.messages[start..].iter().cloned());
+        next.run(request.with_messages(messages)).await
+    }
+
+    async fn after_agent(
+        &self,
+        state: &AgentState,
+        runtime: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        self.runs.lock().pop(runtime.run_id.as_ref());
+        if let (true, Some(compressor)) = (self.record_history, &self.compressor) {
+            let scope = self.scope_for_thread(&runtime.thread_id);
+            let turn = &state.messages[turn_start(&state.messages)..];
+            compressor
+                .record(&scope, turn)
+                .await
+                .map_err(|e| MiddlewareError {
+                    middleware: NAME.to_owned(),
+                    hook: "after_agent",
+                    message: format!(
+                        "could not append the turn to the chat history of session {:?}: {e}",
+                        scope.session_id
+                    ),
+                })?;
+        }
+        Ok(HookOutcome::proceed())
+    }
+}

@@ -1,0 +1,399 @@
+//! The middleware inside a real agent loop: what the model is sent, what is stored, scope
+//! isolation, memory off, the no-store fallback and session deletion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+mod common;
+
+use std::io::Write;
+use std::sync::Arc;
+
+use common::*;
+use futures::StreamExt;
+use keel_agent::Agent;
+use keel_core::message::{Message, ToolCall};
+use keel_core::model::ModelProfile;
+use keel_core::store::{ChatHistoryStore, SessionMemoryStore, SessionScope};
+use keel_core::stream::{StreamEvent, StreamMode};
+use keel_memory::{SessionMemoryMiddleware, SessionMemorySettings};
+use keel_store::memory::MemoryStore;
+use keel_summarization::pairs::check_pairs;
+use keel_testkit::{FnTool, RecordedRequest, ScriptedModel};
+use parking_lot::Mutex;
+use serde_json::json;
+
+/// A model that folds deterministically and answers user calls with "answer"; when the
+/// user says "use the tool", it calls `lookup` once first.
+fn agent_model() -> Arc<ScriptedModel> {
+    Arc::new(
+        ScriptedModel::from_fn(|r: &RecordedRequest| {
+            if r.internal {
+                return Ok(Message::ai(fold_answer(r)));
+            }
+            let last = r.messages.last().unwrap();
+            if last.is_human() && last.text().contains("use the tool") {
+                return Ok(Message::ai("").with_tool_calls(vec![ToolCall::new(
+                    format!("call-{}", last.id()),
+                    "lookup",
+                    json!({}),
+                )]));
+            }
+            Ok(Message::ai(format!(
+                "answer to {}",
+                r.messages
+                    .iter()
+                    .rev()
+                    .find(|m| m.is_human())
+                    .unwrap()
+                    .text()
+            )))
+        })
+        .with_profile(ModelProfile::new("agent-model", "scripted")),
+    )
+}
+
+fn settings(scope: SessionScope, n: usize) -> SessionMemorySettings {
+    let mut s = SessionMemorySettings::for_scope(scope).with_pinned_keys(["project_id", "cluster"]);
+    s.n_messages = n;
+    s.fold_batch = 4;
+    s.max_batch_messages = 8;
+    s
+}
+
+fn agent(model: &Arc<ScriptedModel>, mw: Arc<SessionMemoryMiddleware>) -> Agent {
+    Agent::builder()
+        .model(model.clone())
+        .system_prompt("You are a support assistant.")
+        .tool(FnTool::new("lookup", |_| Ok("found it".into())))
+        .middleware_shared(mw)
+        .build()
+        .unwrap()
+}
+
+fn user_requests(model: &ScriptedModel) -> Vec<RecordedRequest> {
+    model
+        .requests()
+        .into_iter()
+        .filter(|r| !r.internal)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_model_sees_summary_then_last_n_and_nothing_is_stored_in_state() {
+    let store = Arc::new(MemoryStore::new());
+    // Empty session id: the thread id is the session.
+    let scope = SessionScope::new("flow-mw", "ada", "", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    let model = agent_model();
+    let agent = agent(&model, mw.clone());
+    agent
+        .invoke(
+            "s1",
+            vec![Message::human(
+                "I'm working on project PRJ-123 on the EU cluster.",
+            )],
+        )
+        .await
+        .unwrap();
+    for i in 1..10 {
+        agent
+            .invoke("s1", vec![Message::human(format!("question {i}"))])
+            .await
+            .unwrap();
+    }
+    let stored_scope = mw.scope_for_thread("s1");
+    assert_eq!(stored_scope.session_id, "s1");
+    let history = store.last_n(&stored_scope, 1000).await.unwrap();
+    assert_eq!(
+        history.len(),
+        20,
+        "each turn recorded once: input and answer"
+    );
+    assert!(history.iter().all(|m| m.message.name() != Some("summary")));
+
+    let state = store.get_state(&stored_scope).await.unwrap().unwrap();
+    assert!(state.absorbed_count >= 8, "{state:?}");
+    assert_eq!(state.pinned["project_id"], json!("PRJ-123"));
+
+    let last = user_requests(&model).pop().unwrap();
+    assert_eq!(
+        last.system.as_ref().unwrap().text(),
+        "You are a support assistant.",
+        "the system prompt is unchanged"
+    );
+    let sent = &last.messages;
+    assert_eq!(sent[0].name(), Some("summary"));
+    assert!(sent[0].flag("hide_from_ui"));
+    assert!(sent[0].text().contains("- project_id: PRJ-123"));
+    assert_eq!(
+        sent.len(),
+        1 + 4 + 1,
+        "summary, the last 4, the current input"
+    );
+    assert_eq!(sent.last().unwrap().text(), "question 9");
+    assert_eq!(sent[1].text(), "question 7");
+
+    // State and checkpoints hold the whole thread and never the summary.
+    let thread = agent.state("s1").await.unwrap().unwrap();
+    assert_eq!(thread.messages.len(), 20);
+    assert!(thread.messages.iter().all(|m| m.name() != Some("summary")));
+}
+
+#[tokio::test]
+async fn a_tool_loop_sends_the_same_prefix_and_folds_at_most_once() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "tools", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    // 12 stored messages: 8 older than the last 4, enough to fold.
+    seed(store.as_ref(), &scope, 0..12).await;
+    let model = agent_model();
+    let agent = agent(&model, mw);
+    let out = agent
+        .invoke("tools", vec![Message::human("please use the tool")])
+        .await
+        .unwrap();
+    assert_eq!(
+        out.last_message().unwrap().text(),
+        "answer to please use the tool"
+    );
+    assert_eq!(model.internal_calls(), 1, "one fold for the whole run");
+    let calls = user_requests(&model);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[0].messages[..5],
+        calls[1].messages[..5],
+        "same summary and window on both calls"
+    );
+    assert_eq!(
+        calls[1].messages.len(),
+        5 + 3,
+        "then input, tool call, tool result"
+    );
+    for c in &calls {
+        check_pairs(&c.messages).unwrap();
+    }
+    // The whole turn was recorded, tool messages included.
+    assert_eq!(store.last_n(&scope, 100).await.unwrap().len(), 12 + 4);
+}
+
+#[tokio::test]
+async fn n_messages_zero_sends_only_the_current_turn() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "off", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 0))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    seed(store.as_ref(), &scope, 0..40).await;
+    let model = agent_model();
+    let agent = agent(&model, mw);
+    agent
+        .invoke("off", vec![Message::human("first")])
+        .await
+        .unwrap();
+    agent
+        .invoke("off", vec![Message::human("second")])
+        .await
+        .unwrap();
+    let calls = user_requests(&model);
+    assert_eq!(
+        calls[1].messages.len(),
+        1,
+        "the checkpointed thread is not sent either"
+    );
+    assert_eq!(calls[1].messages[0].text(), "second");
+    assert_eq!(model.internal_calls(), 0);
+    assert_eq!(store.get_state(&scope).await.unwrap(), None);
+}
+
+/// A log sink for the fallback message.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn without_a_store_it_falls_back_to_last_n_and_logs_once() {
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let scope = SessionScope::new("flow-mw", "ada", "", "");
+        let mw = Arc::new(
+            SessionMemoryMiddleware::builder(settings(scope, 4))
+                .build()
+                .unwrap(),
+        );
+        let model = agent_model();
+        let agent = agent(&model, mw.clone());
+        for i in 0..6 {
+            agent
+                .invoke("nostore", vec![Message::human(format!("q{i}"))])
+                .await
+                .unwrap();
+        }
+        agent
+            .invoke("nostore", vec![Message::human("please use the tool")])
+            .await
+            .unwrap();
+        let calls = user_requests(&model);
+        let texts: Vec<String> = calls[5]
+            .messages
+            .iter()
+            .map(|m| m.text().into_owned())
+            .collect();
+        assert_eq!(
+            texts,
+            ["q3", "answer to q3", "q4", "answer to q4", "q5"],
+            "last 4 earlier messages, then the input"
+        );
+        for c in &calls {
+            check_pairs(&c.messages).unwrap();
+            assert!(c.messages.iter().all(|m| m.name() != Some("summary")));
+        }
+        assert_eq!(model.internal_calls(), 0);
+        assert_eq!(
+            mw.delete_session(&mw.scope_for_thread("nostore"))
+                .await
+                .unwrap(),
+            0
+        );
+    });
+    let log = String::from_utf8(sink.0.lock().clone()).unwrap();
+    assert_eq!(log.matches("no store configured").count(), 1, "{log}");
+}
+
+#[tokio::test]
+async fn scopes_are_isolated_at_middleware_level() {
+    let store = Arc::new(MemoryStore::new());
+    let model = agent_model();
+    let ada = Arc::new(
+        SessionMemoryMiddleware::builder(settings(SessionScope::new("flow-mw", "ada", "", ""), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    let bob = Arc::new(
+        SessionMemoryMiddleware::builder(settings(SessionScope::new("flow-mw", "bob", "", ""), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    let other_flow = Arc::new(
+        SessionMemoryMiddleware::builder(settings(
+            SessionScope::new("flow-other", "ada", "", ""),
+            4,
+        ))
+        .store(store.clone())
+        .build()
+        .unwrap(),
+    );
+    let ada_agent = agent(&model, ada);
+    ada_agent
+        .invoke(
+            "shared-thread",
+            vec![Message::human(
+                "I'm working on project PRJ-123 on the EU cluster.",
+            )],
+        )
+        .await
+        .unwrap();
+    for i in 0..8 {
+        ada_agent
+            .invoke(
+                "shared-thread",
+                vec![Message::human(format!("ada secret {i}"))],
+            )
+            .await
+            .unwrap();
+    }
+    assert!(model.internal_calls() > 0, "ada's session folded");
+    for (name, mw) in [("bob", bob), ("other flow", other_flow)] {
+        let m2 = agent_model();
+        // Same thread id, so same session id: only the user or flow differs.
+        agent(&m2, mw)
+            .invoke("shared-thread", vec![Message::human("hello")])
+            .await
+            .unwrap();
+        let sent = &user_requests(&m2)[0].messages;
+        assert_eq!(
+            sent.len(),
+            1,
+            "{name} sees nothing of ada's session: {sent:?}"
+        );
+        assert_eq!(m2.internal_calls(), 0);
+    }
+}
+
+#[tokio::test]
+async fn deleting_the_session_through_the_middleware_drops_the_summary() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "del", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    seed(store.as_ref(), &scope, 0..12).await;
+    let model = agent_model();
+    let agent = agent(&model, mw.clone());
+    agent
+        .invoke("del", vec![Message::human("hi")])
+        .await
+        .unwrap();
+    assert!(store.get_state(&scope).await.unwrap().is_some());
+    assert_eq!(mw.delete_session(&scope).await.unwrap(), 1);
+    assert_eq!(store.get_state(&scope).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn fold_events_reach_stream_consumers() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "events", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    seed(store.as_ref(), &scope, 0..12).await;
+    let model = agent_model();
+    let agent = agent(&model, mw);
+    let mut stream = agent.stream("events", vec![Message::human("hi")], &[StreamMode::Custom]);
+    let mut kinds = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let StreamEvent::Custom { payload, .. } = event {
+            kinds.push(payload["type"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    stream.finish().await.unwrap();
+    assert_eq!(kinds, ["context_compacting", "session_memory_folded"]);
+}
