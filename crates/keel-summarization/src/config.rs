@@ -891,7 +891,7 @@ pub struct SummarizationConfigBuilder {
 
 macro_rules! setter {
     ($(#[$doc:meta] $name:ident: $t:ty),* $(,)?) => {
-        $(#[$doc] pub fn $name(mut self, value: $t) -> Self { self.config.$name = value.into(); self })*
+        $(#[$doc] pub fn $name(mut self, value: $t) -> Self { self.config.$name = value; self })*
     };
 }
 
@@ -911,6 +911,24 @@ impl SummarizationConfigBuilder {
     /// The summary prompt (must contain `{messages}`).
     pub fn summary_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.config.summary_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Where skills are mounted.
+    pub fn skills_container_path(mut self, path: impl Into<String>) -> Self {
+        self.config.skills_container_path = path.into();
+        self
+    }
+
+    /// Stickiness headroom: a fraction in (0, 1], or `None` to disable.
+    pub fn stickiness_headroom(mut self, headroom: impl Into<Option<f64>>) -> Self {
+        self.config.stickiness_headroom = headroom.into();
+        self
+    }
+
+    /// Text of the `context_compacting` event.
+    pub fn compacting_message(mut self, text: impl Into<String>) -> Self {
+        self.config.compacting_message = text.into();
         self
     }
 
@@ -936,20 +954,14 @@ impl SummarizationConfigBuilder {
         preserve_recent_skill_tokens: u64,
         /// Skill rescue: per-skill cap.
         preserve_recent_skill_tokens_per_skill: u64,
-        /// Where skills are mounted.
-        skills_container_path: String,
         /// Rescue the latest real user message.
         preserve_latest_user_message: bool,
         /// Rescue dynamic-context reminders.
         preserve_dynamic_context: bool,
-        /// Stickiness headroom (`None` disables).
-        stickiness_headroom: Option<f64>,
         /// Threads remembered by the cache.
         cache_capacity: usize,
         /// Which token counter to use.
         token_counter: TokenCounterKind,
-        /// Text of the `context_compacting` event.
-        compacting_message: String,
         /// Attempts per model.
         summary_max_attempts: u32,
         /// Seconds per attempt.
