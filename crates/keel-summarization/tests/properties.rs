@@ -1,0 +1,199 @@
+//! Property: over generated conversations (parallel tool calls, interleaved skill reads,
+//! long tool outputs, reminders) and generated configurations, as the thread grows
+//! call by call, every request handed to the model satisfies the pair invariant, keeps
+//! the latest user message, holds each input message at most once and in order, and no
+//! stored message is ever changed.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::*;
+use keel_core::message::{DYNAMIC_CONTEXT, Message};
+use keel_summarization::config::ContextSize;
+use keel_summarization::pairs::check_pairs;
+use keel_summarization::plan::latest_user_message;
+use proptest::prelude::*;
+use serde_json::json;
+
+#[derive(Clone, Debug)]
+enum Turn {
+    User {
+        size: usize,
+        reminder: bool,
+    },
+    Answer {
+        size: usize,
+    },
+    Tools {
+        calls: Vec<(u8, usize)>,
+        order: Vec<usize>,
+    },
+}
+
+fn turn() -> impl Strategy<Value = Turn> {
+    prop_oneof![
+        3 => (1usize..400, prop::bool::weighted(0.15)).prop_map(|(size, reminder)| Turn::User { size, reminder }),
+        2 => (1usize..600).prop_map(|size| Turn::Answer { size }),
+        4 => prop::collection::vec((0u8..5, prop_oneof![3 => 1usize..300, 1 => 1000usize..4000]), 1..4)
+            .prop_flat_map(|calls| {
+                let n = calls.len();
+                (Just(calls), Just((0..n).collect::<Vec<_>>()).prop_shuffle())
+            })
+            .prop_map(|(calls, order)| Turn::Tools { calls, order }),
+    ]
+}
+
+/// Builds the thread; returns it and the indices after which a model call happens.
+fn build(turns: &[Turn]) -> (Vec<Message>, Vec<usize>) {
+    let mut out = vec![Message::human("start the task").with_id("u0")];
+    let mut calls_at = Vec::new();
+    let mut n = 0usize;
+    let mut id = |p: &str| {
+        n += 1;
+        format!("{p}{n}")
+    };
+    for t in turns {
+        match t {
+            Turn::User { size, reminder } => {
+                let mut m = Message::human("q".repeat(*size)).with_id(id("u"));
+                if *reminder {
+                    m = m.with_metadata(DYNAMIC_CONTEXT, json!(true));
+                }
+                out.push(m);
+                calls_at.push(out.len());
+            }
+            Turn::Answer { size } => out.push(Message::ai("a".repeat(*size)).with_id(id("a"))),
+            Turn::Tools { calls, order } => {
+                let ai_id = id("t");
+                let specs: Vec<(String, &str, serde_json::Value)> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (kind, _))| {
+                        let cid = format!("{ai_id}c{i}");
+                        match kind {
+                            0 => (cid, "read_file", json!({"path": format!("/mnt/skills/s{i}/SKILL.md")})),
+                            1 => (cid, "view", json!({"file_path": format!("/mnt/skills/../skills/x{}/a.md", i % 2)})),
+                            2 => (cid, "cat", json!({"path": "/etc/hosts"})),
+                            _ => (cid, "bash", json!({"cmd": "ls"})),
+                        }
+                    })
+                    .collect();
+                let refs: Vec<(&str, &str, serde_json::Value)> = specs
+                    .iter()
+                    .map(|(a, b, c)| (a.as_str(), *b, c.clone()))
+                    .collect();
+                out.push(ai_calls(&ai_id, &refs));
+                for &i in order {
+                    out.push(tool(
+                        &format!("{ai_id}r{i}"),
+                        &specs[i].0,
+                        &"o".repeat(calls[i].1),
+                    ));
+                }
+                calls_at.push(out.len());
+            }
+        }
+    }
+    calls_at.push(out.len());
+    calls_at.dedup();
+    (out, calls_at)
+}
+
+#[derive(Clone, Debug)]
+struct Cfg {
+    trigger: Vec<ContextSize>,
+    keep: ContextSize,
+    headroom: Option<f64>,
+    trim: Option<u64>,
+    skills: (u64, u64, u64),
+    model: bool,
+}
+
+fn cfg() -> impl Strategy<Value = Cfg> {
+    let size = prop_oneof![
+        (200u64..6000).prop_map(ContextSize::Tokens),
+        (4u64..60).prop_map(ContextSize::Messages)
+    ];
+    let keep = prop_oneof![
+        (1u64..30).prop_map(ContextSize::Messages),
+        (50u64..3000).prop_map(ContextSize::Tokens)
+    ];
+    (
+        prop::collection::vec(size, 1..3),
+        keep,
+        prop::option::of(0.3f64..=1.0),
+        prop::option::of(50u64..3000),
+        (0u64..6, 0u64..3000, 0u64..1500),
+        any::<bool>(),
+    )
+        .prop_map(|(trigger, keep, headroom, trim, skills, model)| Cfg {
+            trigger,
+            keep,
+            headroom,
+            trim,
+            skills,
+            model,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_request_is_pair_safe_and_keeps_the_latest_user_message(
+        turns in prop::collection::vec(turn(), 5..60),
+        c in cfg(),
+    ) {
+        let (thread, calls_at) = build(&turns);
+        let snapshot = thread.clone();
+        let config = config()
+            .keep(c.keep)
+            .stickiness_headroom(c.headroom)
+            .trim_tokens_to_summarize(c.trim)
+            .preserve_recent_skill_count(c.skills.0)
+            .preserve_recent_skill_tokens(c.skills.1)
+            .preserve_recent_skill_tokens_per_skill(c.skills.2);
+        let config = c.trigger.iter().fold(config, |b, t| b.trigger(*t)).build().unwrap();
+        let builder = middleware(config);
+        let mw = if c.model { builder.build().unwrap() } else { builder.extractive().build().unwrap() };
+        let model = SummaryModel::new();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let position: HashMap<&str, usize> = thread.iter().enumerate().map(|(i, m)| (m.id(), i)).collect();
+        rt.block_on(async {
+            let terminal = Terminal::default();
+            for &end in &calls_at {
+                let prefix: Vec<Message> = thread[..end].to_vec();
+                let req = request(prefix.clone(), model.clone(), "prop");
+                run(&mw, req.clone(), &terminal).await.unwrap();
+                let sent = terminal.last().messages;
+                // No stored message changes.
+                prop_assert_eq!(&*req.messages, &prefix);
+                // At most one summary, first.
+                let body: &[Message] = if sent.first().is_some_and(is_summary) { &sent[1..] } else { &sent[..] };
+                prop_assert!(!body.iter().any(is_summary));
+                // Pair invariant on what the model receives.
+                if let Err(e) = check_pairs(body) {
+                    return Err(TestCaseError::fail(format!("call at {end}: {e}; sent {:?}", ids(body))));
+                }
+                // The latest user message is always there.
+                let latest = latest_user_message(&prefix).map(|i| prefix[i].id().to_owned());
+                if let Some(latest) = latest {
+                    prop_assert!(body.iter().any(|m| m.id() == latest), "latest user message {} missing at {}", latest, end);
+                }
+                // Each input message at most once, in the original order, unchanged.
+                let mut last = None;
+                for m in body {
+                    let i = *position.get(m.id()).expect("sent message comes from the thread");
+                    prop_assert!(last.is_none_or(|l| l < i), "out of order or duplicated: {}", m.id());
+                    prop_assert_eq!(m, &thread[i]);
+                    last = Some(i);
+                }
+            }
+            Ok(())
+        })?;
+        prop_assert_eq!(thread, snapshot);
+        let _ = Arc::strong_count(&model);
+    }
+}
