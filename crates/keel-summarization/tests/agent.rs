@@ -2,6 +2,9 @@
 //! thread, cache reuse on a small follow-up, nothing in state or checkpoints, and no
 //! summary token on the user's messages stream.
 
+// Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::sync::Arc;

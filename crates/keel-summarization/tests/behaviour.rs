@@ -1,6 +1,9 @@
 //! One test per numbered behaviour of issue 4 (and its pitfalls), driving the middleware
 //! through `wrap_model_call` with a recording terminal.
 
+// Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::sync::Arc;
@@ -912,10 +915,9 @@ async fn context_overflow_from_the_model_compacts_and_retries_once() {
         .unwrap();
     assert_eq!(out.message.text(), "ok");
     assert_eq!(terminal.count(), 2);
-    let reqs = terminal.requests.lock();
+    let reqs = terminal.requests.lock().clone();
     assert!(!reqs[0].messages.iter().any(is_summary));
     assert!(is_summary(&reqs[1].messages[0]));
-    drop(reqs);
     // A second overflow is returned, not retried forever.
     let terminal = Terminal::default();
     terminal.errors.lock().extend([

@@ -1,6 +1,9 @@
 //! `summarization.yaml`: DeerFlow files load as is; every invalid value is reported with
 //! its key, value, allowed range and line.
 
+// Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use keel_summarization::config::{ConfigError, ContextSize, SummarizationConfig, TokenCounterKind};
 
 fn load(yaml: &str) -> SummarizationConfig {

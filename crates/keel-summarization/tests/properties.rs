@@ -4,6 +4,9 @@
 //! the latest user message, holds each input message at most once and in order, and no
 //! stored message is ever changed.
 
+// Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::HashMap;

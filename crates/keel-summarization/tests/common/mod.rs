@@ -1,5 +1,6 @@
 //! Test doubles and builders shared by the integration tests.
-#![allow(dead_code)]
+// Test helpers: a broken fixture should fail the test loudly.
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,6 +74,8 @@ impl Terminal {
     }
 }
 
+type Answer = Box<dyn Fn(usize) -> Result<String, ModelError> + Send + Sync>;
+
 /// A summary model: answers internal calls with `summary #n` after an optional delay,
 /// records each prompt, and can be told to fail.
 pub struct SummaryModel {
@@ -80,7 +83,7 @@ pub struct SummaryModel {
     pub calls: AtomicUsize,
     pub prompts: Mutex<Vec<String>>,
     pub delay: Duration,
-    pub answer: Mutex<Box<dyn Fn(usize) -> Result<String, ModelError> + Send + Sync>>,
+    pub answer: Mutex<Answer>,
 }
 
 impl SummaryModel {
