@@ -201,6 +201,24 @@ def degenerate_task(rng: random.Random, prefix: str, n_calls: int, long_chars: i
     return conv.messages
 
 
+def add_usage(rng: random.Random, msgs: list[dict[str, Any]], per_message: list[int],
+              providers: list[str]) -> None:
+    """Attach provider-reported usage to some AI messages, as a real provider would:
+    `total_tokens` = the history so far (off from the approximate count by a random
+    factor, so LangChain's usage scaling matters) plus the answer. `per_message` are the
+    approximate counts, for realism only."""
+    running = 0
+    for m, count in zip(msgs, per_message):
+        running += count
+        if m["role"] != "assistant":
+            continue
+        m["response_metadata"] = {"model_provider": rng.choice(providers)}
+        if rng.random() < 0.7:
+            output = count
+            prompt = int((running - count) * rng.uniform(0.8, 1.6))
+            m["usage"] = {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output}
+
+
 # --- conversion to LangChain -------------------------------------------------------
 
 def to_langchain(msgs: list[dict[str, Any]]) -> list[Any]:
@@ -225,6 +243,10 @@ def to_langchain(msgs: list[dict[str, Any]]) -> list[Any]:
                 {"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"] or "{}"), "id": c["id"]}
                 for c in m.get("tool_calls", [])
             ]
+            if m.get("usage"):
+                kw["usage_metadata"] = dict(m["usage"])
+            if m.get("response_metadata"):
+                kw["response_metadata"] = dict(m["response_metadata"])
             out.append(AIMessage(content=content, tool_calls=calls, **kw))
         elif role == "tool":
             out.append(ToolMessage(content=content, tool_call_id=m["tool_call_id"], status=m.get("status", "success"), **kw))

@@ -128,7 +128,8 @@ def suffix_sums(tokens: list[int]) -> list[int]:
     return out
 
 
-def pick_configs(rng: random.Random, messages: list[dict[str, Any]], tokens: list[int], k: int) -> list[dict[str, Any]]:
+def pick_configs(rng: random.Random, messages: list[dict[str, Any]], tokens: list[int], k: int,
+                 scaled_total: int) -> list[dict[str, Any]]:
     """`k` trigger/keep configurations aimed at interesting cuts: inside tool runs,
     exactly on count boundaries, nothing fitting, and just under the trigger."""
     n = len(messages)
@@ -166,6 +167,9 @@ def pick_configs(rng: random.Random, messages: list[dict[str, Any]], tokens: lis
         if trig_kind in ("tokens", "both"):
             r = rng.random()
             val = total if r < 0.15 else total + 1 if r < 0.25 else max(1, int(total * rng.uniform(0.3, 1.0)))
+            if scaled_total > total + 1 and rng.random() < 0.6:
+                # Between the raw and the usage-scaled count: only scaling can fire it.
+                val = rng.randint(total + 1, scaled_total)
             trigger.append({"kind": "tokens", "value": val})
         if trig_kind in ("messages", "both"):
             r = rng.random()
@@ -208,6 +212,17 @@ def conversations(rng: random.Random) -> list[tuple[str, str, list[dict[str, Any
     for i in range(3):
         add(f"degenerate_task_{i:02d}", "[task, AI(many calls), results...]",
             convgen.degenerate_task(rng, f"d{i}", n_calls=rng.randint(3, 8), long_chars=rng.choice([0, 2000])))
+    for i in range(5):
+        msgs = g(rng, f"r{i}", turns=rng.randint(3, 8), max_parallel=3, long_rate=0.1)
+        tokens = [count_tokens_approximately([m]) for m in convgen.to_langchain(msgs)]
+        # The last conversation mixes providers, which turns LangChain's scaling off.
+        # "openai" is not the fake model's provider, so LangChain's second trigger path
+        # (the last AI message's reported total_tokens >= threshold, taken only when the
+        # message's provider is the middleware model's) stays off: these cases pin down
+        # the scaled count alone.
+        convgen.add_usage(rng, msgs, tokens, ["openai", "anthropic"] if i == 4 else ["openai"])
+        add(f"usage_scaling_{i:02d}", "AI messages carry provider-reported usage: the trigger count is scaled "
+            "(LangChain's use_usage_metadata_scaling); mixed providers disable it", msgs)
     for i in range(4):
         add(f"long_thread_{i:02d}", "a longer thread (30+ turns) with every feature mixed",
             g(rng, f"t{i}", turns=rng.randint(30, 40), max_parallel=3, long_rate=0.05, unicode=True,
@@ -250,9 +265,10 @@ def main() -> None:
         n_conv += 1
         lc = convgen.to_langchain(msgs)
         tokens = [count_tokens_approximately([m]) for m in lc]
+        scaled_total = count_tokens_approximately(lc, use_usage_metadata_scaling=True)
         # Shapes where LangChain can orphan a result get more cuts aimed at them.
-        k = args.configs_per_conversation * (3 if name.startswith("split_parallel") else 1)
-        cases = [run_langchain(msgs, c) for c in pick_configs(rng, msgs, tokens, k)]
+        k = args.configs_per_conversation * (3 if name.startswith(("split_parallel", "usage_scaling")) else 1)
+        cases = [run_langchain(msgs, c) for c in pick_configs(rng, msgs, tokens, k, scaled_total)]
         fixture = {
             "generator": "scripts/compare/gen_parity_fixtures.py",
             "seed": args.seed,
@@ -263,6 +279,7 @@ def main() -> None:
             "input_strictly_paired": strictly_paired(msgs),
             "messages": msgs,
             "approx_tokens": tokens,
+            "approx_total_usage_scaled": scaled_total,
             "cases": cases,
         }
         (args.out / f"{name}.json").write_text(dump(fixture), encoding="utf-8")
