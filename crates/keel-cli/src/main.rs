@@ -1,0 +1,57 @@
+//! `keel`: Keel's command-line tool.
+//!
+//! Each subcommand lives in its own module under `src/commands/` and exposes an `Args`
+//! struct (clap derive) and a `run(args) -> CommandResult`. Adding a command touches this
+//! file in two places (the `Command` variant and its `match` arm) and `commands/mod.rs` in
+//! one; nothing else. Errors end the process with a one-line message and exit code 1;
+//! usage errors are clap's (exit code 2); nothing prints a backtrace.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Keel: agent middleware with transient summarization and rolling session memory.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a JSONL transcript (one message per line): bad JSON or messages by line
+    /// number, duplicate ids, orphan tool results, tool calls without a result.
+    CheckTranscript(commands::check_transcript::Args),
+}
+
+fn main() -> ExitCode {
+    // A bug must still end with a message, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("keel: internal error (please report it): {info}");
+    }));
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckTranscript(args) => commands::check_transcript::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("keel: error: {}", commands::describe(&*error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
