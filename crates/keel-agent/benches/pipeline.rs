@@ -6,6 +6,10 @@
 //! The model is a cheap in-bench echo and the checkpointer discards, so the differences
 //! are the pipeline's own cost.
 //!
+//! Time is the bench thread's CPU time (`/proc/thread-self/schedstat`), not wall time:
+//! the machine is shared, and a descheduled thread must not count as pipeline cost.
+//! Everything runs on a current-thread runtime, so the thread's CPU time is the work.
+//!
 //! Run: `cargo bench -p keel-agent --bench pipeline`
 
 // A benchmark whose setup fails must stop loudly, like a test.
@@ -15,7 +19,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::middleware::{
@@ -96,7 +101,64 @@ const WRAP_ONLY: Hooks = Hooks {
     ..Hooks::NONE
 };
 
-fn bench_agent(c: &mut Criterion) {
+/// CPU time of the calling thread, in nanoseconds.
+struct ThreadCpu;
+
+fn thread_cpu_ns() -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns() - start
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &NanosFormatter
+    }
+}
+
+/// Shows CPU nanoseconds as ns / µs / ms.
+struct NanosFormatter;
+
+impl ValueFormatter for NanosFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical < 1e3 {
+            (1.0, "ns")
+        } else if typical < 1e6 {
+            (1e-3, "µs")
+        } else {
+            (1e-6, "ms")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+    fn scale_throughputs(&self, _: f64, _: &Throughput, values: &mut [f64]) -> &'static str {
+        values.iter_mut().for_each(|v| *v = 1e9 / *v);
+        "elem/s"
+    }
+    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+type Cpu = Criterion<ThreadCpu>;
+
+fn bench_agent(c: &mut Cpu) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -130,7 +192,7 @@ impl ModelHandler for Terminal {
     }
 }
 
-fn bench_next(c: &mut Criterion) {
+fn bench_next(c: &mut Cpu) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -156,5 +218,9 @@ fn bench_next(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_agent, bench_next);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = bench_agent, bench_next
+}
 criterion_main!(benches);

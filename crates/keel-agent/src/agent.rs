@@ -423,14 +423,23 @@ impl Run {
             NodeHook::AfterModel => &inner.pipeline.after_model,
             NodeHook::AfterAgent => &inner.pipeline.after_agent,
         };
+        // Without a consumer the node label is never read: one runtime serves every hook.
+        let shared = (!self.writer.is_connected()).then(|| self.runtime(""));
         for entry in list {
-            let runtime = self.runtime(&entry.node);
+            let labelled;
+            let runtime = match &shared {
+                Some(runtime) => runtime,
+                None => {
+                    labelled = self.runtime(&entry.node);
+                    &labelled
+                }
+            };
             let m = &entry.middleware;
             let outcome: Result<HookOutcome, MiddlewareError> = match hook {
-                NodeHook::BeforeAgent => m.before_agent(&self.state, &runtime).await,
-                NodeHook::BeforeModel => m.before_model(&self.state, &runtime).await,
-                NodeHook::AfterModel => m.after_model(&self.state, &runtime).await,
-                NodeHook::AfterAgent => m.after_agent(&self.state, &runtime).await,
+                NodeHook::BeforeAgent => m.before_agent(&self.state, runtime).await,
+                NodeHook::BeforeModel => m.before_model(&self.state, runtime).await,
+                NodeHook::AfterModel => m.after_model(&self.state, runtime).await,
+                NodeHook::AfterAgent => m.after_agent(&self.state, runtime).await,
             };
             let HookOutcome { update, jump } = outcome?;
             if !update.is_empty() {
@@ -490,6 +499,10 @@ impl Run {
 
     async fn tools_step(&mut self, inner: &Inner) -> Result<(), AgentError> {
         let calls = pending_tool_calls(&self.state.messages);
+        if calls.is_empty() {
+            // A `tools` jump with nothing pending: no step, no checkpoint.
+            return Ok(());
+        }
         let terminal = AgentTool {
             available: &inner.tool_names,
         };

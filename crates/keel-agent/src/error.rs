@@ -68,7 +68,7 @@ pub enum AgentError {
     /// The model call (after every wrap hook) failed.
     #[error("model call #{call_index} failed: {source}")]
     Model {
-        /// Index of the model step in the run (0-based).
+        /// The run's model-call index when the step began (see `Runtime::model_call_index`).
         call_index: u64,
         /// The error the pipeline returned.
         #[source]

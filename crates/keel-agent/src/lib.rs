@@ -70,3 +70,13 @@ pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
 pub use checkpointer::InMemoryCheckpointer;
 pub use error::{AgentError, BuildError};
 pub use stream::AgentStream;
+
+// The README's and the middleware guide's examples are compiled and run as doc tests
+// here, so the documentation cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/writing-middleware.md")]
+struct WritingMiddlewareDoctests;
