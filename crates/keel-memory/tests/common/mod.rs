@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 #![allow(dead_code)]
 
+pub mod backends;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
