@@ -114,8 +114,14 @@
 pub mod conformance;
 pub mod error;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 mod check;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 mod store;
 
 pub use error::ConnectError;

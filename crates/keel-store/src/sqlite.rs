@@ -1,0 +1,158 @@
+//! The SQLite backend (feature `sqlite`): an embedded database in one file, in WAL mode,
+//! or in memory. See the [crate docs](crate) for the schema and when to prefer PostgreSQL.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use keel_core::store::StoreError;
+use sqlx::SqlSafeStr as _;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use crate::error::{ConnectError, redact_url};
+use crate::sql::{Queries, impl_sql_store};
+use crate::{Backend, Storage};
+
+/// How long a writer waits for the write lock before SQLite reports "database is locked".
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections of a file database: readers run in parallel under WAL; writers queue.
+const FILE_POOL_SIZE: u32 = 4;
+
+const QUERIES: Queries = Queries {
+    append: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
+             timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    insert_state: "INSERT INTO session_memory_state (flow_id, user_id, session_id, context_id, \
+             summary, pinned, covered_until_message_id, covered_until_timestamp, absorbed_count, \
+             summary_model, version, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (flow_id, user_id, session_id, context_id) DO NOTHING",
+    update_state: "UPDATE session_memory_state SET summary = $5, pinned = $6, \
+             covered_until_message_id = $7, covered_until_timestamp = $8, absorbed_count = $9, \
+             summary_model = $10, version = $11, updated_at_ms = $12 \
+             WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4 \
+             AND version = $13",
+    put_summary: "INSERT INTO summary_cache (key, value, updated_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
+             updated_at_ms = excluded.updated_at_ms",
+    // `WHERE true` resolves SQLite's parsing ambiguity between a join and an upsert.
+    put_blobs: "INSERT INTO checkpoint_messages (thread_id, content_hash, body) \
+             SELECT $1, json_extract(value, '$[0]'), json_extract(value, '$[1]') \
+             FROM json_each($2) WHERE true ON CONFLICT DO NOTHING",
+    put_checkpoint: "INSERT INTO checkpoints (thread_id, seq, run_id, node, message_hashes, \
+             state_values, created_at_ms) \
+             SELECT $1, COALESCE(MAX(seq) + 1, 0), $2, $3, $4, $5, $6 \
+             FROM checkpoints WHERE thread_id = $1 RETURNING seq",
+    blobs_of_checkpoint: "SELECT content_hash, body FROM checkpoint_messages \
+             WHERE thread_id = $1 AND content_hash IN \
+             (SELECT j.value FROM checkpoints c, json_each(c.message_hashes) j \
+              WHERE c.thread_id = $1 AND c.seq = $2)",
+};
+
+/// The embedded migrations, in order. Expand-only.
+fn migrator() -> Migrator {
+    Migrator::with_migrations(vec![Migration::new(
+        1,
+        "init".into(),
+        MigrationType::Simple,
+        include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
+        false,
+    )])
+}
+
+/// A store on SQLite. Cheap to clone (clones share the pool).
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens `url` (`sqlite://path.db?mode=rwc` creates the file if missing;
+    /// `sqlite::memory:` is a private in-memory database) and runs the migrations. A file
+    /// database is put in WAL mode with `synchronous = NORMAL` and a 5 s busy timeout.
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        let options =
+            SqliteConnectOptions::from_str(url).map_err(|e| ConnectError::InvalidUrl {
+                backend: Backend::Sqlite,
+                url: redact_url(url),
+                detail: e.to_string(),
+            })?;
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        Self::open(options, in_memory, redact_url(url)).await
+    }
+
+    /// Opens a database from explicit options and runs the migrations. `in_memory`
+    /// keeps exactly one connection open for the store's life: an in-memory database
+    /// exists only while a connection to it does, and each connection would otherwise
+    /// see its own.
+    pub async fn connect_with(
+        options: SqliteConnectOptions,
+        in_memory: bool,
+    ) -> Result<Self, ConnectError> {
+        let name = options.get_filename().display().to_string();
+        Self::open(options, in_memory, name).await
+    }
+
+    async fn open(
+        options: SqliteConnectOptions,
+        in_memory: bool,
+        name: String,
+    ) -> Result<Self, ConnectError> {
+        let options = options.busy_timeout(BUSY_TIMEOUT).foreign_keys(true);
+        let (options, pool) = if in_memory {
+            (
+                options,
+                SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None),
+            )
+        } else {
+            (
+                options
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal),
+                SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE),
+            )
+        };
+        let pool = pool
+            .connect_with(options)
+            .await
+            .map_err(|e| ConnectError::Connect {
+                backend: Backend::Sqlite,
+                url: name,
+                detail: e.to_string(),
+            })?;
+        migrator()
+            .run(&pool)
+            .await
+            .map_err(|e| ConnectError::Migrate {
+                backend: Backend::Sqlite,
+                detail: e.to_string(),
+            })?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// The connection pool, for callers that keep their own tables next to Keel's.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        migrator()
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Backend(format!("migration failed: {e}")))
+    }
+}
+
+impl_sql_store!(SqliteStore, sqlx::Sqlite, QUERIES);

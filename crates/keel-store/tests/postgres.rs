@@ -1,0 +1,240 @@
+//! The conformance suite, migrations and cross-pool sharing on PostgreSQL.
+//!
+//! Needs `KEEL_TEST_POSTGRES_URL`; `scripts/test.sh` provisions a throwaway server and
+//! sets it. Without it these tests fail (they are never skipped). Each test works in its
+//! own fresh schema, so "migrations from empty" really starts from nothing.
+#![cfg(feature = "postgres")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use keel_core::store::{
+    SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope, SummaryStore,
+};
+use keel_store::postgres::PostgresStore;
+use keel_store::{Backend, Storage, Store, conformance};
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+fn url() -> String {
+    match std::env::var("KEEL_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "KEEL_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
+             provisions a throwaway PostgreSQL (or `scripts/postgres.sh -- cargo test -p \
+             keel-store --features postgres`), or point the variable at a database you own"
+        ),
+    }
+}
+
+/// A new empty schema, and connect options whose `search_path` points at it.
+async fn fresh_schema() -> (String, PgConnectOptions) {
+    let url = url();
+    let schema = format!("keel_test_{}", uuid_like());
+    let admin = PostgresStore::connect_with(
+        PgConnectOptions::from_str(&url).unwrap(),
+        PgPoolOptions::new().max_connections(1),
+    )
+    .await
+    .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    let options = PgConnectOptions::from_str(&url)
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    (schema, options)
+}
+
+fn uuid_like() -> String {
+    keel_core::message::new_id().replace('-', "")
+}
+
+async fn store_in(options: &PgConnectOptions, pool_size: u32) -> PostgresStore {
+    PostgresStore::connect_with(
+        options.clone(),
+        PgPoolOptions::new().max_connections(pool_size),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_conforms() {
+    let (_, options) = fresh_schema().await;
+    let store = store_in(&options, 16).await;
+    conformance::run_all(Arc::new(store)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_url_conforms() {
+    // Store::connect on the plain URL (public schema, shared with other runs): the suite
+    // namespaces its ids, so reruns on the same database do not collide.
+    let store = Store::connect(&url()).await.unwrap();
+    assert_eq!(store.backend(), Backend::Postgres);
+    conformance::run_all(Arc::new(store)).await.unwrap();
+}
+
+async fn tables(store: &PostgresStore, schema: &str) -> Vec<String> {
+    sqlx::query_as::<_, (String,)>(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 \
+         UNION ALL SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(n,)| n)
+    .collect()
+}
+
+#[tokio::test]
+async fn migrations_run_from_empty_and_again_as_a_no_op() {
+    let (schema, options) = fresh_schema().await;
+    let first = store_in(&options, 2).await;
+    let created = tables(&first, &schema).await;
+    for t in [
+        "_sqlx_migrations",
+        "chat_messages",
+        "chat_messages_by_position",
+        "checkpoint_messages",
+        "checkpoints",
+        "session_memory_state",
+        "summary_cache",
+    ] {
+        assert!(
+            created.iter().any(|n| n == t),
+            "{t} missing from {created:?}"
+        );
+    }
+    let scope = SessionScope::new("f", "u", "s", "");
+    first
+        .save_state(&scope, &SessionMemoryState::default(), 0)
+        .await
+        .unwrap();
+    first.migrate().await.unwrap();
+    let second = store_in(&options, 2).await;
+    assert_eq!(tables(&second, &schema).await, created);
+    let (applied,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(second.pool())
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_starting_together_migrate_once() {
+    let (schema, options) = fresh_schema().await;
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let options = options.clone();
+        handles.push(tokio::spawn(async move { store_in(&options, 1).await }));
+    }
+    let mut stores = Vec::new();
+    for h in handles {
+        stores.push(h.await.unwrap());
+    }
+    assert!(
+        tables(&stores[0], &schema)
+            .await
+            .contains(&"session_memory_state".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn two_pools_share_summaries_and_session_state() {
+    let (_, options) = fresh_schema().await;
+    // Two independent pools, as two agent processes would have.
+    let a = store_in(&options, 2).await;
+    let b = store_in(&options, 2).await;
+
+    let key = "summary:thread-1:fingerprint";
+    let value = json!({"summary": "- PRJ-123 on the EU cluster", "model": "gpt-test"});
+    a.put_summary(key, &value).await.unwrap();
+    assert_eq!(b.get_summary(key).await.unwrap(), Some(value));
+
+    let scope = SessionScope::new("flow", "user", "session", "");
+    let mut state = SessionMemoryState {
+        summary: "- folded by process A".into(),
+        ..Default::default()
+    };
+    state.pinned.insert("project".into(), json!("PRJ-123"));
+    assert_eq!(
+        a.save_state(&scope, &state, 0).await.unwrap(),
+        SaveOutcome::Saved { version: 1 }
+    );
+    let seen_by_b = b.get_state(&scope).await.unwrap().unwrap();
+    assert_eq!(seen_by_b.summary, "- folded by process A");
+    assert_eq!(seen_by_b.pinned["project"], json!("PRJ-123"));
+
+    // B folds on top of A's state; A, still holding version 1, loses and must reload.
+    let next = SessionMemoryState {
+        summary: "- folded by process B".into(),
+        ..seen_by_b.clone()
+    };
+    assert_eq!(
+        b.save_state(&scope, &next, seen_by_b.version)
+            .await
+            .unwrap(),
+        SaveOutcome::Saved { version: 2 }
+    );
+    assert_eq!(
+        a.save_state(&scope, &state, 1).await.unwrap(),
+        SaveOutcome::Conflict
+    );
+    assert_eq!(
+        a.get_state(&scope).await.unwrap().unwrap().summary,
+        "- folded by process B"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_cas_across_two_pools() {
+    // The race of the conformance suite, but the 64 writers split over two pools.
+    let (_, options) = fresh_schema().await;
+    let a = Arc::new(store_in(&options, 8).await);
+    let b = Arc::new(store_in(&options, 8).await);
+    let scope = SessionScope::new("flow", "user", "contended", "");
+    let mut handles = Vec::new();
+    for i in 0..64u64 {
+        let store = if i % 2 == 0 {
+            Arc::clone(&a)
+        } else {
+            Arc::clone(&b)
+        };
+        let scope = scope.clone();
+        handles.push(tokio::spawn(async move {
+            let mut wins = Vec::new();
+            loop {
+                let current = store.get_state(&scope).await.unwrap().unwrap_or_default();
+                let next = SessionMemoryState {
+                    absorbed_count: current.version + 1,
+                    ..current.clone()
+                };
+                match store
+                    .save_state(&scope, &next, current.version)
+                    .await
+                    .unwrap()
+                {
+                    SaveOutcome::Saved { version } => {
+                        wins.push(version);
+                        return wins;
+                    }
+                    SaveOutcome::Conflict => {}
+                }
+            }
+        }));
+    }
+    let mut versions = Vec::new();
+    for h in handles {
+        versions.extend(h.await.unwrap());
+    }
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=64).collect::<Vec<_>>());
+    let last = a.get_state(&scope).await.unwrap().unwrap();
+    assert_eq!((last.version, last.absorbed_count), (64, 64));
+}

@@ -1,0 +1,116 @@
+//! The conformance suite and schema checks on SQLite: a WAL file in a temp dir, and
+//! `sqlite::memory:`.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use std::sync::Arc;
+
+use keel_core::store::{SessionMemoryState, SessionMemoryStore, SessionScope, SummaryStore};
+use keel_store::sqlite::SqliteStore;
+use keel_store::{Backend, Storage, Store, conformance};
+use serde_json::json;
+
+fn file_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_file_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&file_url(&dir)).await.unwrap();
+    assert_eq!(store.backend(), Backend::Sqlite);
+    conformance::run_all(Arc::new(store)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_memory_conforms() {
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    conformance::run_all(Arc::new(store)).await.unwrap();
+}
+
+#[tokio::test]
+async fn file_database_is_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::connect(&file_url(&dir)).await.unwrap();
+    let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+async fn tables(store: &SqliteStore) -> Vec<String> {
+    sqlx::query_as::<_, (String,)>(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'index') \
+         AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(n,)| n)
+    .collect()
+}
+
+async fn applied(store: &SqliteStore) -> i64 {
+    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test]
+async fn migrations_run_from_empty_and_again_as_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(&dir);
+    let scope = SessionScope::new("f", "u", "s", "");
+    let first = SqliteStore::connect(&url).await.unwrap();
+    let schema = tables(&first).await;
+    for t in [
+        "_sqlx_migrations",
+        "chat_messages",
+        "chat_messages_by_position",
+        "checkpoint_messages",
+        "checkpoints",
+        "session_memory_state",
+        "summary_cache",
+    ] {
+        assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
+    }
+    assert_eq!(applied(&first).await, 1);
+    first
+        .save_state(&scope, &SessionMemoryState::default(), 0)
+        .await
+        .unwrap();
+    first.put_summary("k", &json!({"s": 1})).await.unwrap();
+    first.migrate().await.unwrap();
+    drop(first);
+
+    // A restarted process: connect migrates again; nothing changes, nothing is lost.
+    let second = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(tables(&second).await, schema);
+    assert_eq!(applied(&second).await, 1);
+    assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
+    assert_eq!(
+        second.get_summary("k").await.unwrap(),
+        Some(json!({"s": 1}))
+    );
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_a_connect_error() {
+    let err = Store::connect("sqlite:///nonexistent-dir/x/keel.db?mode=rwc")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            keel_store::ConnectError::Connect {
+                backend: Backend::Sqlite,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
