@@ -27,15 +27,17 @@ use keel_core::store::{
 };
 use keel_core::stream::StreamWriter;
 use keel_summarization::events::ContextCompacting;
+use keel_summarization::extractive::{self, ExtractiveOptions};
 use keel_summarization::pairs::check_pairs_strict;
 use keel_summarization::summary_call::{
     SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
+use keel_summarization::transcript::cap_chars;
 use keel_summarization::{SUMMARY_NAME, summary_message};
 
 use crate::events::{FOLDING_MESSAGE, FoldFailed, FoldFailure, FoldSuperseded, Folded};
 use crate::fold::merge::{count_words, merge};
-use crate::fold::parse::parse_fold_output;
+use crate::fold::parse::{FoldOutput, parse_fold_output};
 use crate::fold::{fold_prompt, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
 
@@ -128,6 +130,24 @@ pub fn render_memory(state: &SessionMemoryState, pinned_keys: &[String]) -> Opti
     }
 }
 
+/// The message with its text cut to `max_chars` (head and tail kept), as the model fold's
+/// transcript would show it; tool calls and ids are unchanged.
+fn cap_message(message: &Message, max_chars: usize) -> Message {
+    let text = message.text();
+    if text.chars().count() <= max_chars {
+        return message.clone();
+    }
+    let mut out = message.clone();
+    let capped = cap_chars(&text, max_chars);
+    match out.body_mut() {
+        keel_core::message::MessageBody::System(m) => m.content = capped.into(),
+        keel_core::message::MessageBody::Human(m) => m.content = capped.into(),
+        keel_core::message::MessageBody::Ai(m) => m.content = capped.into(),
+        keel_core::message::MessageBody::Tool(m) => m.content = capped.into(),
+    }
+    out
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -143,7 +163,23 @@ pub struct SessionCompressor {
     summary_model: Option<Arc<dyn ChatModel>>,
     caller: Arc<SummaryCaller>,
     template: String,
+    engine: FoldEngine,
 }
+
+/// What writes the summary of a fold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FoldEngine {
+    /// One internal model call per fold (the summary model, else the run's model).
+    #[default]
+    Model,
+    /// keel-summarization's deterministic extractive summarizer: no model, no network,
+    /// same input same output. Pinned keys keep their values (no model extracts them).
+    /// For offline use (`keel replay`, examples, tests of the surrounding system).
+    Extractive,
+}
+
+/// The `summary_model` recorded for extractive folds.
+pub const EXTRACTIVE_MODEL_NAME: &str = "extractive";
 
 impl std::fmt::Debug for SessionCompressor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,6 +211,7 @@ impl SessionCompressor {
             summary_model: None,
             caller: Arc::new(SummaryCaller::new(SummaryCallOptions::default())),
             template,
+            engine: FoldEngine::Model,
         })
     }
 
@@ -188,6 +225,12 @@ impl SessionCompressor {
     /// process with the summarization middleware so a failing model is paused for both.
     pub fn with_summary_caller(mut self, caller: Arc<SummaryCaller>) -> Self {
         self.caller = caller;
+        self
+    }
+
+    /// Chooses what writes fold summaries (default [`FoldEngine::Model`]).
+    pub fn with_engine(mut self, engine: FoldEngine) -> Self {
+        self.engine = engine;
         self
     }
 
@@ -388,52 +431,45 @@ impl SessionCompressor {
             Step::Failed(reason, error, count)
         };
         let messages: Vec<Message> = batch.iter().map(|m| m.message.clone()).collect();
-        let prompt = match fold_prompt(
-            &self.template,
-            state,
-            &messages,
-            self.settings.max_message_chars,
-        ) {
-            Ok(p) => p,
-            Err(e) => return failed(FoldFailure::Model, e.to_string()),
-        };
-
-        let has_previous_summary = !state.summary.trim().is_empty();
-        let unparseable = AtomicBool::new(false);
-        let check = |text: &str| -> Result<(), String> {
-            let result = match parse_fold_output(text) {
-                Err(e) => Err(e.to_string()),
-                Ok(out) if out.summary.is_none() && !has_previous_summary => {
-                    Err("the answer has no summary and there is no previous summary to keep".into())
-                }
-                Ok(_) => Ok(()),
-            };
-            if result.is_err() {
-                unparseable.store(true, Ordering::Relaxed);
-            }
-            result
-        };
-        ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
-        let output = match self
-            .caller
-            .call(&Self::breaker_key(scope), models, &prompt, Some(&check))
-            .await
-        {
-            Ok(o) => o,
-            Err(e) => {
-                let reason = match &e {
-                    SummaryCallError::Failed {
-                        kind: Some(ModelErrorKind::MalformedResponse),
-                        ..
-                    } if unparseable.load(Ordering::Relaxed) => FoldFailure::Unparseable,
-                    _ => FoldFailure::Model,
+        let (parsed, model_name) = match self.engine {
+            FoldEngine::Extractive => {
+                let options = ExtractiveOptions {
+                    word_budget: self.settings.summary_word_budget,
+                    ..ExtractiveOptions::default()
                 };
-                return failed(reason, e.to_string());
+                let previous = Some(state.summary.as_str()).filter(|p| !p.trim().is_empty());
+                let capped: Vec<Message> = messages
+                    .iter()
+                    .map(|m| cap_message(m, self.settings.max_message_chars))
+                    .collect();
+                let summary = extractive::summarize(previous, &capped, &options);
+                let output = FoldOutput {
+                    pinned: None,
+                    summary: Some(summary).filter(|s| !s.trim().is_empty()),
+                };
+                if output.summary.is_none() && previous.is_none() {
+                    return failed(
+                        FoldFailure::Model,
+                        "the extractive summarizer found nothing to keep".into(),
+                    );
+                }
+                (output, EXTRACTIVE_MODEL_NAME.to_owned())
             }
-        };
-        let parsed = match parse_fold_output(&output.text) {
-            Ok(p) => p,
-            Err(e) => return failed(FoldFailure::Unparseable, e.to_string()),
+            FoldEngine::Model => {
+                let prompt = match fold_prompt(
+                    &self.template,
+                    state,
+                    &messages,
+                    self.settings.max_message_chars,
+                ) {
+                    Ok(p) => p,
+                    Err(e) => return failed(FoldFailure::Model, e.to_string()),
+                };
+                match self.call_model(scope, state, &prompt, models, writer).await {
+                    Ok(done) => done,
+                    Err((reason, error)) => return failed(reason, error),
+                }
+            }
         };
         let (pinned, summary) = merge(
             &state.pinned,
@@ -447,7 +483,7 @@ impl SessionCompressor {
             pinned,
             covered_until: Some(last),
             absorbed_count: state.absorbed_count + count as u64,
-            summary_model: Some(output.model.clone()),
+            summary_model: Some(model_name.clone()),
             version: state.version,
             created_at_ms: state.created_at_ms,
             updated_at_ms: now_ms(),
@@ -468,7 +504,7 @@ impl SessionCompressor {
                         .filter(|k| next.pinned.contains_key(*k))
                         .cloned()
                         .collect(),
-                    summary_model: output.model,
+                    summary_model: model_name,
                 }
                 .emit(writer);
                 Step::Folded(next, count)
@@ -491,6 +527,52 @@ impl SessionCompressor {
             },
             Err(e) => failed(FoldFailure::Store, e.to_string()),
         }
+    }
+
+    /// The fold's model call: the shared summary caller with a check that the answer
+    /// parses, so an unparseable answer counts as a failed attempt (and the fallback
+    /// model gets its turn).
+    async fn call_model(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        prompt: &keel_summarization::transcript::SummaryPrompt,
+        models: &SummaryModels,
+        writer: &StreamWriter,
+    ) -> Result<(FoldOutput, String), (FoldFailure, String)> {
+        let has_previous_summary = !state.summary.trim().is_empty();
+        let unparseable = AtomicBool::new(false);
+        let check = |text: &str| -> Result<(), String> {
+            let result = match parse_fold_output(text) {
+                Err(e) => Err(e.to_string()),
+                Ok(out) if out.summary.is_none() && !has_previous_summary => {
+                    Err("the answer has no summary and there is no previous summary to keep".into())
+                }
+                Ok(_) => Ok(()),
+            };
+            if result.is_err() {
+                unparseable.store(true, Ordering::Relaxed);
+            }
+            result
+        };
+        ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
+        let output = self
+            .caller
+            .call(&Self::breaker_key(scope), models, prompt, Some(&check))
+            .await
+            .map_err(|e| {
+                let reason = match &e {
+                    SummaryCallError::Failed {
+                        kind: Some(ModelErrorKind::MalformedResponse),
+                        ..
+                    } if unparseable.load(Ordering::Relaxed) => FoldFailure::Unparseable,
+                    _ => FoldFailure::Model,
+                };
+                (reason, e.to_string())
+            })?;
+        let parsed = parse_fold_output(&output.text)
+            .map_err(|e| (FoldFailure::Unparseable, e.to_string()))?;
+        Ok((parsed, output.model))
     }
 
     /// Appends the messages of a turn to the chat history, skipping those already stored

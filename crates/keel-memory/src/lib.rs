@@ -62,6 +62,6 @@ pub mod fold;
 pub mod middleware;
 pub mod settings;
 
-pub use compressor::{FoldOutcome, SessionCompressor, TurnMemory, render_memory};
+pub use compressor::{FoldEngine, FoldOutcome, SessionCompressor, TurnMemory, render_memory};
 pub use middleware::{SessionMemoryBuilder, SessionMemoryMiddleware};
 pub use settings::{SessionMemorySettings, SettingsError};

@@ -31,7 +31,7 @@ use keel_summarization::summary_call::SummaryCaller;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use crate::compressor::{SessionCompressor, TurnMemory};
+use crate::compressor::{FoldEngine, SessionCompressor, TurnMemory};
 use crate::settings::{SessionMemorySettings, SettingsError};
 
 /// The middleware's name (unique within an agent).
@@ -66,6 +66,7 @@ pub struct SessionMemoryBuilder {
     stores: Option<(Arc<dyn ChatHistoryStore>, Arc<dyn SessionMemoryStore>)>,
     summary_model: Option<Arc<dyn ChatModel>>,
     caller: Option<Arc<SummaryCaller>>,
+    engine: FoldEngine,
     record_history: bool,
 }
 
@@ -104,6 +105,13 @@ impl SessionMemoryBuilder {
         self
     }
 
+    /// What writes fold summaries (default: a model call; [`FoldEngine::Extractive`] for
+    /// offline, deterministic folds).
+    pub fn fold_engine(mut self, engine: FoldEngine) -> Self {
+        self.engine = engine;
+        self
+    }
+
     /// Whether `after_agent` appends each turn to the chat history (default `true`).
     /// Turn it off when the application stores messages itself.
     pub fn record_history(mut self, record: bool) -> Self {
@@ -116,7 +124,8 @@ impl SessionMemoryBuilder {
         self.settings.validate()?;
         let compressor = match self.stores {
             Some((history, states)) => {
-                let mut c = SessionCompressor::new(self.settings.clone(), history, states)?;
+                let mut c = SessionCompressor::new(self.settings.clone(), history, states)?
+                    .with_engine(self.engine);
                 if let Some(m) = self.summary_model {
                     c = c.with_summary_model(m);
                 }
@@ -186,6 +195,7 @@ impl SessionMemoryMiddleware {
             stores: None,
             summary_model: None,
             caller: None,
+            engine: FoldEngine::Model,
             record_history: true,
         }
     }

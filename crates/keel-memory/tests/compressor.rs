@@ -734,3 +734,47 @@ async fn a_failing_summary_model_falls_back_to_the_run_model() {
     assert_eq!(turn.state.summary_model.as_deref(), Some("fold-model"));
     assert_eq!(run.internal_calls(), 1);
 }
+
+#[tokio::test]
+async fn extractive_folds_need_no_model() {
+    let store = Arc::new(MemoryStore::new());
+    let s = scope("u", "extractive");
+    seed(store.as_ref(), &s, 0..50).await;
+    let c = compressor(&store, settings(&s)).with_engine(keel_memory::FoldEngine::Extractive);
+    let model = Arc::new(ScriptedModel::new([]));
+    let events = Events::new();
+    let turn = c
+        .prepare(&s, &input(), &dyn_model(&model), &events.writer)
+        .await
+        .unwrap();
+    assert_eq!(model.calls(), 0);
+    assert_eq!(turn.state.absorbed_count, 40);
+    assert_eq!(turn.state.version, 1);
+    assert_eq!(turn.state.summary_model.as_deref(), Some("extractive"));
+    assert!(
+        turn.state.summary.contains("PRJ-123"),
+        "{}",
+        turn.state.summary
+    );
+    assert!(keel_memory::fold::merge::count_words(&turn.state.summary) <= 300);
+    let ev = events.custom();
+    assert!(
+        of_type(&ev, "context_compacting").is_empty(),
+        "no blocking model call"
+    );
+    assert_eq!(of_type(&ev, EVENT_FOLDED).len(), 1);
+    // Deterministic: the same session folds to the same summary.
+    let store2 = Arc::new(MemoryStore::new());
+    seed(store2.as_ref(), &s, 0..50).await;
+    let again = compressor(&store2, settings(&s))
+        .with_engine(keel_memory::FoldEngine::Extractive)
+        .prepare(
+            &s,
+            &input(),
+            &dyn_model(&model),
+            &StreamWriter::disconnected(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.state.summary, turn.state.summary);
+}
