@@ -1,0 +1,227 @@
+//! Keel's side of `scripts/compare/run.sh`: the same measurements as
+//! `scripts/compare/langchain_bench.py`, on the same generated thread (JSONL in
+//! `KEEL_BENCH_THREAD`), through the middleware's public hook (`wrap_model_call` with a
+//! model handler that answers at once).
+//!
+//! - `passthrough_10k_growing`: the first 10,000 messages, growing by one message of the
+//!   file per call (wrapping back to 10,000 after the last one, outside the timing);
+//!   trigger far above the count, so every call passes through. LangChain's
+//!   `before_model` under the same trigger is the comparison.
+//! - `compaction_10k_cold`: one full compaction pass over the first 10,000 messages
+//!   (trigger tokens 100,000, keep messages 20, every other setting at its default:
+//!   trim 4,000, headroom 0.75, rescue on) with a fake summary model. Nothing is warm:
+//!   every pass sees the thread under fresh message ids (so no token count is cached)
+//!   and a fresh thread id (so no summary is cached).
+//! - `compaction_10k_warm_counts`: the same pass when the thread's messages were already
+//!   counted by earlier pass-through calls, as in a running agent (summary cache still
+//!   cold).
+//!
+//! `KEEL_BENCH_JSON` (optional) receives a description of each bench for the report.
+
+// A benchmark harness, like a test: a broken setup must stop it loudly.
+#![allow(clippy::expect_used, clippy::panic)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use keel_core::message::Message;
+use keel_core::middleware::{Middleware, ModelHandler, ModelRequest, ModelResponse, Next, Runtime};
+use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
+use keel_core::state::AgentState;
+use keel_summarization::cache::SummaryCache;
+use keel_summarization::config::{ContextSize, SummarizationConfig};
+use keel_summarization::middleware::SummarizationMiddleware;
+
+/// Must match `scripts/compare/langchain_bench.py`.
+const BASE: usize = 10_000;
+const COMPACTION_TRIGGER_TOKENS: u64 = 100_000;
+const KEEP_MESSAGES: u64 = 20;
+const FAKE_SUMMARY: &str = "FAKE SUMMARY: the user asked for work; tools ran; results were noted.";
+
+/// The summary model: answers at once with a fixed text (LangChain side: FakeListChatModel).
+struct FakeSummarizer(ModelProfile);
+
+#[async_trait]
+impl ChatModel for FakeSummarizer {
+    fn profile(&self) -> &ModelProfile {
+        &self.0
+    }
+    async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
+        Ok(Message::ai(FAKE_SUMMARY))
+    }
+}
+
+/// The main model call behind the middleware: answers at once.
+struct Answer(Message);
+
+#[async_trait]
+impl ModelHandler for Answer {
+    async fn call(&self, _request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        Ok(ModelResponse::new(self.0.clone()))
+    }
+}
+
+fn middleware(trigger: u64, cache: Arc<SummaryCache>) -> SummarizationMiddleware {
+    let config = SummarizationConfig::builder()
+        .trigger(ContextSize::Tokens(trigger))
+        .keep(ContextSize::Messages(KEEP_MESSAGES))
+        .build()
+        .expect("valid config");
+    SummarizationMiddleware::builder(config)
+        .cache(cache)
+        .build()
+        .expect("valid middleware")
+}
+
+fn request(messages: Vec<Message>, model: &Arc<dyn ChatModel>, thread: &str) -> ModelRequest {
+    ModelRequest {
+        messages: Arc::new(messages),
+        system: None,
+        tools: Arc::new(Vec::new()),
+        tool_choice: None,
+        settings: ModelSettings::default(),
+        model: model.clone(),
+        state: Arc::new(AgentState::default()),
+        runtime: Runtime::detached(thread),
+    }
+}
+
+fn with_fresh_ids(messages: &[Message], pass: u64) -> Vec<Message> {
+    messages
+        .iter()
+        .map(|m| {
+            let id = format!("{}~{pass}", m.id());
+            m.clone().with_id(id)
+        })
+        .collect()
+}
+
+fn benches(c: &mut Criterion) {
+    let path = std::env::var("KEEL_BENCH_THREAD")
+        .expect("KEEL_BENCH_THREAD: the thread JSONL written by langchain_bench.py gen-thread");
+    let all = keel_core::transcript::read_jsonl(&path).expect("thread JSONL");
+    assert!(all.len() > BASE, "{path}: {} messages, need more than {BASE}", all.len());
+    let base = all[..BASE].to_vec();
+    let growth = all[BASE..].to_vec();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let model: Arc<dyn ChatModel> =
+        Arc::new(FakeSummarizer(ModelProfile::new("fake-summarizer", "fake")));
+    let answer = Answer(Message::ai("ok").with_id("answer"));
+    let call = |mw: &SummarizationMiddleware, req: ModelRequest| {
+        rt.block_on(mw.wrap_model_call(req, Next::new(&[], &answer)))
+            .expect("model call")
+    };
+
+    let mut group = c.benchmark_group("vs_langchain");
+    group
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(5))
+        .warm_up_time(Duration::from_secs(2));
+
+    // Pass-through on a growing thread. Only the hook call is timed.
+    let mw = middleware(1_000_000_000_000, Arc::new(SummaryCache::new(16)));
+    let mut thread = base.clone();
+    let mut next = 0usize;
+    group.bench_function("passthrough_10k_growing", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                if next == growth.len() {
+                    thread.truncate(BASE);
+                    next = 0;
+                }
+                thread.push(growth[next].clone());
+                next += 1;
+                let req = request(std::mem::take(&mut thread), &model, "passthrough");
+                let messages = req.messages.clone();
+                let start = Instant::now();
+                let out = call(&mw, req);
+                spent += start.elapsed();
+                black_box(out);
+                thread = Arc::try_unwrap(messages).expect("the request was dropped");
+            }
+            spent
+        })
+    });
+    // The pass-through really passed through (no summary was made or cached).
+    assert!(mw.cache().is_empty(), "the pass-through bench summarized");
+
+    // Full compaction, nothing warm.
+    let cache = Arc::new(SummaryCache::new(1));
+    let mw = middleware(COMPACTION_TRIGGER_TOKENS, cache.clone());
+    let pass = AtomicU64::new(0);
+    let check = call(&mw, request(base.clone(), &model, "check"));
+    assert_eq!(
+        check.message.text(),
+        "ok",
+        "the compaction setup did not reach the model"
+    );
+    assert_eq!(cache.len(), 1, "the compaction setup did not summarize");
+    group.bench_function("compaction_10k_cold", |b| {
+        b.iter_batched(
+            || {
+                let p = pass.fetch_add(1, Ordering::Relaxed);
+                request(
+                    with_fresh_ids(&base, p),
+                    &model,
+                    &format!("compaction-{p}"),
+                )
+            },
+            |req| call(&mw, req),
+            BatchSize::PerIteration,
+        )
+    });
+
+    // Full compaction when the counts are warm (the summary cache is still cold).
+    let req = request(base.clone(), &model, "warm");
+    let _ = call(&mw, req.clone());
+    group.bench_function("compaction_10k_warm_counts", |b| {
+        b.iter_batched(
+            || {
+                let p = pass.fetch_add(1, Ordering::Relaxed);
+                let mut r = req.clone();
+                r.runtime = Runtime::detached(&format!("warm-{p}"));
+                r
+            },
+            |r| call(&mw, r),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+
+    if let Ok(out) = std::env::var("KEEL_BENCH_JSON") {
+        let doc = serde_json::json!({
+            "side": "keel",
+            "thread": path,
+            "base_messages": BASE,
+            "growth_messages": growth.len(),
+            "benches": {
+                "passthrough": {
+                    "id": "passthrough_10k_growing",
+                    "what": format!("Keel wrap_model_call under the trigger, thread growing {BASE} -> {} by one message per call", BASE + growth.len()),
+                },
+                "compaction": {
+                    "id": "compaction_10k_cold",
+                    "what": "Keel full compaction pass, cold: fresh message ids (no cached counts) and a fresh thread (no cached summary); trigger 100000 tokens, keep 20 messages, defaults otherwise (trim 4000, headroom 0.75, rescue on)",
+                },
+                "compaction_warm_counts": {
+                    "id": "compaction_10k_warm_counts",
+                    "what": "the same pass when the messages were already counted by earlier calls (summary cache cold)",
+                },
+            },
+        });
+        std::fs::write(&out, serde_json::to_string_pretty(&doc).expect("json"))
+            .unwrap_or_else(|e| panic!("{out}: {e}"));
+    }
+}
+
+criterion_group!(vs_langchain, benches);
+criterion_main!(vs_langchain);

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Print the Keel-vs-LangChain table from one run of scripts/compare/run.sh.
+
+Arguments: LANGCHAIN_JSON KEEL_JSON CRITERION_DIR. The Keel figures are criterion's
+median estimates (`<CRITERION_DIR>/vs_langchain/<bench>/new/estimates.json`); KEEL_JSON
+(written by the bench) names the benches and describes what each iteration did.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+TARGETS = {"passthrough": 200.0, "compaction": 20.0}
+
+
+def fmt(us: float) -> str:
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    if us >= 1:
+        return f"{us:.2f} µs"
+    return f"{us * 1000:.0f} ns"
+
+
+def main() -> None:
+    lc = json.loads(Path(sys.argv[1]).read_text())
+    keel = json.loads(Path(sys.argv[2]).read_text())
+    crit = Path(sys.argv[3])
+    rows = []
+    ok = True
+    for key, target in TARGETS.items():
+        bench = keel["benches"][key]
+        est = json.loads((crit / "vs_langchain" / bench["id"] / "new" / "estimates.json").read_text())
+        keel_us = est["median"]["point_estimate"] / 1000
+        lc_us = lc[key]["median_us"]
+        ratio = lc_us / keel_us
+        ok &= ratio >= target
+        rows.append((key, lc_us, keel_us, ratio, target))
+    print(f"thread: {lc['base_messages']} messages (+1 per pass-through call); "
+          f"LangChain {lc['langchain_version']} (core {lc['langchain_core_version']}), Python {lc['python']}")
+    print(f"{'benchmark':<13} {'LangChain':>12} {'Keel':>12} {'ratio':>9} {'target':>8}")
+    for key, lc_us, keel_us, ratio, target in rows:
+        mark = "ok" if ratio >= target else "MISSED"
+        print(f"{key:<13} {fmt(lc_us):>12} {fmt(keel_us):>12} {ratio:>8.0f}x {target:>6.0f}x  {mark}")
+    for key in TARGETS:
+        print(f"  {key}: {keel['benches'][key]['what']}")
+    if not ok:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
