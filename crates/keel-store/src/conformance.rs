@@ -744,6 +744,10 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
                     current.absorbed_count,
                     current.summary
                 );
+                // A fold makes a model call between load and save; yielding here lets
+                // the other writers load the same version, so the race really happens
+                // even on a store whose calls never wait.
+                tokio::task::yield_now().await;
                 let mut next = current.clone();
                 next.summary = format!("v{}", v + 1);
                 next.absorbed_count = v + 1;
@@ -785,6 +789,12 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
             }
         }
     }
+    let conflicts: usize = by_version.values().map(|(_, lost)| lost).sum();
+    ensure!(
+        C,
+        tasks < 2 || conflicts > 0,
+        "{tasks} writers never collided, so the race was not exercised"
+    );
     for v in 0..tasks as u64 {
         let (winners, _) = by_version.get(&v).copied().unwrap_or_default();
         ensure!(

@@ -74,15 +74,15 @@
 //! versions in `_sqlx_migrations`; PostgreSQL serialises concurrent migrators with an
 //! advisory lock).
 //!
-//! - `keel_checkpoint_messages (thread_id, content_hash) -> body`: each distinct message
+//! - `checkpoint_messages (thread_id, content_hash) -> body`: each distinct message
 //!   of a thread stored once, as its JSON, keyed by a SHA-256-derived hash of that JSON.
-//! - `keel_checkpoints (thread_id, seq)`: `run_id`, `node`, `message_hashes` (a JSON
+//! - `checkpoints (thread_id, seq)`: `run_id`, `node`, `message_hashes` (a JSON
 //!   array of hashes, in order), `state_values` (JSON), `created_at_ms`. Append-only: seq
 //!   is `max + 1` per thread. Why not a full snapshot per checkpoint: a thread's checkpoint
 //!   N repeats almost all of N-1, so snapshots grow quadratically; here a checkpoint costs
 //!   one short hash per message. Why a content hash and not the message id: middleware may
 //!   rewrite a message in place under the same id, and both versions must stay readable.
-//! - `keel_chat_messages`: primary key `(flow_id, user_id, session_id, context_id,
+//! - `chat_messages`: primary key `(flow_id, user_id, session_id, context_id,
 //!   message_id)`, plus `timestamp_ms`, `role` and `body` (the message's JSON); indexed on
 //!   `(flow_id, user_id, session_id, context_id, timestamp_ms, message_id)` for `last_n`,
 //!   `after` and `count_after`.
@@ -90,7 +90,7 @@
 //!   `summary`, `pinned` (JSON object), `covered_until_message_id`,
 //!   `covered_until_timestamp` (both null before the first fold), `absorbed_count`,
 //!   `summary_model`, `version`, `created_at_ms`, `updated_at_ms`.
-//! - `keel_summary_cache (key) -> value` (JSON), `updated_at_ms`.
+//! - `summary_cache (key) -> value` (JSON), `updated_at_ms`.
 //!
 //! JSON columns are `TEXT` on SQLite and `JSON` on PostgreSQL (not `JSONB`: `JSON` keeps
 //! the text as written and accepts every string serde_json can produce, `\u0000` included).

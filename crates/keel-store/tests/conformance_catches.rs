@@ -1,0 +1,184 @@
+//! The conformance suite can fail: stores with a classic bug each trip it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_core::store::{
+    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
+    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+};
+use keel_store::memory::MemoryStore;
+use keel_store::{Backend, Storage, conformance};
+use serde_json::Value;
+
+#[derive(Clone, Copy)]
+enum Bug {
+    /// Saves without checking the version (last writer wins).
+    BlindOverwrite,
+    /// Reads history by (flow, user, session), ignoring the context (the scope leak).
+    IgnoresContext,
+    /// Reads after a cursor by timestamp only, dropping rows that tie on it.
+    TimestampOnlyCursor,
+}
+
+struct Buggy {
+    inner: MemoryStore,
+    bug: Bug,
+}
+
+fn without_context(scope: &SessionScope) -> SessionScope {
+    SessionScope {
+        context_id: String::new(),
+        ..scope.clone()
+    }
+}
+
+impl Buggy {
+    fn scope(&self, scope: &SessionScope) -> SessionScope {
+        match self.bug {
+            Bug::IgnoresContext => without_context(scope),
+            _ => scope.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl Checkpointer for Buggy {
+    async fn put(&self, t: &str, c: Checkpoint) -> Result<u64, StoreError> {
+        self.inner.put(t, c).await
+    }
+    async fn latest(&self, t: &str) -> Result<Option<Checkpoint>, StoreError> {
+        self.inner.latest(t).await
+    }
+    async fn history(&self, t: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        self.inner.history(t).await
+    }
+}
+
+#[async_trait]
+impl ChatHistoryStore for Buggy {
+    async fn append(&self, s: &SessionScope, m: &[StoredMessage]) -> Result<(), StoreError> {
+        self.inner.append(&self.scope(s), m).await
+    }
+    async fn last_n(&self, s: &SessionScope, n: usize) -> Result<Vec<StoredMessage>, StoreError> {
+        self.inner.last_n(&self.scope(s), n).await
+    }
+    async fn after(
+        &self,
+        s: &SessionScope,
+        c: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = self.inner.after(&self.scope(s), c, usize::MAX).await?;
+        Ok(match (self.bug, c) {
+            (Bug::TimestampOnlyCursor, Some(c)) => rows
+                .into_iter()
+                .filter(|m| m.timestamp_ms > c.timestamp_ms)
+                .take(limit)
+                .collect(),
+            _ => rows.into_iter().take(limit).collect(),
+        })
+    }
+    async fn count_after(&self, s: &SessionScope, c: Option<&Cursor>) -> Result<u64, StoreError> {
+        Ok(self.after(s, c, usize::MAX).await?.len() as u64)
+    }
+}
+
+#[async_trait]
+impl SessionMemoryStore for Buggy {
+    async fn get_state(&self, s: &SessionScope) -> Result<Option<SessionMemoryState>, StoreError> {
+        self.inner.get_state(s).await
+    }
+    async fn save_state(
+        &self,
+        s: &SessionScope,
+        state: &SessionMemoryState,
+        expected: u64,
+    ) -> Result<SaveOutcome, StoreError> {
+        match self.bug {
+            Bug::BlindOverwrite => {
+                let current = self.inner.get_state(s).await?.map_or(0, |c| c.version);
+                self.inner.save_state(s, state, current).await?;
+                Ok(SaveOutcome::Saved {
+                    version: expected + 1,
+                })
+            }
+            _ => self.inner.save_state(s, state, expected).await,
+        }
+    }
+    async fn delete_session_states(&self, f: &str, u: &str, s: &str) -> Result<u64, StoreError> {
+        self.inner.delete_session_states(f, u, s).await
+    }
+}
+
+#[async_trait]
+impl SummaryStore for Buggy {
+    async fn get_summary(&self, k: &str) -> Result<Option<Value>, StoreError> {
+        self.inner.get_summary(k).await
+    }
+    async fn put_summary(&self, k: &str, v: &Value) -> Result<(), StoreError> {
+        self.inner.put_summary(k, v).await
+    }
+}
+
+#[async_trait]
+impl Storage for Buggy {
+    fn backend(&self) -> Backend {
+        Backend::Memory
+    }
+    async fn migrate(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+async fn failure(bug: Bug) -> conformance::Failure {
+    let store = Arc::new(Buggy {
+        inner: MemoryStore::new(),
+        bug,
+    });
+    conformance::run_all(store)
+        .await
+        .expect_err("the suite passed a store with a known bug")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_overwrite_is_caught() {
+    let f = failure(Bug::BlindOverwrite).await;
+    assert!(
+        ["scope_isolation", "state_compare_and_swap"].contains(&f.check),
+        "{f}"
+    );
+    // Each check on its own catches it too.
+    let store = Buggy {
+        inner: MemoryStore::new(),
+        bug: Bug::BlindOverwrite,
+    };
+    let f = conformance::state_compare_and_swap(&store)
+        .await
+        .unwrap_err();
+    assert!(
+        f.detail.contains("Conflict") || f.detail.contains("gave"),
+        "{f}"
+    );
+    let f = conformance::concurrent_cas(Arc::new(store), 16)
+        .await
+        .unwrap_err();
+    assert_eq!(f.check, "concurrent_cas", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_leak_is_caught() {
+    let f = failure(Bug::IgnoresContext).await;
+    assert!(
+        ["chat_history", "scope_isolation"].contains(&f.check),
+        "{f}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_timestamp_ties_is_caught() {
+    let f = failure(Bug::TimestampOnlyCursor).await;
+    assert_eq!(f.check, "chat_history", "{f}");
+    assert!(f.detail.contains("tie"), "{f}");
+}
