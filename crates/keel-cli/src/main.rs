@@ -25,6 +25,9 @@ enum Command {
     /// Validate a JSONL transcript (one message per line): bad JSON or messages by line
     /// number, duplicate ids, orphan tool results, tool calls without a result.
     CheckTranscript(commands::check_transcript::Args),
+    /// Count the tokens of a JSONL transcript (per message and total) or, with `--text`,
+    /// of a plain text file, with an exact tokenizer or LangChain's approximation.
+    Tokens(commands::tokens::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::CheckTranscript(args) => commands::check_transcript::run(args),
+        Command::Tokens(args) => commands::tokens::run(args),
     };
     match result {
         Ok(code) => code,

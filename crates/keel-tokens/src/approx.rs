@@ -224,7 +224,7 @@ impl TokenCounter for ApproximateCounter {
                             }
                             _ => {
                                 scratch.clear();
-                                pyrepr::write_repr(&Value::Object(block.clone()), &mut scratch);
+                                pyrepr::write_map_repr(block, &mut scratch);
                                 chars.add(&scratch);
                             }
                         },

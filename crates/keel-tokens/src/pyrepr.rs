@@ -59,19 +59,22 @@ pub fn write_repr(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, v)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_str_repr(k, out);
-                out.push_str(": ");
-                write_repr(v, out);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_map_repr(map, out),
     }
+}
+
+/// Appends `repr(dict)` for a JSON object.
+pub fn write_map_repr(map: &serde_json::Map<String, Value>, out: &mut String) {
+    out.push('{');
+    for (i, (k, v)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_str_repr(k, out);
+        out.push_str(": ");
+        write_repr(v, out);
+    }
+    out.push('}');
 }
 
 /// Appends `json.dumps(value)` to `out`.

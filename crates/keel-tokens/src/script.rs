@@ -85,18 +85,32 @@ pub struct ClassCounts {
 impl ClassCounts {
     /// Adds the characters of `s`.
     pub fn add(&mut self, s: &str) {
-        if s.is_ascii() {
-            self.latin += s.len();
-            return;
-        }
-        for c in s.chars() {
-            match CharClass::of(c) {
-                CharClass::Latin => self.latin += 1,
-                CharClass::Alphabetic => self.alphabetic += 1,
-                CharClass::Abugida => self.abugida += 1,
-                CharClass::Cjk => self.cjk += 1,
-                CharClass::Emoji => self.emoji += 1,
+        let mut rest = s;
+        while !rest.is_empty() {
+            // Mixed text is mostly ASCII runs: count a run by its length, then classify
+            // the non-ASCII stretch character by character.
+            let ascii = rest
+                .bytes()
+                .position(|b| !b.is_ascii())
+                .unwrap_or(rest.len());
+            self.latin += ascii;
+            rest = &rest[ascii..];
+            let mut chars = rest.char_indices();
+            let mut end = rest.len();
+            for (i, c) in chars.by_ref() {
+                if c.is_ascii() {
+                    end = i;
+                    break;
+                }
+                match CharClass::of(c) {
+                    CharClass::Latin => self.latin += 1,
+                    CharClass::Alphabetic => self.alphabetic += 1,
+                    CharClass::Abugida => self.abugida += 1,
+                    CharClass::Cjk => self.cjk += 1,
+                    CharClass::Emoji => self.emoji += 1,
+                }
             }
+            rest = &rest[end..];
         }
     }
 
@@ -132,6 +146,22 @@ mod tests {
         assert_eq!(CharClass::of('😀'), CharClass::Emoji);
         assert_eq!(CharClass::of('ж'), CharClass::Alphabetic);
         assert_eq!(CharClass::of('ก'), CharClass::Abugida);
+    }
+
+    #[test]
+    fn ascii_runs_and_non_ascii_stretches_are_all_counted() {
+        let mut c = ClassCounts::default();
+        c.add("ab中文c😀éd ж");
+        assert_eq!(
+            c,
+            ClassCounts {
+                latin: 6,
+                alphabetic: 1,
+                abugida: 0,
+                cjk: 2,
+                emoji: 1
+            }
+        );
     }
 
     #[test]
