@@ -28,7 +28,6 @@ use keel_core::store::{
 use keel_core::stream::StreamWriter;
 use keel_summarization::events::ContextCompacting;
 use keel_summarization::extractive::{self, ExtractiveOptions};
-use keel_summarization::pairs::check_pairs_strict;
 use keel_summarization::summary_call::{
     SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
@@ -40,6 +39,7 @@ use crate::fold::merge::{count_words, merge};
 use crate::fold::parse::{FoldOutput, parse_fold_output};
 use crate::fold::{fold_prompt, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
+use crate::window::pair_safe_start;
 
 /// What one fold attempt did.
 #[derive(Clone, Debug, PartialEq)]
@@ -269,7 +269,9 @@ impl SessionCompressor {
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
         let mut state = self.states.get_state(scope).await?.unwrap_or_default();
-        let (recent, boundary) = self.recent_window(scope, &current_ids).await?;
+        let (recent, boundary) = self
+            .recent_window(scope, &current_ids, state.covered_until.as_ref())
+            .await?;
         let models = match &self.summary_model {
             Some(m) => SummaryModels::with_fallback(m.clone(), run_model.clone()),
             None => SummaryModels::single(run_model.clone()),
@@ -334,13 +336,15 @@ impl SessionCompressor {
         })
     }
 
-    /// The last `n_messages` stored messages without the current input, trimmed at the
-    /// front until the window is pair-safe, plus the boundary: the first position that is
-    /// not "older" (the window's first message, else the first stored current message).
+    /// The last `n_messages` stored messages without the current input and after the
+    /// cursor (a folded message is never also sent verbatim), trimmed at the front until
+    /// the window is pair-safe, plus the boundary: the first position that is not "older"
+    /// (the window's first message, else the first stored current message).
     async fn recent_window(
         &self,
         scope: &SessionScope,
         current_ids: &HashSet<&str>,
+        covered_until: Option<&Cursor>,
     ) -> Result<(Vec<StoredMessage>, Option<Cursor>), StoreError> {
         let n = self.settings.n_messages;
         let fetched = self
@@ -354,36 +358,14 @@ impl SessionCompressor {
         let mut window: Vec<StoredMessage> = fetched
             .into_iter()
             .filter(|m| !current_ids.contains(m.message.id()))
+            .filter(|m| covered_until.is_none_or(|c| m.cursor() > *c))
             .collect();
         if window.len() > n {
             window.drain(..window.len() - n);
         }
-        // A window that starts inside a tool run, or holds a call without its result
-        // (an interrupted turn), would be rejected by the provider. Messages cut here
-        // count as older, so the next fold absorbs them: nothing is lost.
-        loop {
-            let lead = window.iter().take_while(|m| m.message.is_tool()).count();
-            window.drain(..lead);
-            let messages: Vec<Message> = window.iter().map(|m| m.message.clone()).collect();
-            match check_pairs_strict(&messages) {
-                Ok(()) => break,
-                Err(violation) => {
-                    let index = match &violation {
-                        keel_summarization::pairs::PairViolation::OrphanResult {
-                            index, ..
-                        }
-                        | keel_summarization::pairs::PairViolation::MissingResult {
-                            index, ..
-                        }
-                        | keel_summarization::pairs::PairViolation::DuplicateResult {
-                            index, ..
-                        } => *index,
-                    };
-                    tracing::warn!(%violation, "session memory: recent window trimmed to keep tool calls and results together");
-                    window.drain(..=index.min(window.len().saturating_sub(1)));
-                }
-            }
-        }
+        // Messages cut here count as older, so the next fold absorbs them.
+        let messages: Vec<Message> = window.iter().map(|m| m.message.clone()).collect();
+        window.drain(..pair_safe_start(&messages));
         let boundary = window.first().map(StoredMessage::cursor).or(first_current);
         Ok((window, boundary))
     }

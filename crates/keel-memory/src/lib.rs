@@ -10,6 +10,7 @@
 //!   compare-and-swap), usable without an agent.
 //! - [`fold`]: the fold prompt, the tolerant JSON parser and the merge rules.
 //! - [`middleware`]: [`SessionMemoryMiddleware`], the same work as a Keel middleware.
+//! - [`window`]: the pair-safe recent window.
 //! - [`events`]: the custom stream events of a fold.
 //!
 //! The summary model call, transcript escaping and fencing, pair protection and the
@@ -61,6 +62,7 @@ pub mod events;
 pub mod fold;
 pub mod middleware;
 pub mod settings;
+pub mod window;
 
 pub use compressor::{FoldEngine, FoldOutcome, SessionCompressor, TurnMemory, render_memory};
 pub use middleware::{SessionMemoryBuilder, SessionMemoryMiddleware};

@@ -33,6 +33,7 @@ use parking_lot::Mutex;
 
 use crate::compressor::{FoldEngine, SessionCompressor, TurnMemory};
 use crate::settings::{SessionMemorySettings, SettingsError};
+use crate::window::last_n_pair_safe;
 
 /// The middleware's name (unique within an agent).
 pub const NAME: &str = "SessionMemoryMiddleware";
@@ -159,18 +160,6 @@ pub fn turn_start(messages: &[Message]) -> usize {
         start -= 1;
     }
     start
-}
-
-/// The last `n` of `earlier`, trimmed at the front so no tool result is separated from
-/// its call (the no-store fallback).
-pub fn last_n_pair_safe(earlier: &[Message], n: usize) -> &[Message] {
-    let start = earlier.len().saturating_sub(n);
-    let index = keel_summarization::pairs::PairIndex::new(earlier);
-    let mut cut = index.safe_cut_forward(start);
-    while cut < earlier.len() && earlier[cut].is_tool() {
-        cut += 1;
-    }
-    &earlier[cut..]
 }
 
 fn store_error(scope: &SessionScope, e: StoreError) -> ModelError {
