@@ -7,6 +7,8 @@
 //!   file per call (wrapping back to 10,000 after the last one, outside the timing);
 //!   trigger far above the count, so every call passes through. LangChain's
 //!   `before_model` under the same trigger is the comparison.
+//! - `passthrough_count_only_10k_growing` (diagnostic): the token count alone, same
+//!   counter and thread, to show how much of the pass-through is counting.
 //! - `compaction_10k_cold`: one full compaction pass over the first 10,000 messages
 //!   (trigger tokens 100,000, keep messages 20, every other setting at its default:
 //!   trim 4,000, headroom 0.75, rescue on) with a fake summary model. Nothing is warm:
@@ -154,6 +156,28 @@ fn benches(c: &mut Criterion) {
     // The pass-through really passed through (no summary was made or cached).
     assert!(mw.cache().is_empty(), "the pass-through bench summarized");
 
+    // Diagnostic: how much of the pass-through is the token count itself (the same
+    // shared cached counter the middleware uses, same growing thread).
+    let counter = mw.counter_for(model.profile());
+    group.bench_function("passthrough_count_only_10k_growing", |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                if next == growth.len() {
+                    thread.truncate(BASE);
+                    next = 0;
+                }
+                thread.push(growth[next].clone());
+                next += 1;
+                let start = Instant::now();
+                let n = counter.count_request(None, &thread, &[]);
+                spent += start.elapsed();
+                black_box(n);
+            }
+            spent
+        })
+    });
+
     // Full compaction, nothing warm.
     let cache = Arc::new(SummaryCache::new(1));
     let mw = middleware(COMPACTION_TRIGGER_TOKENS, cache.clone());
@@ -211,6 +235,10 @@ fn benches(c: &mut Criterion) {
                 "compaction": {
                     "id": "compaction_10k_cold",
                     "what": "Keel full compaction pass, cold: fresh message ids (no cached counts) and a fresh thread (no cached summary); trigger 100000 tokens, keep 20 messages, defaults otherwise (trim 4000, headroom 0.75, rescue on)",
+                },
+                "passthrough_count_only": {
+                    "id": "passthrough_count_only_10k_growing",
+                    "what": "diagnostic: the token count alone (the middleware's shared cached counter) on the same growing thread",
                 },
                 "compaction_warm_counts": {
                     "id": "compaction_10k_warm_counts",
