@@ -221,6 +221,19 @@ def pods_table(rng: random.Random, healthy: bool) -> str:
             restarts = rng.randint(3, 14) if status != "Running" else rng.randint(0, 4)
             ready = "0/1" if status != "Running" else "1/1"
         rows.append(f"{pod:<30} {ready:<7} {status:<18} {restarts:<10} {rng.randint(20, 95)}m    {rng.choice(NODES)}")
+    if not healthy:
+        rows += ["", "EVENTS (last 45m)", "LAST SEEN   TYPE      REASON      OBJECT                             MESSAGE"]
+        for _ in range(14):
+            pod = rng.choice(PODS)
+            reason, message = rng.choice([
+                ("Unhealthy", "Liveness probe failed: Get \"http://10.42.12.31:8080/healthz\": context deadline exceeded"),
+                ("Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503"),
+                ("BackOff", "Back-off restarting failed container orders-sync in pod"),
+                ("Killing", "Container orders-sync failed liveness probe, will be restarted"),
+                ("Pulled", "Container image \"registry.acme.example/orders-sync:2.4.0\" already present on machine"),
+                ("Started", "Started container orders-sync"),
+            ])
+            rows.append(f"{rng.randint(1, 44):>2}m         Warning   {reason:<11} pod/{pod:<31} {message}")
     return "\n".join(rows)
 
 
@@ -261,6 +274,80 @@ def logs_tail(rng: random.Random, n: int, start_minute: int) -> str:
     return "\n".join(lines)
 
 
+def dlq_record(rng: random.Random) -> dict:
+    """One dead-lettered order, as the queue stores it."""
+    sku = rng.choice(["PAL-EUR-1200", "BOX-XL-09", "CRT-200-B"])
+    return {
+        "order_id": f"NW-{rng.randint(5000000, 5999999)}",
+        "external_id": f"ERP-{rng.randint(100000, 999999)}",
+        "error": f"validation: unknown SKU '{sku}'",
+        "attempts": 5,
+        "first_failed_at": f"2026-11-30T0{rng.randint(7, 9)}:{rng.randint(10, 59)}:{rng.randint(10, 59)}Z",
+        "payload": {
+            "customer": "northwind-logistics",
+            "warehouse": rng.choice(["HAM-01", "HAM-02", "BRE-01"]),
+            "currency": "EUR",
+            "lines": [
+                {"sku": sku, "quantity": rng.randint(1, 40), "unit_price": round(rng.uniform(3, 90), 2)},
+                {"sku": f"SKU-{rng.randint(10000, 99999)}", "quantity": rng.randint(1, 12),
+                 "unit_price": round(rng.uniform(3, 90), 2)},
+            ],
+            "ship_to": {"name": "Northwind Logistics GmbH", "street": "Am Sandtorkai 48",
+                        "postcode": "20457", "city": "Hamburg", "country": "DE"},
+            "requested_delivery": f"2026-12-0{rng.randint(2, 9)}",
+        },
+    }
+
+
+def pr_diff() -> str:
+    """The part of PR #1893 a reviewer would have read: the config moved between files."""
+    removed = [
+        "spring.datasource.url: jdbc:postgresql://northwind-orders-db.internal:5432/orders",
+        "spring.datasource.username: orders_sync",
+        "spring.datasource.hikari.maximumPoolSize: 40",
+        "spring.datasource.hikari.minimumIdle: 10",
+        "spring.datasource.hikari.connectionTimeout: 30000",
+        "spring.datasource.hikari.idleTimeout: 600000",
+        "spring.datasource.hikari.maxLifetime: 1800000",
+        "spring.datasource.hikari.leakDetectionThreshold: 20000",
+        "orders.fetch.concurrency: 4",
+        "orders.fetch.batchSize: 200",
+        "orders.fetch.lockTimeoutSeconds: 30",
+        "orders.replica.enabled: true",
+        "orders.replica.url: jdbc:postgresql://northwind-orders-db-replica.internal:5432/orders",
+        "orders.gateway.timeoutMs: 30000",
+        "orders.gateway.retries: 3",
+        "management.endpoints.web.exposure.include: health,info,prometheus",
+    ]
+    added = [
+        "datasource:",
+        "  url: jdbc:postgresql://northwind-orders-db.internal:5432/orders",
+        "  username: orders_sync",
+        "  hikari:",
+        "    minimumIdle: 10",
+        "    connectionTimeout: 30000",
+        "    idleTimeout: 600000",
+        "    maxLifetime: 1800000",
+        "fetch:",
+        "  concurrency: 32",
+        "  batchSize: 200",
+        "  lockTimeoutSeconds: 60",
+        "replica:",
+        "  enabled: true",
+        "  url: jdbc:postgresql://northwind-orders-db-replica.internal:5432/orders",
+        "gateway:",
+        "  timeoutMs: 30000",
+        "  retries: 3",
+        "flags:",
+        "  batch_v2: true",
+    ]
+    out = ["--- a/src/main/resources/application.yaml", "+++ /dev/null", "@@ -1,61 +0,0 @@"]
+    out += ["-" + line for line in removed]
+    out += ["--- /dev/null", "+++ b/src/main/resources/orders-sync-defaults.yaml", "@@ -0,0 +1,58 @@"]
+    out += ["+" + line for line in added]
+    return "\n".join(out)
+
+
 def pasted_error_log(rng: random.Random) -> str:
     """A long log as a user would paste it: several thousand words, repetitive, with stack traces."""
     frames = [
@@ -279,7 +366,7 @@ def pasted_error_log(rng: random.Random) -> str:
     minute, sec = 32, 0
     words = 0
     batch = 41200
-    while words < 3000:
+    while words < 4500:
         sec += rng.randint(1, 9)
         if sec >= 60:
             sec -= 60
@@ -332,9 +419,12 @@ def pasted_error_log(rng: random.Random) -> str:
 
 def metrics_table(rng: random.Random, metric: str, unit: str, lo: float, hi: float, start: str, points: int,
                   trend: str) -> str:
+    """A metric per pod and in total, one row per 5-minute step, as `sum by (pod)` returns it."""
     h, m = map(int, start.split(":"))
-    rows = [f"metric: {metric}   service: orders-sync   step: 5m   unit: {unit}",
-            "TIME (UTC)   VALUE"]
+    short = [p.rsplit("-", 1)[1] for p in PODS]
+    rows = [f"query: {metric}{{service=\"orders-sync\",namespace=\"northwind-orders\"}} by (pod)   step: 5m   unit: {unit}",
+            "TIME (UTC)  " + "  ".join(f"{p:>9}" for p in short) + "      TOTAL"]
+    share = len(PODS) if unit in ("connections", "orders") else 1
     for i in range(points):
         t = m + 5 * i
         frac = i / max(points - 1, 1)
@@ -344,8 +434,10 @@ def metrics_table(rng: random.Random, metric: str, unit: str, lo: float, hi: flo
             base = hi - (hi - lo) * frac
         else:
             base = lo + (hi - lo) * rng.random()
-        value = base * (1 + rng.uniform(-0.06, 0.06))
-        rows.append(f"{h + t // 60:02d}:{t % 60:02d}        {value:,.1f}")
+        per_pod = [base / share * (1 + rng.uniform(-0.08, 0.08)) for _ in PODS]
+        total = sum(per_pod) if share > 1 else sum(per_pod) / len(per_pod)
+        rows.append(f"{h + t // 60:02d}:{t % 60:02d}       " + "  ".join(f"{v:>9,.1f}" for v in per_pod)
+                    + f"  {total:>9,.1f}")
     return "\n".join(rows)
 
 
@@ -703,9 +795,13 @@ def middle_exchanges(s: Session, rng: random.Random):
                         "Any errors during the replay so far?", "Still on track for 10:30?",
                         "Where are we with the queue?"][i]
             s.user(phrasing)
+            per_partition = [remaining // 8 + rng.randint(-40, 40) for _ in range(8)]
             calls = [("query_metrics", {"metric": "orders_backlog", "service": "orders-sync", "at": at},
-                      f"metric: orders_backlog   at: {at} UTC   value: {remaining} orders   "
-                      f"rate: -{rng.randint(180, 240)}/min")]
+                      json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+                          {"metric": {"__name__": "kafka_consumergroup_lag", "group": "orders-sync",
+                                      "topic": "northwind.orders.inbound", "partition": str(p)},
+                           "value": [at, str(max(0, v))]} for p, v in enumerate(per_partition)]},
+                          "stats": {"drain_rate_per_min": -rng.randint(180, 240)}}, sort_keys=True))]
             if i % 2 == 0:
                 calls.append(("query_metrics", {"metric": "http_error_rate", "service": "orders-sync", "at": at},
                               f"metric: http_error_rate   at: {at} UTC   value: {rng.uniform(0.1, 0.6):.2f}%"))
@@ -892,7 +988,7 @@ def middle_exchanges(s: Session, rng: random.Random):
                       "OrderFetcher.java (+140 -22)\nDescription: Consolidates defaults. No behaviour change intended.\n"
                       "Review comments: 4 (naming, a typo, one question on fetch.concurrency: 'is 32 safe?' answered "
                       "'load-tested in staging').\nCI: unit + integration green. Staging load test: 2 replicas, "
-                      "staging DB with max_connections=50.")])
+                      "staging DB with max_connections=50.\n\n" + pr_diff())])
         s.ai("The PR claimed 'no behaviour change intended', and 3 lines went missing in the move: "
              "`maximumPoolSize: 40` among them. A reviewer did ask 'is 32 safe?' and got 'load-tested in "
              "staging'. But staging ran 2 replicas against a small DB with little data, so batches locked fast "
@@ -981,9 +1077,7 @@ def middle_exchanges(s: Session, rng: random.Random):
     def dlq_look():
         s.user("yes, look at a few")
         s.tools("", [("peek_dlq", {"queue": "northwind.orders.dlq", "limit": 3},
-                      "\n".join(json.dumps({"order_id": f"NW-{rng.randint(5000000, 5999999)}",
-                                            "error": "validation: unknown SKU '" + rng.choice(["PAL-EUR-1200", "BOX-XL-09", "CRT-200-B"]) + "'",
-                                            "attempts": 5}, sort_keys=True) for _ in range(3)))])
+                      "\n".join(json.dumps(dlq_record(rng), indent=2, sort_keys=True) for _ in range(3)))])
         s.ai("All three are validation failures: orders that reference SKUs unknown to the catalogue. That's "
              "a data problem on the customer's side, not the incident; these would have failed on any "
              "release. Worth mentioning to Dana so their team can fix the SKUs and resubmit.")

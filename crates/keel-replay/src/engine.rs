@@ -1,0 +1,562 @@
+//! The replay loop: every AI message of a transcript is one model call, driven through
+//! the middleware stack the way the agent drives a live one.
+//!
+//! For each call the history before the AI message is in agent state; `before_agent`
+//! runs when a turn starts, `before_model` before each call, then the `wrap_model_call`
+//! chain through [`Next`] down to a [`TranscriptAnswer`] that records the request and
+//! answers with the transcript's message; `after_model` follows, and `after_agent` when
+//! the turn's final answer (an AI message without tool calls) is in. State updates from
+//! hooks are applied as the agent applies them, so a middleware that rewrites state sees
+//! the consequences on the next call, exactly as it would live.
+
+use std::sync::Arc;
+
+use keel_core::message::{HIDE_FROM_UI, Message};
+use keel_core::middleware::{
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, Next, Runtime,
+};
+use keel_core::model::{ModelError, ModelProfile, ModelSettings};
+use keel_core::state::{AgentState, MessageOp, StateError, StateUpdate};
+use keel_core::stream::{StreamEvent, StreamWriter};
+use keel_core::tokens::TokenCounter;
+use keel_core::tool::ToolSpec;
+use keel_memory::events::{EVENT_FOLD_FAILED, EVENT_FOLDED};
+use keel_summarization::events::EVENT_COMPACTED;
+use keel_summarization::pairs::check_pairs;
+use keel_summarization::{SUMMARY_NAME, SUMMARY_PREFIX};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::answer::{TranscriptAnswer, TranscriptModel};
+use crate::report::{CallReport, ReplayReport};
+use crate::transcript::Transcript;
+
+/// How many trailing messages the baseline sends verbatim: Langflow's default
+/// `n_messages`, the starting point of seed 000.
+pub const BASELINE_WINDOW: usize = 100;
+
+/// Node name of the model step, as the agent names it in events.
+const MODEL_NODE: &str = "model";
+
+/// The node hooks, so a hook name can never be misspelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeHook {
+    BeforeAgent,
+    BeforeModel,
+    AfterModel,
+    AfterAgent,
+}
+
+impl NodeHook {
+    fn name(self) -> &'static str {
+        match self {
+            NodeHook::BeforeAgent => "before_agent",
+            NodeHook::BeforeModel => "before_model",
+            NodeHook::AfterModel => "after_model",
+            NodeHook::AfterAgent => "after_agent",
+        }
+    }
+
+    fn implemented_by(self, m: &dyn Middleware) -> bool {
+        let h = m.hooks();
+        match self {
+            NodeHook::BeforeAgent => h.before_agent,
+            NodeHook::BeforeModel => h.before_model,
+            NodeHook::AfterModel => h.after_model,
+            NodeHook::AfterAgent => h.after_agent,
+        }
+    }
+}
+
+/// A replay that stopped. Each variant names the model call and transcript line.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// A node hook failed.
+    #[error("model call {call} (transcript line {line}): {source}")]
+    Hook {
+        /// 1-based model call.
+        call: usize,
+        /// Transcript line of the AI message.
+        line: usize,
+        /// The hook's error.
+        source: MiddlewareError,
+    },
+    /// A node hook asked for a jump it did not declare.
+    #[error(
+        "model call {call} (transcript line {line}): middleware {middleware} jumped to \
+         {target} from {hook} without declaring it in jump_targets"
+    )]
+    UndeclaredJump {
+        /// 1-based model call.
+        call: usize,
+        /// Transcript line of the AI message.
+        line: usize,
+        /// The middleware.
+        middleware: String,
+        /// The hook.
+        hook: &'static str,
+        /// The requested target.
+        target: String,
+    },
+    /// The `wrap_model_call` chain failed.
+    #[error("model call {call} (transcript line {line}): {source}")]
+    Model {
+        /// 1-based model call.
+        call: usize,
+        /// Transcript line of the AI message.
+        line: usize,
+        /// The error the chain returned.
+        source: ModelError,
+    },
+    /// A hook's state update could not be applied.
+    #[error("model call {call} (transcript line {line}): state update from {node}: {source}")]
+    State {
+        /// 1-based model call.
+        call: usize,
+        /// Transcript line of the AI message.
+        line: usize,
+        /// The node whose update failed.
+        node: String,
+        /// The reducer's error.
+        source: StateError,
+    },
+}
+
+/// A request exactly as the middleware stack handed it to the model.
+#[derive(Clone, Debug)]
+pub struct SentRequest {
+    /// 1-based model call.
+    pub index: usize,
+    /// The answering model's name.
+    pub model: String,
+    /// The system message.
+    pub system: Option<Message>,
+    /// The conversation sent.
+    pub messages: Arc<Vec<Message>>,
+    /// Tool schemas sent.
+    pub tools: Arc<Vec<ToolSpec>>,
+    /// Sampling settings.
+    pub settings: ModelSettings,
+}
+
+impl SentRequest {
+    /// The request in the OpenAI chat-completions body shape, messages with their ids,
+    /// roles and tool calls (the system message first, as it goes on the wire).
+    pub fn to_json(&self) -> Value {
+        let mut messages: Vec<Value> = Vec::with_capacity(self.messages.len() + 1);
+        for m in self.system.iter().chain(self.messages.iter()) {
+            messages.push(serde_json::to_value(m).unwrap_or(Value::Null));
+        }
+        let mut body = json!({ "model": self.model, "messages": messages });
+        if !self.tools.is_empty() {
+            body["tools"] = self
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+        }
+        if let (Some(obj), Ok(Value::Object(settings))) =
+            (body.as_object_mut(), serde_json::to_value(&self.settings))
+        {
+            obj.extend(settings);
+        }
+        body
+    }
+}
+
+/// Watches a replay as it runs (a progress bar, a request dump).
+pub trait ReplayObserver: Send {
+    /// The replay is about to make `calls` model calls.
+    fn started(&mut self, _calls: usize) {}
+    /// One call is done.
+    fn call_done(&mut self, _call: &CallReport, _request: Option<&SentRequest>) {}
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl ReplayObserver for Quiet {}
+
+/// What a replay returns: the report and every request as sent.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    /// Figures per call and in total.
+    pub report: ReplayReport,
+    /// The request of each call, in order (`None` where a middleware answered without
+    /// calling the model).
+    pub requests: Vec<Option<SentRequest>>,
+}
+
+/// Replays transcripts through a middleware stack. See the [module docs](self).
+pub struct ReplayEngine {
+    middleware: Vec<Arc<dyn Middleware>>,
+    counter: Arc<dyn TokenCounter>,
+    thread_id: String,
+    profile: ModelProfile,
+    tools: Arc<Vec<ToolSpec>>,
+}
+
+impl ReplayEngine {
+    /// An engine running `middleware` (outermost first, as an agent lists them) and
+    /// counting tokens with `counter`.
+    pub fn new(middleware: Vec<Arc<dyn Middleware>>, counter: Arc<dyn TokenCounter>) -> Self {
+        ReplayEngine {
+            middleware,
+            counter,
+            thread_id: "replay".to_owned(),
+            profile: ModelProfile::new("transcript", "replay"),
+            tools: Arc::new(Vec::new()),
+        }
+    }
+
+    /// The thread id middleware see (summary caches key on it).
+    pub fn with_thread_id(mut self, thread_id: impl Into<String>) -> Self {
+        self.thread_id = thread_id.into();
+        self
+    }
+
+    /// The answering model's profile (its context window drives fraction triggers).
+    pub fn with_model_profile(mut self, profile: ModelProfile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// Tool schemas offered on every request (the transcript does not record them).
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = Arc::new(tools);
+        self
+    }
+
+    /// Replays `transcript`, reporting progress to `observer`.
+    pub async fn run(
+        &self,
+        transcript: &Transcript,
+        observer: &mut dyn ReplayObserver,
+    ) -> Result<Replay, ReplayError> {
+        let mut run = Run::new(self, transcript);
+        observer.started(transcript.model_calls());
+        for position in 0..transcript.messages().len() {
+            let message = &transcript.messages()[position];
+            if !message.is_ai() {
+                run.observe_input(position).await?;
+                continue;
+            }
+            let (call, request) = run.model_call(position).await?;
+            observer.call_done(&call, request.as_ref());
+            run.finish_call(call, request);
+        }
+        Ok(run.into_replay())
+    }
+}
+
+/// The mutable side of one replay.
+struct Run<'a> {
+    engine: &'a ReplayEngine,
+    transcript: &'a Transcript,
+    system: Option<Message>,
+    state: Arc<AgentState>,
+    wrap_chain: Vec<Arc<dyn Middleware>>,
+    model: Arc<TranscriptModel>,
+    events: mpsc::UnboundedReceiver<StreamEvent>,
+    writer: StreamWriter,
+    in_turn: bool,
+    turns: u64,
+    calls_in_turn: u64,
+    call_index: usize,
+    /// Tokens of each transcript message, counted once.
+    message_tokens: Vec<u64>,
+    system_tokens: u64,
+    report: ReplayReport,
+    requests: Vec<Option<SentRequest>>,
+}
+
+impl<'a> Run<'a> {
+    fn new(engine: &'a ReplayEngine, transcript: &'a Transcript) -> Self {
+        let (tx, events) = mpsc::unbounded_channel();
+        let counter = &engine.counter;
+        let system = transcript.system().cloned();
+        Run {
+            engine,
+            transcript,
+            system_tokens: system.as_ref().map_or(0, |s| counter.count_message(s))
+                + counter.count_tools(&engine.tools),
+            system,
+            state: Arc::new(AgentState::default()),
+            wrap_chain: engine
+                .middleware
+                .iter()
+                .filter(|m| m.hooks().wrap_model_call)
+                .cloned()
+                .collect(),
+            model: TranscriptModel::new(engine.profile.clone()),
+            events,
+            writer: StreamWriter::new(tx),
+            in_turn: false,
+            turns: 0,
+            calls_in_turn: 0,
+            call_index: 0,
+            message_tokens: transcript
+                .messages()
+                .iter()
+                .map(|m| counter.count_message(m))
+                .collect(),
+            report: ReplayReport {
+                counter: counter.name().to_owned(),
+                ..Default::default()
+            },
+            requests: Vec::new(),
+        }
+    }
+
+    fn runtime(&self, node: &str) -> Runtime {
+        Runtime {
+            thread_id: Arc::from(self.engine.thread_id.as_str()),
+            run_id: Arc::from(format!("{}-turn-{}", self.engine.thread_id, self.turns).as_str()),
+            writer: self.writer.for_node(node),
+            model_call_index: self.calls_in_turn,
+        }
+    }
+
+    fn line(&self, position: usize) -> usize {
+        self.transcript.line(position)
+    }
+
+    /// A human or tool message enters the history.
+    async fn observe_input(&mut self, position: usize) -> Result<(), ReplayError> {
+        let message = self.transcript.messages()[position].clone();
+        if message.is_human() && self.in_turn {
+            // A new user message while the last turn still waited on tools: that turn
+            // ended without a final answer.
+            self.end_turn(position).await?;
+        }
+        self.apply(position, "input", StateUpdate::messages([message]))
+    }
+
+    fn apply(
+        &mut self,
+        position: usize,
+        node: &str,
+        update: StateUpdate,
+    ) -> Result<(), ReplayError> {
+        if update.is_empty() {
+            return Ok(());
+        }
+        Arc::make_mut(&mut self.state)
+            .apply(update)
+            .map_err(|source| ReplayError::State {
+                call: self.call_index + 1,
+                line: self.line(position),
+                node: node.to_owned(),
+                source,
+            })
+    }
+
+    /// Runs one node hook of every middleware that implements it (reverse order for the
+    /// `after_*` hooks). Jumps cannot change what the transcript says happened next, so
+    /// a declared jump is recorded as an event and otherwise ignored.
+    async fn node_hooks(&mut self, position: usize, hook: NodeHook) -> Result<(), ReplayError> {
+        let mut list: Vec<Arc<dyn Middleware>> = self
+            .engine
+            .middleware
+            .iter()
+            .filter(|m| hook.implemented_by(m.as_ref()))
+            .cloned()
+            .collect();
+        if matches!(hook, NodeHook::AfterModel | NodeHook::AfterAgent) {
+            list.reverse();
+        }
+        for m in list {
+            let node = format!("{}.{}", m.name(), hook.name());
+            let runtime = self.runtime(&node);
+            let state = self.state.clone();
+            let outcome: Result<HookOutcome, MiddlewareError> = match hook {
+                NodeHook::BeforeAgent => m.before_agent(&state, &runtime).await,
+                NodeHook::BeforeModel => m.before_model(&state, &runtime).await,
+                NodeHook::AfterModel => m.after_model(&state, &runtime).await,
+                NodeHook::AfterAgent => m.after_agent(&state, &runtime).await,
+            };
+            let HookOutcome { update, jump } = outcome.map_err(|source| ReplayError::Hook {
+                call: self.call_index + 1,
+                line: self.line(position),
+                source,
+            })?;
+            self.apply(position, &node, update)?;
+            if let Some(target) = jump {
+                let target_name = format!("{target:?}").to_lowercase();
+                if !m.jump_targets().contains(&target) {
+                    return Err(ReplayError::UndeclaredJump {
+                        call: self.call_index + 1,
+                        line: self.line(position),
+                        middleware: m.name().to_owned(),
+                        hook: hook.name(),
+                        target: target_name,
+                    });
+                }
+                self.writer.for_node(&node).custom(json!({
+                    "type": "replay_jump_ignored",
+                    "target": target_name,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    async fn end_turn(&mut self, position: usize) -> Result<(), ReplayError> {
+        self.node_hooks(position, NodeHook::AfterAgent).await?;
+        self.in_turn = false;
+        Ok(())
+    }
+
+    /// One model call: the AI message at `position` is the answer.
+    async fn model_call(
+        &mut self,
+        position: usize,
+    ) -> Result<(CallReport, Option<SentRequest>), ReplayError> {
+        let line = self.line(position);
+        let call = self.call_index + 1;
+        if !self.in_turn {
+            self.in_turn = true;
+            self.turns += 1;
+            self.calls_in_turn = 0;
+            self.node_hooks(position, NodeHook::BeforeAgent).await?;
+        }
+        self.node_hooks(position, NodeHook::BeforeModel).await?;
+
+        let answer = self.transcript.messages()[position].clone();
+        let request = ModelRequest {
+            messages: self.state.messages.clone(),
+            system: self.system.clone(),
+            tools: self.engine.tools.clone(),
+            tool_choice: None,
+            settings: ModelSettings::default(),
+            model: self.model.clone(),
+            state: self.state.clone(),
+            runtime: self.runtime(MODEL_NODE),
+        };
+        let terminal = TranscriptAnswer::new(answer.clone());
+        let response = Next::new(&self.wrap_chain, &terminal)
+            .run(request)
+            .await
+            .map_err(|source| ReplayError::Model { call, line, source })?;
+        let sent = terminal.take_sent().map(|r| SentRequest {
+            index: call,
+            model: r.model.profile().name.clone(),
+            system: r.system,
+            messages: r.messages,
+            tools: r.tools,
+            settings: r.settings,
+        });
+        self.calls_in_turn += 1;
+
+        // As the agent does: the wrap hooks' update first, then the answer, which is the
+        // transcript's message (the history must stay the recorded one).
+        let mut update = response.update;
+        update.messages.push(MessageOp::Upsert { message: answer });
+        self.apply(position, MODEL_NODE, update)?;
+        self.node_hooks(position, NodeHook::AfterModel).await?;
+        if self.transcript.messages()[position].tool_calls().is_empty() {
+            self.end_turn(position).await?;
+        }
+
+        let mut events = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            if let StreamEvent::Custom { payload, .. } = event {
+                events.push(payload);
+            }
+        }
+        let (summary_runs, cache_event) = classify(&events);
+        self.report.totals.summary_calls += summary_runs;
+        let (request_messages, request_tokens, carries_summary, pair_violation) = match &sent {
+            Some(s) => (
+                s.messages.len(),
+                self.engine
+                    .counter
+                    .count_request(s.system.as_ref(), &s.messages, &s.tools),
+                s.messages.iter().any(is_summary),
+                check_pairs(&s.messages).err().map(|v| v.to_string()),
+            ),
+            None => (0, 0, false, None),
+        };
+        if let Some(s) = &sent
+            && let Some(summary) = s.messages.iter().find(|m| is_summary(m))
+        {
+            let text = summary.text();
+            let body = text
+                .strip_prefix(SUMMARY_PREFIX)
+                .unwrap_or(&text)
+                .trim_start();
+            self.report.summary = Some(body.to_owned());
+        }
+        let history = &self.message_tokens[..position];
+        let report = CallReport {
+            index: call,
+            line,
+            history_messages: position,
+            history_tokens: self.system_tokens + history.iter().sum::<u64>(),
+            request_messages,
+            request_tokens,
+            summary_call: summary_runs > 0,
+            cache_hit: cache_event || (carries_summary && summary_runs == 0),
+            events,
+            pair_violation,
+        };
+        Ok((report, sent))
+    }
+
+    fn finish_call(&mut self, call: CallReport, request: Option<SentRequest>) {
+        let history = &self.message_tokens[..call.history_messages];
+        let window = &history[history.len().saturating_sub(BASELINE_WINDOW)..];
+        let baseline = self.system_tokens + window.iter().sum::<u64>();
+        self.report.push(call, baseline);
+        self.requests.push(request);
+        self.call_index += 1;
+    }
+
+    fn into_replay(self) -> Replay {
+        Replay {
+            report: self.report,
+            requests: self.requests,
+        }
+    }
+}
+
+/// True for the summary message a compacting middleware puts in a request: a user-role
+/// message named `summary` or flagged `hide_from_ui` (seed 003's convention, shared by
+/// summarization and session memory).
+pub fn is_summary(message: &Message) -> bool {
+    message.is_human() && (message.name() == Some(SUMMARY_NAME) || message.flag(HIDE_FROM_UI))
+}
+
+/// Reads the events of one call: how many summaries were produced (or attempted: a
+/// failed summary call still costs a call), and whether a compaction said it reused a
+/// cached summary. These events are the public contract of compaction (a UI sees the
+/// same ones), so the replay needs no access to the middleware's internals.
+pub fn classify(events: &[Value]) -> (u64, bool) {
+    let mut runs = 0;
+    let mut cache_hit = false;
+    for e in events {
+        match e.get("type").and_then(Value::as_str) {
+            Some(EVENT_COMPACTED) => {
+                if e.get("cache_hit").and_then(Value::as_bool) == Some(true) {
+                    cache_hit = true;
+                } else if matches!(
+                    e.get("source").and_then(Value::as_str),
+                    Some("model" | "extractive")
+                ) || e.get("error").is_some()
+                {
+                    runs += 1;
+                }
+            }
+            Some(EVENT_FOLDED) => runs += 1,
+            // A fold that failed at the model cost a call; one that failed saving did not.
+            Some(EVENT_FOLD_FAILED) => {
+                runs += u64::from(e.get("reason").and_then(Value::as_str) != Some("store"));
+            }
+            _ => {}
+        }
+    }
+    (runs, cache_hit)
+}

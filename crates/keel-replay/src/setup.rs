@@ -1,0 +1,276 @@
+//! Building a replay from the options `keel replay` takes: the summarization
+//! configuration, session memory, the database and the summary model.
+//!
+//! Everything that can be wrong with the input is checked before the database is
+//! opened: the transcript, the YAML, the memory settings, the summary model's
+//! configuration. A replay that fails to start writes nothing (and creates no database
+//! file).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use keel_core::message::new_id;
+use keel_core::middleware::Middleware;
+use keel_core::model::{ChatModel, ModelProfile};
+use keel_core::store::{SessionMemoryStore, SessionScope, StoreError};
+use keel_core::tokens::TokenCounter;
+use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings, SettingsError};
+use keel_store::Store;
+use keel_store::error::ConnectError;
+use keel_summarization::cache::SummaryCache;
+use keel_summarization::config::{ConfigError, SummarizationConfig};
+use keel_summarization::middleware::{BuildError, SummarizationMiddleware};
+use keel_tokens::{ApproximateCounter, CachedCounter};
+
+use crate::engine::{Replay, ReplayEngine, ReplayError, ReplayObserver};
+use crate::transcript::{LoadError, Transcript};
+
+/// The database used when session memory needs one and no URL is given: `./keel.db`,
+/// created on first use.
+pub const DEFAULT_DB_URL: &str = "sqlite://keel.db?mode=rwc";
+
+/// The flow id of replayed sessions in the database.
+pub const REPLAY_FLOW_ID: &str = "keel-replay";
+
+/// The user id of replayed sessions in the database.
+pub const REPLAY_USER_ID: &str = "replay";
+
+/// Session-memory options (`--memory session --n-messages N --pinned-keys k1,k2`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Recent messages sent verbatim (`None`: the memory crate's default).
+    pub n_messages: Option<usize>,
+    /// Keys the summary keeps for the whole session.
+    pub pinned_keys: Vec<String>,
+}
+
+/// What to replay with. Every field is optional; with none the replay sends the history
+/// verbatim (a baseline run).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayOptions {
+    /// A `summarization.yaml`.
+    pub config: Option<PathBuf>,
+    /// Session memory.
+    pub memory: Option<MemoryOptions>,
+    /// Database URL (`sqlite://...`, `postgres://...`). Default: [`DEFAULT_DB_URL`] when
+    /// session memory is on; no database otherwise.
+    pub db: Option<String>,
+    /// An OpenAI-compatible model for summaries (`OPENAI_BASE_URL`, `OPENAI_API_KEY`);
+    /// default: the built-in extractive summarizer, offline and deterministic.
+    pub summary_model: Option<String>,
+    /// The answering model's context window, for `fraction` triggers and keeps.
+    pub context_window: Option<u64>,
+}
+
+/// A replay that could not start. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The transcript is missing, malformed or inconsistent.
+    #[error(transparent)]
+    Transcript(#[from] LoadError),
+    /// The summarization configuration is invalid.
+    #[error("{}: {source}", path.display())]
+    Config {
+        /// The YAML file.
+        path: PathBuf,
+        /// What is wrong, with the key.
+        source: ConfigError,
+    },
+    /// The summarization middleware could not be built from a valid configuration.
+    #[error("{}: {source}", path.display())]
+    Summarization {
+        /// The YAML file.
+        path: PathBuf,
+        /// What is wrong.
+        source: BuildError,
+    },
+    /// A session-memory setting is out of range.
+    #[error("--memory session: {0}")]
+    Memory(#[from] SettingsError),
+    /// The summary model is misconfigured.
+    #[error("--summary-model: {0}")]
+    SummaryModel(#[from] keel_openai::ConfigError),
+    /// The database could not be opened.
+    #[error("--db: {0}")]
+    Connect(#[from] ConnectError),
+}
+
+/// A replay ready to run: inputs checked, middleware built, database open.
+pub struct Prepared {
+    /// The checked transcript.
+    pub transcript: Transcript,
+    /// Things worth telling the user before the figures (configuration warnings).
+    pub warnings: Vec<String>,
+    /// The thread id (and, with session memory, the session id) of this run.
+    pub thread_id: String,
+    engine: ReplayEngine,
+    memory: Option<(Arc<Store>, SessionScope)>,
+}
+
+impl Prepared {
+    /// Runs the replay. With session memory, the report ends with the session's pinned
+    /// keys and summary as stored.
+    pub async fn run(&self, observer: &mut dyn ReplayObserver) -> Result<Replay, FinishError> {
+        let mut replay = self.engine.run(&self.transcript, observer).await?;
+        if let Some((store, scope)) = &self.memory
+            && let Some(state) = store.get_state(scope).await?
+        {
+            replay.report.pinned = state.pinned;
+            if !state.summary.is_empty() {
+                replay.report.summary = Some(state.summary);
+            }
+        }
+        Ok(replay)
+    }
+
+    /// The engine (for callers that drive it themselves).
+    pub fn engine(&self) -> &ReplayEngine {
+        &self.engine
+    }
+}
+
+/// A replay that started and then failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// A model call of the replay failed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// Reading the final session-memory state failed.
+    #[error("reading the session memory at the end: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Checks every input, then builds the middleware stack and opens the database.
+pub async fn prepare(
+    transcript: impl AsRef<Path>,
+    options: &ReplayOptions,
+) -> Result<Prepared, SetupError> {
+    let transcript_path = transcript.as_ref();
+    let transcript = Transcript::read(transcript_path)?;
+    let stem = transcript_path
+        .file_stem()
+        .map_or_else(|| "transcript".into(), |s| s.to_string_lossy().into_owned());
+    let thread_id = format!("replay-{stem}-{}", new_id());
+    let mut profile = ModelProfile::new("transcript", "replay");
+    profile.max_input_tokens = options.context_window;
+    let mut warnings = Vec::new();
+
+    // 1. Everything that needs no database, so a bad input fails before any write.
+    let summary_model: Option<Arc<dyn ChatModel>> = match &options.summary_model {
+        Some(name) => Some(Arc::new(
+            keel_openai::OpenAiConfig::from_env()?
+                .with_model(name.clone())
+                .build()?,
+        )),
+        None => None,
+    };
+    let summarization = match &options.config {
+        Some(path) => {
+            let loaded =
+                SummarizationConfig::from_yaml_file(path).map_err(|source| SetupError::Config {
+                    path: path.clone(),
+                    source,
+                })?;
+            warnings.extend(loaded.warnings.iter().map(ToString::to_string));
+            if let Some(name) = &loaded.config.model_name {
+                warnings.push(format!(
+                    "summarization.model_name = {name:?} is not used by keel replay; \
+                     summaries come from {}",
+                    options.summary_model.as_deref().map_or_else(
+                        || "the built-in extractive summarizer".to_owned(),
+                        |m| format!("--summary-model {m}")
+                    )
+                ));
+            }
+            if !loaded.config.enabled {
+                warnings.push(format!(
+                    "{}: summarization.enabled is false, so requests pass through unchanged",
+                    path.display()
+                ));
+            }
+            Some((path.clone(), loaded.config))
+        }
+        None => None,
+    };
+    let memory_settings = match &options.memory {
+        Some(m) => {
+            let scope = SessionScope::new(REPLAY_FLOW_ID, REPLAY_USER_ID, "", "");
+            let mut settings =
+                SessionMemorySettings::for_scope(scope).with_pinned_keys(m.pinned_keys.clone());
+            if let Some(n) = m.n_messages {
+                settings = settings.with_n_messages(n);
+            }
+            settings.validate()?;
+            if options.summary_model.is_none() && !m.pinned_keys.is_empty() {
+                warnings.push(
+                    "the extractive summarizer folds without a model, so pinned keys stay \
+                     empty; pass --summary-model to have them filled"
+                        .to_owned(),
+                );
+            }
+            Some(settings)
+        }
+        None => None,
+    };
+
+    // 2. The database, only when something stores into it.
+    let db_url = match (&options.db, &memory_settings) {
+        (Some(url), _) => Some(url.as_str()),
+        (None, Some(_)) => Some(DEFAULT_DB_URL),
+        (None, None) => None,
+    };
+    let store = match db_url {
+        Some(url) => Some(Arc::new(Store::connect(url).await?)),
+        None => None,
+    };
+
+    // 3. The stack, outermost first: session memory builds `[summary, *last N]`, then
+    // summarization compacts whatever is still over its trigger.
+    let mut stack: Vec<Arc<dyn Middleware>> = Vec::new();
+    let mut memory = None;
+    if let (Some(settings), Some(store)) = (memory_settings, &store) {
+        let scope = settings.scope_for_thread(&thread_id);
+        let builder = SessionMemoryMiddleware::builder(settings).store(store.clone());
+        let builder = match &summary_model {
+            Some(model) => builder.summary_model(model.clone()),
+            None => builder.fold_engine(FoldEngine::Extractive),
+        };
+        stack.push(Arc::new(builder.build()?));
+        memory = Some((store.clone(), scope));
+    }
+    let mut counter: Option<Arc<dyn TokenCounter>> = None;
+    if let Some((path, config)) = summarization {
+        // A cache of its own: replays are independent of each other and of any agent
+        // in the same process. With a database, summaries also go to its second level.
+        let mut cache = SummaryCache::new(config.cache_capacity);
+        if let Some(store) = &store {
+            cache = cache.with_store(store.clone());
+        }
+        let mut builder = SummarizationMiddleware::builder(config)
+            .cache(Arc::new(cache))
+            .model_profile(profile.clone());
+        builder = match &summary_model {
+            Some(model) => builder.summary_model(model.clone()),
+            None => builder.extractive(),
+        };
+        let middleware = builder
+            .build()
+            .map_err(|source| SetupError::Summarization { path, source })?;
+        // Figures are counted the way the middleware counts: one set of numbers.
+        counter = Some(middleware.counter_for(&profile));
+        stack.push(Arc::new(middleware));
+    }
+    let counter =
+        counter.unwrap_or_else(|| Arc::new(CachedCounter::new(ApproximateCounter::langchain())));
+
+    let engine = ReplayEngine::new(stack, counter)
+        .with_thread_id(thread_id.clone())
+        .with_model_profile(profile);
+    Ok(Prepared {
+        transcript,
+        warnings,
+        thread_id,
+        engine,
+        memory,
+    })
+}
