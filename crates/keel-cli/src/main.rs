@@ -28,6 +28,9 @@ enum Command {
     /// Count the tokens of a JSONL transcript (per message and total) or, with `--text`,
     /// of a plain text file, with an exact tokenizer or LangChain's approximation.
     Tokens(commands::tokens::Args),
+    /// Run the summarization middleware once over a transcript, as if the next model call
+    /// were made: the request that would be sent, and what was summarized, rescued, kept.
+    Compact(commands::compact::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::CheckTranscript(args) => commands::check_transcript::run(args),
         Command::Tokens(args) => commands::tokens::run(args),
+        Command::Compact(args) => commands::compact::run(args),
     };
     match result {
         Ok(code) => code,
