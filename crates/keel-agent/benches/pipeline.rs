@@ -4,7 +4,8 @@
 //! either declaring only `wrap_model_call` or leaving every hook at its default
 //! (`Hooks::ALL`, the worst case). `next/*`: the `wrap_model_call` chain alone.
 //! The model is a cheap in-bench echo and the checkpointer discards, so the differences
-//! are the pipeline's own cost.
+//! are the pipeline's own cost. `calibration/alloc_1KiB` shows how fast the machine was
+//! during the run.
 //!
 //! Time is the bench thread's CPU time (`/proc/thread-self/schedstat`), not wall time:
 //! the machine is shared, and a descheduled thread must not count as pipeline cost.
@@ -20,7 +21,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::middleware::{
@@ -101,7 +102,9 @@ const WRAP_ONLY: Hooks = Hooks {
     ..Hooks::NONE
 };
 
-/// CPU time of the calling thread, in nanoseconds.
+/// CPU time of the calling thread, in nanoseconds. The kernel refreshes this figure at
+/// scheduler ticks, so each sample must span many ticks: the groups use flat sampling
+/// (every sample the same, long, iteration count); the tick error averages out.
 struct ThreadCpu;
 
 fn thread_cpu_ns() -> u64 {
@@ -163,6 +166,7 @@ fn bench_agent(c: &mut Cpu) {
         .build()
         .unwrap();
     let mut g = c.benchmark_group("agent");
+    g.sampling_mode(SamplingMode::Flat);
     for (label, agent) in [
         ("bare", agent(Vec::new())),
         ("10_noop_wrap", agent(stack(10, WRAP_ONLY))),
@@ -207,6 +211,7 @@ fn bench_next(c: &mut Cpu) {
         runtime: Runtime::detached("bench"),
     };
     let mut g = c.benchmark_group("next");
+    g.sampling_mode(SamplingMode::Flat);
     for (label, chain) in [("bare", Vec::new()), ("10_noop", stack(10, WRAP_ONLY))] {
         g.bench_function(label, |b| {
             b.to_async(&rt).iter(|| async {
@@ -218,9 +223,21 @@ fn bench_next(c: &mut Cpu) {
     g.finish();
 }
 
+/// The machine's current speed, measured in the same run: a 1 KiB heap allocation
+/// (zeroed, then freed) costs ~20-40 ns on an idle modern x86 core. Figures from a
+/// loaded machine scale with it.
+fn bench_calibration(c: &mut Cpu) {
+    let mut g = c.benchmark_group("calibration");
+    g.sampling_mode(SamplingMode::Flat);
+    g.bench_function("alloc_1KiB", |b| {
+        b.iter(|| black_box(Box::new([0u8; 1024])))
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().with_measurement(ThreadCpu);
-    targets = bench_agent, bench_next
+    targets = bench_agent, bench_next, bench_calibration
 }
 criterion_main!(benches);

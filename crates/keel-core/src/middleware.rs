@@ -16,6 +16,8 @@
 //! cursor; they may call it zero times (short-circuit), once, or several times (retry or
 //! fallback, cloning `Next`); only the response they return counts.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -183,6 +185,9 @@ impl ModelResponse {
     }
 }
 
+/// A boxed, sendable future: what every hook returns and what [`Next::run`] hands back.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// The innermost model call (the agent's: it streams user-facing tokens).
 #[async_trait]
 pub trait ModelHandler: Send + Sync {
@@ -204,20 +209,19 @@ impl<'a> Next<'a> {
     }
 
     /// Runs the rest of the chain. Consumes the cursor: clone it to call again.
-    pub async fn run(self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+    ///
+    /// Returns the next layer's own boxed future rather than wrapping it in another state
+    /// machine, so a layer costs one allocation and the request is not copied twice.
+    pub fn run(self, request: ModelRequest) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
         match self.chain.split_first() {
-            Some((first, rest)) => {
-                first
-                    .wrap_model_call(
-                        request,
-                        Next {
-                            chain: rest,
-                            terminal: self.terminal,
-                        },
-                    )
-                    .await
-            }
-            None => self.terminal.call(request).await,
+            Some((first, rest)) => first.wrap_model_call(
+                request,
+                Next {
+                    chain: rest,
+                    terminal: self.terminal,
+                },
+            ),
+            None => self.terminal.call(request),
         }
     }
 }
@@ -255,21 +259,17 @@ impl<'a> ToolNext<'a> {
         ToolNext { chain, terminal }
     }
 
-    /// Runs the rest of the chain.
-    pub async fn run(self, request: ToolCallRequest) -> Result<Message, ToolError> {
+    /// Runs the rest of the chain (one allocation per layer, as [`Next::run`]).
+    pub fn run(self, request: ToolCallRequest) -> BoxFuture<'a, Result<Message, ToolError>> {
         match self.chain.split_first() {
-            Some((first, rest)) => {
-                first
-                    .wrap_tool_call(
-                        request,
-                        ToolNext {
-                            chain: rest,
-                            terminal: self.terminal,
-                        },
-                    )
-                    .await
-            }
-            None => self.terminal.call(request).await,
+            Some((first, rest)) => first.wrap_tool_call(
+                request,
+                ToolNext {
+                    chain: rest,
+                    terminal: self.terminal,
+                },
+            ),
+            None => self.terminal.call(request),
         }
     }
 }
