@@ -336,6 +336,23 @@ pub async fn scope_isolation<S: Storage>(store: &S) -> Checked {
             == Some((1, "- alice's secret project")),
         "the owner's state changed: {st:?}"
     );
+
+    // A NUL in a key is refused by every backend, on reads as on writes.
+    let nul = SessionScope::new(flow.clone(), "alice\0", "s1", "");
+    let r = store.last_n(&nul, 10).await;
+    ensure!(C, is_invalid(&r), "last_n with a NUL in user_id gave {r:?}");
+    let r = store.get_state(&nul).await;
+    ensure!(
+        C,
+        is_invalid(&r),
+        "get_state with a NUL in user_id gave {r:?}"
+    );
+    let r = store.get_summary("k\0").await;
+    ensure!(
+        C,
+        is_invalid(&r),
+        "get_summary with a NUL in the key gave {r:?}"
+    );
     Ok(())
 }
 
@@ -728,14 +745,26 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
     let scope = SessionScope::new(format!("{ns}-flow"), "u", "contended", "");
     let max_attempts = tasks.saturating_mul(4).max(16);
     let mut handles = Vec::with_capacity(tasks);
+    // In the first round every writer loads before any writer saves, so all of them
+    // hold version 0 and exactly one may win it, whatever the scheduler does.
+    let loaded = Arc::new(tokio::sync::Barrier::new(tasks));
     for writer in 0..tasks {
         let store = Arc::clone(&store);
         let scope = scope.clone();
+        let loaded = Arc::clone(&loaded);
         handles.push(tokio::spawn(async move {
             let mut attempts = Vec::new();
-            for _ in 0..max_attempts {
-                let current =
-                    call(C, "get_state", store.get_state(&scope).await)?.unwrap_or_default();
+            for round in 0..max_attempts {
+                let loaded_state = store.get_state(&scope).await;
+                // A fold makes a model call between load and save; later rounds yield
+                // there so that the remaining writers keep colliding. (The barrier comes
+                // before any early return so that a failing writer cannot strand the rest.)
+                if round == 0 {
+                    loaded.wait().await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                let current = call(C, "get_state", loaded_state)?.unwrap_or_default();
                 let v = current.version;
                 ensure!(
                     C,
@@ -744,10 +773,6 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
                     current.absorbed_count,
                     current.summary
                 );
-                // A fold makes a model call between load and save; yielding here lets
-                // the other writers load the same version, so the race really happens
-                // even on a store whose calls never wait.
-                tokio::task::yield_now().await;
                 let mut next = current.clone();
                 next.summary = format!("v{}", v + 1);
                 next.absorbed_count = v + 1;

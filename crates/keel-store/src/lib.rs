@@ -9,8 +9,8 @@
 //! | backend | feature | URL | use it for |
 //! | --- | --- | --- | --- |
 //! | [`memory::MemoryStore`] | always | `memory:` | tests; the fallback with no database |
-//! | [`sqlite::SqliteStore`] | `sqlite` (default) | `sqlite://path.db?mode=rwc`, `sqlite::memory:` | one process, no server to run |
-//! | [`postgres::PostgresStore`] | `postgres` | `postgres://user:pw@host/db` | several agent processes sharing sessions |
+//! | `sqlite::SqliteStore` | `sqlite` (default) | `sqlite://path.db?mode=rwc`, `sqlite::memory:` | one process, no server to run |
+//! | `postgres::PostgresStore` | `postgres` | `postgres://user:pw@host/db` | several agent processes sharing sessions |
 //!
 //! [`Store::connect`] picks the backend from the URL, runs the embedded migrations and
 //! returns a [`Store`] that implements every trait:
@@ -105,7 +105,7 @@
 //!   decided by row locks in the server, so concurrent folds on one session resolve to
 //!   one winner per version across machines, and a summary cached by one process is
 //!   reused by the others. Give each service its own database or schema (set
-//!   `search_path` with [`postgres::PostgresStore::connect_with`]).
+//!   `search_path` with `postgres::PostgresStore::connect_with`).
 //! - **Memory** when there is no database: nothing survives a restart.
 //!
 //! Deleting a session: call [`SessionMemoryStore::delete_session_states`] alongside your

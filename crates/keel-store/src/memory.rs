@@ -97,6 +97,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
         let inner = self.inner.lock();
         Ok(inner
             .checkpoints
@@ -105,6 +106,7 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
         let inner = self.inner.lock();
         Ok(inner
             .checkpoints
@@ -141,6 +143,7 @@ impl ChatHistoryStore for MemoryStore {
         scope: &SessionScope,
         n: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
+        check::scope(scope)?;
         let inner = self.inner.lock();
         let Some(rows) = inner.history.get(scope) else {
             return Ok(Vec::new());
@@ -162,6 +165,7 @@ impl ChatHistoryStore for MemoryStore {
         cursor: Option<&Cursor>,
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
+        check::scope(scope)?;
         let inner = self.inner.lock();
         let Some(rows) = inner.history.get(scope) else {
             return Ok(Vec::new());
@@ -180,6 +184,7 @@ impl ChatHistoryStore for MemoryStore {
         scope: &SessionScope,
         cursor: Option<&Cursor>,
     ) -> Result<u64, StoreError> {
+        check::scope(scope)?;
         let inner = self.inner.lock();
         let Some(rows) = inner.history.get(scope) else {
             return Ok(0);
@@ -195,6 +200,7 @@ impl SessionMemoryStore for MemoryStore {
         &self,
         scope: &SessionScope,
     ) -> Result<Option<SessionMemoryState>, StoreError> {
+        check::scope(scope)?;
         Ok(self.inner.lock().states.get(scope).cloned())
     }
 
@@ -229,6 +235,9 @@ impl SessionMemoryStore for MemoryStore {
         user_id: &str,
         session_id: &str,
     ) -> Result<u64, StoreError> {
+        check::text("flow_id", flow_id)?;
+        check::text("user_id", user_id)?;
+        check::text("session_id", session_id)?;
         let mut inner = self.inner.lock();
         let before = inner.states.len();
         inner.states.retain(|s, _| {
@@ -241,6 +250,7 @@ impl SessionMemoryStore for MemoryStore {
 #[async_trait]
 impl SummaryStore for MemoryStore {
     async fn get_summary(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        check::text("key", key)?;
         Ok(self.inner.lock().summaries.get(key).cloned())
     }
 

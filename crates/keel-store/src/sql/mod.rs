@@ -368,6 +368,7 @@ macro_rules! impl_sql_store {
                 &self,
                 thread_id: &str,
             ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
                 let row = sqlx::query($crate::sql::LATEST_CHECKPOINT)
                     .bind(thread_id)
                     .fetch_optional(&self.pool)
@@ -383,6 +384,7 @@ macro_rules! impl_sql_store {
                 &self,
                 thread_id: &str,
             ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
                 let rows = sqlx::query($crate::sql::ALL_CHECKPOINTS)
                     .bind(thread_id)
                     .fetch_all(&self.pool)
@@ -449,6 +451,7 @@ macro_rules! impl_sql_store {
                 scope: &keel_core::store::SessionScope,
                 n: usize,
             ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
+                $crate::check::scope(scope)?;
                 if n == 0 {
                     return Ok(Vec::new());
                 }
@@ -472,6 +475,7 @@ macro_rules! impl_sql_store {
                 cursor: Option<&keel_core::store::Cursor>,
                 limit: usize,
             ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
+                $crate::check::scope(scope)?;
                 if limit == 0 {
                     return Ok(Vec::new());
                 }
@@ -500,6 +504,7 @@ macro_rules! impl_sql_store {
                 scope: &keel_core::store::SessionScope,
                 cursor: Option<&keel_core::store::Cursor>,
             ) -> Result<u64, StoreError> {
+                $crate::check::scope(scope)?;
                 let q = match cursor {
                     None => sqlx::query_as($crate::sql::COUNT_START),
                     Some(_) => sqlx::query_as($crate::sql::COUNT_CURSOR),
@@ -527,6 +532,7 @@ macro_rules! impl_sql_store {
                 scope: &keel_core::store::SessionScope,
             ) -> Result<Option<keel_core::store::SessionMemoryState>, StoreError> {
                 use sqlx::Row as _;
+                $crate::check::scope(scope)?;
                 let row = sqlx::query($crate::sql::GET_STATE)
                     .bind(&scope.flow_id)
                     .bind(&scope.user_id)
@@ -603,6 +609,9 @@ macro_rules! impl_sql_store {
                 user_id: &str,
                 session_id: &str,
             ) -> Result<u64, StoreError> {
+                $crate::check::text("flow_id", flow_id)?;
+                $crate::check::text("user_id", user_id)?;
+                $crate::check::text("session_id", session_id)?;
                 let done = sqlx::query($crate::sql::DELETE_STATES)
                     .bind(flow_id)
                     .bind(user_id)
@@ -620,6 +629,7 @@ macro_rules! impl_sql_store {
                 &self,
                 key: &str,
             ) -> Result<Option<serde_json::Value>, StoreError> {
+                $crate::check::text("key", key)?;
                 let row: Option<(String,)> = sqlx::query_as($crate::sql::GET_SUMMARY)
                     .bind(key)
                     .fetch_optional(&self.pool)
