@@ -31,6 +31,10 @@ enum Command {
     /// Run the summarization middleware once over a transcript, as if the next model call
     /// were made: the request that would be sent, and what was summarized, rescued, kept.
     Compact(commands::compact::Args),
+    /// Replay a recorded conversation through summarization and/or session memory,
+    /// offline: the tokens each model call would send, against sending the last 100
+    /// messages and the whole history, summary calls, cache hits, and the memory kept.
+    Replay(commands::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Command::CheckTranscript(args) => commands::check_transcript::run(args),
         Command::Tokens(args) => commands::tokens::run(args),
         Command::Compact(args) => commands::compact::run(args),
+        Command::Replay(args) => commands::replay::run(args),
     };
     match result {
         Ok(code) => code,

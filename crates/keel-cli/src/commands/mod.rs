@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 pub mod check_transcript;
 pub mod compact;
+pub mod replay;
 pub mod tokens;
 
 /// What a command returns: the exit code on success, or an error that `main` prints as
