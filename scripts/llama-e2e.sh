@@ -59,7 +59,7 @@ run() {
     log="$ROOT/target/llama-server.log"
     echo "== starting llama.cpp server on 127.0.0.1:$port with $model"
     "$VENV/bin/python" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port "$port" \
-        --n_ctx 2048 --model_alias smollm2 >"$log" 2>&1 &
+        --n_ctx 2048 --n_threads 2 --model_alias smollm2 >"$log" 2>&1 &
     pid=$!
     # shellcheck disable=SC2064 # expand pid now: the trap must stop this server
     trap "kill $pid 2>/dev/null; wait $pid 2>/dev/null || true" EXIT INT TERM

@@ -94,10 +94,10 @@ fn classify(
         }
     };
     let mut err = ModelError::new(kind, format!("HTTP {status}: {message}")).with_raw(body);
-    if kind == ModelErrorKind::RateLimited {
-        if let Some(wait) = retry_after.or_else(|| retry_hint_in_message(&message)) {
-            err = err.with_retry_after(wait);
-        }
+    if kind == ModelErrorKind::RateLimited
+        && let Some(wait) = retry_after.or_else(|| retry_hint_in_message(&message))
+    {
+        err = err.with_retry_after(wait);
     }
     err
 }
@@ -229,10 +229,11 @@ pub(crate) fn retry_after_from_headers(headers: &reqwest::header::HeaderMap) -> 
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
     }
     let value = text("retry-after")?;
     if let Ok(secs) = value.parse::<f64>() {

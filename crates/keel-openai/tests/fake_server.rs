@@ -2,6 +2,9 @@
 //! (`tests/fixtures/`): what it sends, what it makes of each answer, how it classifies
 //! each failure.
 
+// Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -550,4 +553,59 @@ async fn slow_servers_time_out_and_dead_ones_fail_to_connect() {
         .unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::Connection, "{err}");
     assert!(err.is_retryable());
+}
+
+/// Bodies captured from llama-cpp-python 0.3.36's server (SmolLM2-135M) by
+/// `scripts/llama-e2e.sh`'s setup: its streams carry no usage even when asked.
+#[tokio::test]
+async fn recorded_llama_cpp_python_bodies() {
+    let messages = vec![Message::human("What is the capital of France?")];
+    let settings = ModelSettings::default();
+
+    let server = serve(
+        200,
+        fixture("llama_cpp_python_completion.json"),
+        "application/json",
+    )
+    .await;
+    let answer = model(&server, "smollm2")
+        .invoke(ChatRequest::new(&messages, &settings))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.text(),
+        "L'Étoile, la Marseillaise. Paris is the capital"
+    );
+    let ai = answer.as_ai().unwrap();
+    assert_eq!(
+        ai.usage
+            .map(|u| (u.input_tokens, u.output_tokens, u.total_tokens)),
+        Some((37, 16, 53))
+    );
+    assert_eq!(ai.response_metadata["finish_reason"], json!("length"));
+
+    let server = serve(
+        200,
+        fixture("llama_cpp_python_stream.sse"),
+        "text/event-stream",
+    )
+    .await;
+    let chunks = collect(
+        &model(&server, "smollm2"),
+        ChatRequest::new(&messages, &settings),
+    )
+    .await;
+    let message = assemble(&chunks);
+    assert_eq!(message.text(), "I'm sorry for any misglamour. I'll");
+    let ai = message.as_ai().unwrap();
+    assert_eq!(ai.usage, None);
+    assert_eq!(ai.response_metadata["usage_reported"], json!(false));
+    assert_eq!(
+        ai.response_metadata["id"],
+        json!("chatcmpl-30d66f13-6578-4b9f-9951-bbb6ce1e45f4")
+    );
+
+    let body = fixture("llama_cpp_python_context_overflow.json");
+    let err = invoke_error(400, body, &[]).await;
+    assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
 }
