@@ -326,6 +326,13 @@ impl SessionCompressor {
             }
         }
 
+        // A winner with other settings (a smaller N) may have folded into our window.
+        let mut recent = recent;
+        if let Some(c) = &state.covered_until {
+            recent.retain(|m| m.cursor() > *c);
+            let messages: Vec<Message> = recent.iter().map(|m| m.message.clone()).collect();
+            recent.drain(..pair_safe_start(&messages));
+        }
         let summary =
             render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
         Ok(TurnMemory {

@@ -778,3 +778,34 @@ async fn extractive_folds_need_no_model() {
         .unwrap();
     assert_eq!(again.state.summary, turn.state.summary);
 }
+
+#[tokio::test]
+async fn a_winner_that_folded_into_the_window_is_not_sent_twice() {
+    let store = Arc::new(MemoryStore::new());
+    let s = scope("u", "winner-window");
+    seed(store.as_ref(), &s, 0..30).await;
+    // Another process with N = 5 folded messages 0..=24; this one (N = 10) would send 20..29.
+    let winner = SessionMemoryState {
+        summary: "- folded by a process with N = 5".into(),
+        covered_until: Some(cursor(24)),
+        absorbed_count: 25,
+        ..Default::default()
+    };
+    let racing = Arc::new(RacingStore {
+        inner: store.clone(),
+        rival: Mutex::new(Some(winner)),
+    });
+    let c = SessionCompressor::new(settings(&s), store.clone(), racing).unwrap();
+    let turn = c
+        .prepare(
+            &s,
+            &input(),
+            &dyn_model(&fold_model()),
+            &StreamWriter::disconnected(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(turn.folds[..], [FoldOutcome::Superseded { .. }]));
+    let ids: Vec<&str> = turn.recent.iter().map(|m| m.message.id()).collect();
+    assert_eq!(ids, ["m00025", "m00026", "m00027", "m00028", "m00029"]);
+}
