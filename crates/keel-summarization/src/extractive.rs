@@ -27,8 +27,6 @@
 //! assert!(s.contains("I decided to use logical replication."));
 //! ```
 
-use std::collections::HashMap;
-
 use keel_core::message::{Message, MessageBody, ToolStatus};
 
 use crate::SUMMARY_NAME;
@@ -74,6 +72,16 @@ pub fn summarize(
     messages: &[Message],
     options: &ExtractiveOptions,
 ) -> String {
+    let refs: Vec<&Message> = messages.iter().collect();
+    summarize_refs(previous, &refs, options)
+}
+
+/// [`summarize`] over borrowed messages (a non-contiguous selection, without cloning).
+pub fn summarize_refs(
+    previous: Option<&str>,
+    messages: &[&Message],
+    options: &ExtractiveOptions,
+) -> String {
     let budget = options.word_budget.max(1);
     let per_item = options.max_words_per_item.max(1);
 
@@ -95,14 +103,10 @@ pub fn summarize(
         }
     }
 
-    let new_items = new_items(messages);
     let mut out: Vec<String> = Vec::new();
     let mut used = 0usize;
-    let previous_cap = if new_items.is_empty() {
-        budget
-    } else {
-        budget.div_ceil(2)
-    };
+    let has_new = messages.iter().any(|m| m.name() != Some(SUMMARY_NAME));
+    let previous_cap = if has_new { budget.div_ceil(2) } else { budget };
     for item in &previous_items {
         if used >= previous_cap {
             break;
@@ -115,11 +119,99 @@ pub fn summarize(
             per_item,
         );
     }
-    for item in &new_items {
-        if used >= budget {
-            break;
+    // New material, stage by stage in priority order; each stage stops as soon as the
+    // budget is spent, so a fold over thousands of messages only reads what it keeps.
+    let emit = |item: String, out: &mut Vec<String>, used: &mut usize| {
+        push_item(out, used, &item, budget, per_item);
+        *used >= budget
+    };
+    'stages: for stage in 0..4 {
+        let mut seen_goal = false;
+        for (index, m) in messages.iter().enumerate() {
+            if used >= budget {
+                break 'stages;
+            }
+            if m.name() == Some(SUMMARY_NAME) {
+                continue;
+            }
+            let full = match (stage, m.body()) {
+                (0 | 1, MessageBody::Human(_) | MessageBody::System(_)) => {
+                    let text = m.text();
+                    let text = text.trim();
+                    if text.is_empty() {
+                        continue;
+                    }
+                    let is_goal = !seen_goal && m.is_human();
+                    seen_goal |= m.is_human();
+                    match (stage, is_goal) {
+                        (0, true) => emit(
+                            format!("Goal: {}", first_words(text, 60)),
+                            &mut out,
+                            &mut used,
+                        ),
+                        (1, false) => {
+                            let label = if m.is_human() { "User" } else { "Note" };
+                            let mut full = false;
+                            for s in sentences(text).into_iter().take(2) {
+                                full = emit(format!("{label}: {s}"), &mut out, &mut used);
+                                if full {
+                                    break;
+                                }
+                            }
+                            full
+                        }
+                        _ => false,
+                    }
+                }
+                (2, MessageBody::Ai(_)) => {
+                    let text = m.text();
+                    let mut full = false;
+                    for (i, s) in sentences(&text).into_iter().enumerate() {
+                        if i == 0 || is_decision(&s) {
+                            full = emit(s, &mut out, &mut used);
+                            if full {
+                                break;
+                            }
+                        }
+                    }
+                    full
+                }
+                (3, MessageBody::Tool(t)) => {
+                    let (name, target) =
+                        caller(messages, index, &t.tool_call_id).unwrap_or_else(|| {
+                            (
+                                t.name.clone().unwrap_or_else(|| "tool".into()),
+                                String::new(),
+                            )
+                        });
+                    let status = if t.status == ToolStatus::Error {
+                        "failed"
+                    } else {
+                        "ok"
+                    };
+                    let text = m.text();
+                    let first = text
+                        .lines()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty())
+                        .unwrap_or("");
+                    let target = if target.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {target}")
+                    };
+                    emit(
+                        format!("Tool {name}{target} {status}: {}", first_words(first, 20)),
+                        &mut out,
+                        &mut used,
+                    )
+                }
+                _ => false,
+            };
+            if full {
+                break 'stages;
+            }
         }
-        push_item(&mut out, &mut used, item, budget, per_item);
     }
     if out.is_empty() && !messages.is_empty() {
         let n = messages.len();
@@ -194,85 +286,16 @@ fn is_decision(sentence: &str) -> bool {
     DECISION_WORDS.iter().any(|w| lower.contains(w))
 }
 
-fn new_items(messages: &[Message]) -> Vec<String> {
-    let mut goal: Option<String> = None;
-    let mut user: Vec<String> = Vec::new();
-    let mut facts: Vec<String> = Vec::new();
-    let mut tools: Vec<String> = Vec::new();
-    let mut calls: HashMap<&str, (&str, String)> = HashMap::new();
-
-    for m in messages {
-        if m.name() == Some(SUMMARY_NAME) {
-            continue;
-        }
-        match m.body() {
-            MessageBody::Human(_) | MessageBody::System(_) => {
-                let text = m.text();
-                let text = text.trim();
-                if text.is_empty() {
-                    continue;
-                }
-                if goal.is_none() && m.is_human() {
-                    goal = Some(format!("Goal: {}", first_words(text, 60)));
-                } else {
-                    let label = if m.is_human() { "User" } else { "Note" };
-                    for s in sentences(text).into_iter().take(2) {
-                        user.push(format!("{label}: {s}"));
-                    }
-                }
-            }
-            MessageBody::Ai(ai) => {
-                for call in &ai.tool_calls {
-                    calls.insert(
-                        call.id.as_str(),
-                        (call.name.as_str(), target_of(&call.args)),
-                    );
-                }
-                let text = m.text();
-                for (i, s) in sentences(&text).into_iter().enumerate() {
-                    if i == 0 || is_decision(&s) {
-                        facts.push(s);
-                    }
-                }
-            }
-            MessageBody::Tool(t) => {
-                let (name, target) = calls
-                    .get(t.tool_call_id.as_str())
-                    .map(|(n, a)| ((*n).to_owned(), a.clone()))
-                    .unwrap_or_else(|| {
-                        (
-                            t.name.clone().unwrap_or_else(|| "tool".into()),
-                            String::new(),
-                        )
-                    });
-                let status = if t.status == ToolStatus::Error {
-                    "failed"
-                } else {
-                    "ok"
-                };
-                let text = m.text();
-                let first = text
-                    .lines()
-                    .map(str::trim)
-                    .find(|l| !l.is_empty())
-                    .unwrap_or("");
-                let target = if target.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {target}")
-                };
-                tools.push(format!(
-                    "Tool {name}{target} {status}: {}",
-                    first_words(first, 20)
-                ));
-            }
-        }
-    }
-    goal.into_iter()
-        .chain(user)
-        .chain(facts)
-        .chain(tools)
-        .collect()
+/// The name and target of the call a tool result at `index` answers: the nearest
+/// earlier AI message that made it (results follow their call closely, so the look-back
+/// is bounded).
+fn caller(messages: &[&Message], index: usize, call_id: &str) -> Option<(String, String)> {
+    messages[..index].iter().rev().take(64).find_map(|m| {
+        m.tool_calls()
+            .iter()
+            .find(|c| c.id == call_id)
+            .map(|c| (c.name.clone(), target_of(&c.args)))
+    })
 }
 
 /// The most telling argument of a tool call (a path, a query, a command), if any.

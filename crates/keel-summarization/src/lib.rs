@@ -1,7 +1,17 @@
 //! # keel-summarization
 //!
 //! Transient, pair-safe conversation compaction for Keel agents, configured with
-//! DeerFlow's `summarization.yaml` schema.
+//! DeerFlow's `summarization.yaml` schema (see `docs/summarization.md`).
+//!
+//! - [`middleware::SummarizationMiddleware`]: runs in `wrap_model_call` only. Under every
+//!   trigger the request passes untouched; over one, the request handed to the model
+//!   becomes `[summary, *rescued, *recent]` while state and checkpoints keep everything.
+//! - [`config`]: the YAML schema (DeerFlow keys plus Keel's), with errors that name key,
+//!   value, allowed range and line, and a typed builder.
+//! - [`plan`]: triggers, the keep policy, rescue and stickiness headroom, as pure
+//!   functions, including [`plan::langchain_split`] for LangChain parity.
+//! - [`cache`]: the process-wide per-thread summary cache (LRU, optional second level,
+//!   single flight).
 //!
 //! The shared building blocks (also used by session memory):
 //! - [`summary_call`]: the internal summary model call (retries, timeout, fallback to the

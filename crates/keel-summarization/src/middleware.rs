@@ -66,7 +66,7 @@ use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::{ContextCompacted, ContextCompacting, SummarySource};
 use crate::extractive::{self, ExtractiveOptions};
 use crate::pairs::check_pairs;
-use crate::plan::{self, Limit, Plan, Planner, RescuePolicy, SkillRescue, resolve};
+use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue, resolve};
 use crate::summary_call::{
     CircuitBreaker, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
@@ -132,11 +132,17 @@ pub struct CompactionReport {
     pub messages_after: usize,
     /// Where the summary came from (when one was sent).
     pub source: Option<SummarySource>,
-    /// Ids of the messages the summary represents.
+    /// How many messages the summary represents.
+    pub summarized: usize,
+    /// How many older messages rescue kept verbatim.
+    pub rescued: usize,
+    /// How many recent messages were kept verbatim (all of them when untouched).
+    pub kept: usize,
+    /// Ids of the messages the summary represents (filled with `report_ids(true)`).
     pub summarized_ids: Vec<String>,
-    /// Ids of older messages kept verbatim by rescue.
+    /// Ids of older messages kept verbatim by rescue (filled with `report_ids(true)`).
     pub rescued_ids: Vec<String>,
-    /// Ids of the recent messages kept verbatim.
+    /// Ids of the recent messages kept verbatim (filled with `report_ids(true)`).
     pub kept_ids: Vec<String>,
     /// Summary model calls made (attempts).
     pub summary_calls: u32,
@@ -180,9 +186,17 @@ pub struct SummarizationMiddlewareBuilder {
     cache: Option<Arc<SummaryCache>>,
     breaker: Option<Arc<CircuitBreaker>>,
     profile: Option<ModelProfile>,
+    report_ids: bool,
 }
 
 impl SummarizationMiddlewareBuilder {
+    /// Lists message ids in every [`CompactionReport`] (`keel compact`, tests). Off by
+    /// default: on a long thread, collecting ids costs more than the pass-through check.
+    pub fn report_ids(mut self, on: bool) -> Self {
+        self.report_ids = on;
+        self
+    }
+
     /// Summaries by this model (instead of resolving `model_name`), falling back to the
     /// run's model.
     pub fn summary_model(mut self, model: Arc<dyn ChatModel>) -> Self {
@@ -301,6 +315,7 @@ impl SummarizationMiddlewareBuilder {
             caller,
             rescue,
             warned_fraction: AtomicBool::new(false),
+            report_ids: self.report_ids,
         })
     }
 }
@@ -389,6 +404,7 @@ pub struct SummarizationMiddleware {
     cache: Arc<SummaryCache>,
     rescue: RescuePolicy,
     warned_fraction: AtomicBool,
+    report_ids: bool,
 }
 
 /// Everything counted about one request.
@@ -410,6 +426,7 @@ impl SummarizationMiddleware {
             cache: None,
             breaker: None,
             profile: None,
+            report_ids: false,
         }
     }
 
@@ -488,9 +505,16 @@ impl SummarizationMiddleware {
                 messages_before: messages.len(),
                 messages_after: messages.len(),
                 source: None,
+                summarized: 0,
+                rescued: 0,
+                kept: messages.len(),
                 summarized_ids: Vec::new(),
                 rescued_ids: Vec::new(),
-                kept_ids: messages.iter().map(|m| m.id().to_owned()).collect(),
+                kept_ids: if self.report_ids {
+                    messages.iter().map(|m| m.id().to_owned()).collect()
+                } else {
+                    Vec::new()
+                },
                 summary_calls: 0,
                 error,
                 summary: None,
@@ -507,9 +531,9 @@ impl SummarizationMiddleware {
         }
 
         let thread = request.runtime.thread_id.clone();
-        let per_message = counter.count_each(messages);
-        let planner = Planner::new(messages, &per_message, &self.rescue);
-
+        // Reuse only counts what it sends (cached per message), so a cache hit on a long
+        // thread never pays for planning.
+        let count_one = |i: usize| counter.count_message(&messages[i]);
         let reuse = |entry: &CachedSummary,
                      source: SummarySource,
                      error: Option<String>|
@@ -517,9 +541,8 @@ impl SummarizationMiddleware {
             self.assemble(
                 request,
                 &m,
-                &per_message,
+                &count_one,
                 entry,
-                None,
                 source,
                 0,
                 error,
@@ -565,6 +588,8 @@ impl SummarizationMiddleware {
             None => None,
         };
 
+        let per_message = counter.count_each(messages);
+        let planner = Planner::new(messages, &per_message, &self.rescue);
         let exclude = |i: usize| cached.as_ref().is_some_and(|e| e.covers(i));
         let keep = match resolve(self.config.keep, m.window) {
             Some(k) => k,
@@ -613,8 +638,8 @@ impl SummarizationMiddleware {
         if !overflow.is_empty() {
             // Older evicted messages beyond the trim budget are condensed without a
             // model, so nothing (least of all the previous summary) silently drops out.
-            let older: Vec<Message> = overflow.iter().map(|&i| messages[i].clone()).collect();
-            let notes = extractive::summarize(None, &older, &self.extractive_options());
+            let older: Vec<&Message> = overflow.iter().map(|&i| &messages[i]).collect();
+            let notes = extractive::summarize_refs(None, &older, &self.extractive_options());
             existing = Some(match existing {
                 Some(p) => format!("{p}\n{notes}"),
                 None => notes,
@@ -699,9 +724,8 @@ impl SummarizationMiddleware {
         match self.assemble(
             request,
             &m,
-            &per_message,
+            &|i| per_message[i],
             &entry,
-            Some(&plan),
             source,
             calls,
             error,
@@ -726,9 +750,8 @@ impl SummarizationMiddleware {
         &self,
         request: &ModelRequest,
         m: &Measured,
-        per_message: &[u64],
+        tokens_of: &dyn Fn(usize) -> u64,
         entry: &CachedSummary,
-        plan: Option<&Plan>,
         source: SummarySource,
         summary_calls: u32,
         error: Option<String>,
@@ -742,15 +765,28 @@ impl SummarizationMiddleware {
         let mut summarized_ids = Vec::new();
         let mut rescued_ids = Vec::new();
         let mut kept_ids = Vec::new();
-        for (i, msg) in messages.iter().enumerate() {
+        let (mut summarized, mut rescued) = (0usize, 0usize);
+        let ids = self.report_ids;
+        // Only the holes before the boundary are visited one by one; the covered prefix
+        // is skipped in bulk.
+        for (i, msg) in messages.iter().enumerate().take(entry.boundary) {
             if entry.covers(i) {
-                summarized_ids.push(msg.id().to_owned());
+                summarized += 1;
+                if ids {
+                    summarized_ids.push(msg.id().to_owned());
+                }
                 continue;
             }
-            tokens += per_message[i];
-            if i < entry.boundary {
+            rescued += 1;
+            tokens += tokens_of(i);
+            if ids {
                 rescued_ids.push(msg.id().to_owned());
-            } else {
+            }
+            out.push(msg.clone());
+        }
+        for (i, msg) in messages.iter().enumerate().skip(entry.boundary) {
+            tokens += tokens_of(i);
+            if ids {
                 kept_ids.push(msg.id().to_owned());
             }
             out.push(msg.clone());
@@ -761,7 +797,6 @@ impl SummarizationMiddleware {
             tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
             return None;
         }
-        let _ = plan;
         let action = if source == SummarySource::Cache {
             Action::CacheReused
         } else {
@@ -777,6 +812,9 @@ impl SummarizationMiddleware {
                 messages_before: messages.len(),
                 messages_after,
                 source: Some(source),
+                summarized,
+                rescued,
+                kept: messages.len() - entry.boundary.min(messages.len()),
                 summarized_ids,
                 rescued_ids,
                 kept_ids,
@@ -843,9 +881,9 @@ impl SummarizationMiddleware {
             tokens_after: report.tokens_after,
             cache_hit: source == SummarySource::Cache,
             source,
-            summarized: report.summarized_ids.len(),
-            kept: report.kept_ids.len(),
-            rescued: report.rescued_ids.len(),
+            summarized: report.summarized,
+            kept: report.kept,
+            rescued: report.rescued,
             error: report.error.clone(),
         }
         .emit(&request.runtime.writer);

@@ -26,6 +26,32 @@
 //! ```
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: call ids and indices are short keys and never attacker-chosen in a way that
+/// matters here (a collision only slows the index down), so a fast hasher is fine.
+#[derive(Default, Clone, Copy, Debug)]
+struct FnvHasher(u64);
+
+impl Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type Fnv = BuildHasherDefault<FnvHasher>;
 
 use keel_core::message::Message;
 
@@ -139,7 +165,7 @@ fn close(open: &mut Option<(usize, Vec<&str>)>) -> Result<(), PairViolation> {
 #[derive(Clone, Debug)]
 pub struct PairIndex {
     unsafe_cut: Vec<bool>,
-    results: HashMap<usize, Vec<usize>>,
+    results: HashMap<usize, Vec<usize>, Fnv>,
     caller: Vec<Option<usize>>,
     /// Messages that cannot be paired in the input: results with no earlier call, and
     /// AI messages with a call that is never answered.
@@ -151,22 +177,34 @@ impl PairIndex {
     /// made its call; results with no such message stay unpaired (orphans in the input).
     pub fn new(messages: &[Message]) -> Self {
         let n = messages.len();
-        let mut last_call: HashMap<&str, usize> = HashMap::new();
-        let mut results: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut last_call: HashMap<&str, usize, Fnv> = HashMap::default();
+        let mut results: HashMap<usize, Vec<usize>, Fnv> = HashMap::default();
         let mut caller = vec![None; n];
         // Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
         let mut diff = vec![0i64; n + 2];
+        let mut latest_ai: Option<usize> = None;
         for (i, m) in messages.iter().enumerate() {
-            for call in m.tool_calls() {
-                last_call.insert(call.id.as_str(), i);
+            let calls = m.tool_calls();
+            if !calls.is_empty() {
+                latest_ai = Some(i);
+                for call in calls {
+                    last_call.insert(call.id.as_str(), i);
+                }
             }
-            if let Some(id) = m.tool_call_id()
-                && let Some(&ai) = last_call.get(id)
-            {
-                caller[i] = Some(ai);
-                results.entry(ai).or_default().push(i);
-                diff[ai + 1] += 1;
-                diff[i + 1] -= 1;
+            if let Some(id) = m.tool_call_id() {
+                // Fast path: the result answers the latest AI message (the usual case).
+                let ai = latest_ai
+                    .filter(|&a| {
+                        messages[a].tool_calls().iter().any(|c| c.id == id)
+                            && last_call.get(id) == Some(&a)
+                    })
+                    .or_else(|| last_call.get(id).copied());
+                if let Some(ai) = ai {
+                    caller[i] = Some(ai);
+                    results.entry(ai).or_default().push(i);
+                    diff[ai + 1] += 1;
+                    diff[i + 1] -= 1;
+                }
             }
         }
         let mut unpaired: Vec<usize> = Vec::new();
@@ -176,15 +214,13 @@ impl PairIndex {
             }
             let calls = m.tool_calls();
             if !calls.is_empty() {
-                let answered: Vec<&str> = results
-                    .get(&i)
-                    .map(|r| {
-                        r.iter()
-                            .filter_map(|&j| messages[j].tool_call_id())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if calls.iter().any(|c| !answered.contains(&c.id.as_str())) {
+                let answered = results.get(&i).map_or(&[][..], Vec::as_slice);
+                let all = calls.iter().all(|c| {
+                    answered
+                        .iter()
+                        .any(|&j| messages[j].tool_call_id() == Some(c.id.as_str()))
+                });
+                if !all {
                     unpaired.push(i);
                 }
             }

@@ -229,6 +229,16 @@ pub fn normalize_path(path: &str) -> Option<String> {
 
 /// The normalised skill path a tool call reads, if it is a skill read.
 pub fn skill_path(call: &keel_core::message::ToolCall, skills: &SkillRescue) -> Option<String> {
+    skill_path_under(call, skills, &normalize_path(&skills.container_path)?)
+}
+
+/// [`skill_path`] with the container path already normalised (planning calls this once
+/// per tool call, so the root is normalised once per plan).
+fn skill_path_under(
+    call: &keel_core::message::ToolCall,
+    skills: &SkillRescue,
+    root: &str,
+) -> Option<String> {
     if !skills.tool_names.contains(&call.name) {
         return None;
     }
@@ -236,8 +246,9 @@ pub fn skill_path(call: &keel_core::message::ToolCall, skills: &SkillRescue) -> 
         .iter()
         .find_map(|k| call.args.get(*k).and_then(|v| v.as_str()))?;
     let p = normalize_path(raw)?;
-    let root = normalize_path(&skills.container_path)?;
-    let under = p == root || root == "/" || p.starts_with(&format!("{root}/"));
+    let under = p == root
+        || root == "/"
+        || (p.len() > root.len() && p.starts_with(root) && p.as_bytes()[root.len()] == b'/');
     under.then_some(p)
 }
 
@@ -275,7 +286,10 @@ impl<'a> Planner<'a> {
     pub fn new(messages: &'a [Message], per_message: &'a [u64], policy: &'a RescuePolicy) -> Self {
         let pairs = PairIndex::new(messages);
         let mut skill_bundles = Vec::new();
-        if policy.skills.max_count > 0 {
+        let root = normalize_path(&policy.skills.container_path);
+        if policy.skills.max_count > 0
+            && let Some(root) = root.as_deref()
+        {
             for (i, m) in messages.iter().enumerate().rev() {
                 let calls = m.tool_calls();
                 if calls.is_empty() {
@@ -284,7 +298,7 @@ impl<'a> Planner<'a> {
                 let mut paths = BTreeSet::new();
                 let mut largest = 0u64;
                 for call in calls {
-                    if let Some(p) = skill_path(call, &policy.skills) {
+                    if let Some(p) = skill_path_under(call, &policy.skills, root) {
                         paths.insert(p);
                         let result_tokens = pairs
                             .results_of(i)
@@ -439,17 +453,28 @@ impl<'a> Planner<'a> {
         exclude: &dyn Fn(usize) -> bool,
     ) -> Plan {
         let n = self.messages.len();
-        let fits = |plan: &Plan| {
-            let (tokens, count) = self.kept_size(plan, summary_tokens);
+        let fits = |cut: usize, rescued: &[usize]| {
+            let rescued_tokens: u64 = rescued.iter().map(|&i| self.per_message[i]).sum();
+            let tokens = summary_tokens + rescued_tokens + self.suffix_tokens(cut) + fixed_tokens;
+            let count = 1 + rescued.len() + (n - cut);
             triggers.iter().all(|t| match *t {
-                Limit::Tokens(limit) => ((tokens + fixed_tokens) as f64) < headroom * limit as f64,
+                Limit::Tokens(limit) => (tokens as f64) < headroom * limit as f64,
                 Limit::Messages(limit) => (count as f64) < headroom * limit as f64,
             })
         };
-        while !fits(&plan) && plan.cut < n {
-            let next = self.pairs.safe_cut_forward(plan.cut + 1);
-            plan = self.plan_at(next, exclude);
+        if fits(plan.cut, &plan.rescued) {
+            return plan;
         }
+        // Only the rescue set is recomputed per step (it depends on the cut); the
+        // summarized list is built once at the end, so a long walk stays linear-ish.
+        let mut cut = plan.cut;
+        while cut < n {
+            cut = self.pairs.safe_cut_forward(cut + 1);
+            if fits(cut, &self.rescue(cut, exclude)) {
+                break;
+            }
+        }
+        plan = self.plan_at(cut, exclude);
         plan
     }
 

@@ -107,7 +107,9 @@ pub async fn compact(
         }
         None => None,
     };
-    let builder = SummarizationMiddleware::builder(config).cache(Arc::new(SummaryCache::new(1)));
+    let builder = SummarizationMiddleware::builder(config)
+        .cache(Arc::new(SummaryCache::new(1)))
+        .report_ids(true);
     let (builder, run_model): (_, Arc<dyn ChatModel>) = match summary_model {
         Some(model) => (builder.summary_model(model.clone()), model),
         None => {
@@ -338,6 +340,7 @@ mod tests {
             o.report.kept_ids.len() + o.report.rescued_ids.len() + 1,
             o.messages.len()
         );
+        assert_eq!(o.report.kept, o.report.kept_ids.len());
         assert!(o.report.tokens_after < o.report.tokens_before);
         assert_eq!(
             o.events.len(),
@@ -352,6 +355,68 @@ mod tests {
         assert!(
             plain.contains("action:     compacted (summary: extractive)"),
             "{plain}"
+        );
+    }
+
+    #[tokio::test]
+    async fn summary_model_path_calls_an_openai_compatible_server() {
+        use wiremock::matchers::{method, path};
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+                "id": "cmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "small",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "- the build fails on a missing symbol"}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+            })))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let model = keel_openai::OpenAiConfig::new("small")
+            .with_base_url(format!("{}/v1", server.uri()))
+            .with_api_key("test")
+            .build()
+            .unwrap();
+        let o = compact(
+            thread(),
+            config(),
+            vec![],
+            Some(Arc::new(model)),
+            None,
+            None,
+            "t",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            o.report.source,
+            Some(keel_summarization::events::SummarySource::Model)
+        );
+        assert!(
+            o.messages[0]
+                .text()
+                .ends_with("- the build fails on a missing symbol")
+        );
+        let types: Vec<_> = o
+            .events
+            .iter()
+            .map(|e| e["type"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(types, ["context_compacting", "context_compacted"]);
+        let body: Value =
+            serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+        let prompt = body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            prompt.contains("<new_messages>") && prompt.contains("error: missing symbol"),
+            "{prompt}"
         );
     }
 

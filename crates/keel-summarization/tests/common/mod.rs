@@ -147,6 +147,7 @@ pub fn config() -> SummarizationConfigBuilder {
 
 pub fn middleware(config: SummarizationConfig) -> SummarizationMiddlewareBuilder {
     SummarizationMiddleware::builder(config)
+        .report_ids(true)
         .token_counter(Arc::new(CharCounter))
         .cache(Arc::new(SummaryCache::new(64)))
         .circuit_breaker(Arc::new(CircuitBreaker::new(
