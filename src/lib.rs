@@ -4,7 +4,35 @@
 //! `before_model`, `wrap_model_call`, `after_model`, `wrap_tool_call`, `after_agent`)
 //! with transient summarization and rolling session memory.
 //!
-//! This facade re-exports the workspace crates under one name.
+//! This facade re-exports the workspace crates under one name; cargo features choose
+//! which (defaults: `agent`, `summarization`, `memory`, `sqlite`; opt-in: `tiktoken`,
+//! `postgres`, `openai`).
+//!
+//! ```
+//! use keel::message::Message;
+//!
+//! let m = Message::human("I'm working on project PRJ-123 on the EU cluster.");
+//! assert_eq!(m.role(), keel::Role::User);
+//! ```
 
 pub use keel_core as core;
 pub use keel_core::*;
+
+/// The agent loop (`keel-agent`).
+#[cfg(feature = "agent")]
+pub use keel_agent as agent;
+/// Rolling session memory (`keel-memory`).
+#[cfg(feature = "memory")]
+pub use keel_memory as memory;
+/// The OpenAI-compatible chat model (`keel-openai`).
+#[cfg(feature = "openai")]
+pub use keel_openai as openai;
+/// SQLite and PostgreSQL storage (`keel-store`).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use keel_store as storage;
+/// Transient summarization (`keel-summarization`).
+#[cfg(feature = "summarization")]
+pub use keel_summarization as summarization;
+/// Token counters (`keel-tokens`); the trait itself is [`TokenCounter`].
+#[cfg(any(feature = "summarization", feature = "tiktoken"))]
+pub use keel_tokens as counters;

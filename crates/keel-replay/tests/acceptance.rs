@@ -111,9 +111,6 @@ fn request_text(messages: &[Message]) -> String {
 }
 
 #[tokio::test]
-#[ignore = "fails with the bundled summarization.yaml: its 6000-token trigger sends 27.7% of \
-            the baseline on this session (a 3500-token trigger sends 17.8%); the file is owned \
-            by keel-summarization, see the replay report"]
 async fn summarization_sends_at_most_a_fifth_of_the_last_100_baseline() {
     assert_at_most_a_fifth_of_the_baseline(&replay_bundled_session().await);
 }
