@@ -18,6 +18,9 @@ cd "$ROOT"
 PYENV="${PYENV:-$ROOT/target/pyenv-langchain}"
 OUT="$ROOT/target/compare"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/compare-bench}"
+# Absolute: criterion resolves a relative CARGO_TARGET_DIR from the bench package's folder,
+# so its estimates would land where ratios.py does not look.
+case "$CARGO_TARGET_DIR" in /*) ;; *) CARGO_TARGET_DIR="$ROOT/$CARGO_TARGET_DIR" ;; esac
 mkdir -p "$OUT"
 
 if [ ! -x "$PYENV/bin/python" ]; then

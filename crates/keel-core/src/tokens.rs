@@ -40,7 +40,13 @@ pub trait TokenCounter: Send + Sync {
             .sum()
     }
 
-    /// Tokens of a whole request: system message, messages and tool schemas.
+    /// Tokens a request costs beyond its parts (OpenAI primes every reply with 3).
+    fn request_overhead(&self) -> u64 {
+        0
+    }
+
+    /// Tokens of a whole request: system message, messages, tool schemas and the
+    /// [`request_overhead`](Self::request_overhead).
     fn count_request(
         &self,
         system: Option<&Message>,
@@ -50,5 +56,6 @@ pub trait TokenCounter: Send + Sync {
         system.map_or(0, |s| self.count_message(s))
             + self.count_messages(messages)
             + self.count_tools(tools)
+            + self.request_overhead()
     }
 }

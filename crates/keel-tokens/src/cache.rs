@@ -56,8 +56,6 @@ pub struct CachedCounter<C> {
     messages: Mutex<LruCache<MessageKey, u64>>,
     conversations: Mutex<LruCache<u64, PrefixMemo>>,
     tools: Mutex<Option<(u64, u64)>>,
-    /// What the inner counter adds to a request besides its parts (reply priming).
-    request_overhead: u64,
 }
 
 impl<C: TokenCounter> CachedCounter<C> {
@@ -73,13 +71,11 @@ impl<C: TokenCounter> CachedCounter<C> {
     /// Wraps `inner`, keeping at most `messages` per-message counts and the prefix memo
     /// of at most `conversations` conversations.
     pub fn with_capacity(inner: C, messages: NonZeroUsize, conversations: NonZeroUsize) -> Self {
-        let request_overhead = inner.count_request(None, &[], &[]);
         CachedCounter {
             inner,
             messages: Mutex::new(LruCache::new(messages)),
             conversations: Mutex::new(LruCache::new(conversations)),
             tools: Mutex::new(None),
-            request_overhead,
         }
     }
 
@@ -211,18 +207,10 @@ impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
         n
     }
 
-    /// The inner counter's request count, from cached parts. Assumes (as every counter
-    /// in this crate satisfies) that a request counts as its parts plus a constant.
-    fn count_request(
-        &self,
-        system: Option<&Message>,
-        messages: &[Message],
-        tools: &[ToolSpec],
-    ) -> u64 {
-        self.request_overhead
-            + system.map_or(0, |s| self.count_message(s))
-            + self.count_messages(messages)
-            + self.count_tools(tools)
+    /// The inner counter's overhead; `count_request` (the trait default) then adds the
+    /// cached parts to it.
+    fn request_overhead(&self) -> u64 {
+        self.inner.request_overhead()
     }
 }
 

@@ -19,7 +19,6 @@ use std::sync::OnceLock;
 
 use keel_core::message::{Content, ContentPart, Message, MessageBody};
 use keel_core::tokens::TokenCounter;
-use keel_core::tool::ToolSpec;
 use tiktoken_rs::CoreBPE;
 
 /// Tokens every message costs besides its fields (`<|start|>`, role separator, `<|end|>`).
@@ -243,16 +242,8 @@ impl TokenCounter for TiktokenCounter {
         self.tokens(text)
     }
 
-    fn count_request(
-        &self,
-        system: Option<&Message>,
-        messages: &[Message],
-        tools: &[ToolSpec],
-    ) -> u64 {
-        system.map_or(0, |s| self.count_message(s))
-            + self.count_messages(messages)
-            + self.count_tools(tools)
-            + REPLY_PRIMING
+    fn request_overhead(&self) -> u64 {
+        REPLY_PRIMING
     }
 }
 
