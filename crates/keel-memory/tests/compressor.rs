@@ -16,7 +16,7 @@ use keel_core::store::{
 };
 use keel_core::stream::StreamWriter;
 use keel_memory::events::{EVENT_FOLD_FAILED, EVENT_FOLD_SUPERSEDED, EVENT_FOLDED};
-use keel_memory::{FoldOutcome, SessionCompressor, SessionMemorySettings};
+use keel_memory::{FoldOutcome, SessionCompressor, SessionMemorySettings, TurnMemory};
 use keel_store::memory::MemoryStore;
 use keel_summarization::pairs::check_pairs;
 use keel_testkit::ScriptedModel;
@@ -39,6 +39,22 @@ fn input() -> Vec<Message> {
     vec![Message::human("Which cluster were we on again?").with_id("current")]
 }
 
+/// One turn with the standard current input, folding with `model`, events dropped.
+async fn prepare_turn(
+    c: &SessionCompressor,
+    s: &SessionScope,
+    model: &Arc<ScriptedModel>,
+) -> TurnMemory {
+    c.prepare(
+        s,
+        &input(),
+        &dyn_model(model),
+        &StreamWriter::disconnected(),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn fold_threshold_is_twenty_older_messages() {
     let store = Arc::new(MemoryStore::new());
@@ -47,15 +63,7 @@ async fn fold_threshold_is_twenty_older_messages() {
     let model = fold_model();
     // 29 stored: the last 10 are recent, 19 are older: no fold.
     seed(store.as_ref(), &s, 0..29).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(model.calls(), 0);
     assert!(turn.folds.is_empty());
     assert_eq!(
@@ -68,15 +76,7 @@ async fn fold_threshold_is_twenty_older_messages() {
 
     // One more: 20 older: one fold of exactly those 20.
     seed(store.as_ref(), &s, 29..30).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(model.calls(), 1);
     assert_eq!(model.internal_calls(), 1, "the fold call is internal");
     let prompt = model.requests()[0].messages[0].text().into_owned();
@@ -138,14 +138,7 @@ async fn cursor_advances_and_the_next_fold_starts_after_it() {
     let c = compressor(&store, settings(&s));
     let model = fold_model();
     seed(store.as_ref(), &s, 0..30).await;
-    c.prepare(
-        &s,
-        &input(),
-        &dyn_model(&model),
-        &StreamWriter::disconnected(),
-    )
-    .await
-    .unwrap();
+    prepare_turn(&c, &s, &model).await;
     let st = store.get_state(&s).await.unwrap().unwrap();
     assert_eq!(st.covered_until, Some(cursor(19)));
     assert_eq!((st.absorbed_count, st.version), (20, 1));
@@ -153,25 +146,10 @@ async fn cursor_advances_and_the_next_fold_starts_after_it() {
 
     // 19 more older messages pending: nothing happens.
     seed(store.as_ref(), &s, 30..49).await;
-    c.prepare(
-        &s,
-        &input(),
-        &dyn_model(&model),
-        &StreamWriter::disconnected(),
-    )
-    .await
-    .unwrap();
+    prepare_turn(&c, &s, &model).await;
     assert_eq!(model.calls(), 1);
     seed(store.as_ref(), &s, 49..50).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(model.calls(), 2);
     let prompt = model.requests()[1].messages[0].text().into_owned();
     assert_eq!(
@@ -212,15 +190,7 @@ async fn pinned_merge_rules_and_word_budget() {
         Message::ai(r#"{"pinned": {"cluster": null, "customer": "  "}, "summary": "- moved on"}"#),
     ]));
     seed(store.as_ref(), &s, 0..30).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     let st = &turn.state;
     assert_eq!(
         serde_json::Value::Object(st.pinned.clone()),
@@ -234,15 +204,7 @@ async fn pinned_merge_rules_and_word_budget() {
     );
 
     seed(store.as_ref(), &s, 30..50).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(
         serde_json::Value::Object(turn.state.pinned.clone()),
         json!({"project_id": "PRJ-123", "customer": "ACME"}),
@@ -268,27 +230,11 @@ async fn tolerant_parsing_of_real_model_output() {
         Message::ai("{\"summary\": \"- still on EU\"}"),
     ]));
     seed(store.as_ref(), &s, 0..30).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(turn.state.pinned["project_id"], json!("PRJ-123"));
     assert_eq!(turn.state.summary, "- on EU");
     seed(store.as_ref(), &s, 30..50).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(turn.state.pinned["project_id"], json!("PRJ-123"));
     assert_eq!(turn.state.summary, "- still on EU");
     assert_eq!(turn.state.version, 2);
@@ -395,15 +341,7 @@ async fn first_fold_without_summary_fails_rather_than_losing_the_batch() {
         r#"{"pinned": {"project_id": "P"}}"#,
     )]));
     seed(store.as_ref(), &s, 0..30).await;
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert!(matches!(&turn.folds[..], [FoldOutcome::Failed { .. }]));
     assert_eq!(store.get_state(&s).await.unwrap(), None);
 }
@@ -498,15 +436,7 @@ async fn catch_up_on_a_500_message_session() {
     // 490 older messages; 60 per fold; 3 folds per turn.
     let mut absorbed = Vec::new();
     for _turn in 0..4 {
-        let turn = c
-            .prepare(
-                &s,
-                &input(),
-                &dyn_model(&model),
-                &StreamWriter::disconnected(),
-            )
-            .await
-            .unwrap();
+        let turn = prepare_turn(&c, &s, &model).await;
         assert!(turn.folds.len() <= 3, "bounded per turn");
         absorbed.push(turn.state.absorbed_count);
         assert_eq!(turn.messages().len(), 11);
@@ -562,14 +492,7 @@ async fn long_messages_are_cut_in_the_fold_prompt() {
     store.append(&s, &rows).await.unwrap();
     let c = compressor(&store, settings(&s));
     let model = fold_model();
-    c.prepare(
-        &s,
-        &input(),
-        &dyn_model(&model),
-        &StreamWriter::disconnected(),
-    )
-    .await
-    .unwrap();
+    prepare_turn(&c, &s, &model).await;
     let prompt = model.requests()[0].messages[0].text().into_owned();
     assert!(prompt.contains("ERROR start") && prompt.contains("end of log"));
     assert!(
@@ -586,15 +509,7 @@ async fn n_messages_zero_turns_memory_off() {
     seed(store.as_ref(), &s, 0..100).await;
     let c = compressor(&store, settings(&s).with_n_messages(0));
     let model = fold_model();
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     assert!(turn.messages().is_empty());
     assert_eq!(model.calls(), 0);
     assert_eq!(store.get_state(&s).await.unwrap(), None);
@@ -618,15 +533,7 @@ async fn the_recent_window_never_starts_inside_a_tool_run() {
     // n = 10 would start at message 30, a tool result whose call is message 28.
     let c = compressor(&store, settings(&s));
     let model = fold_model();
-    let turn = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn = prepare_turn(&c, &s, &model).await;
     let recent: Vec<&str> = turn.recent.iter().map(|m| m.message.id()).collect();
     assert_eq!(recent.first(), Some(&"m00031"));
     let mut sent = turn.messages();
@@ -643,26 +550,10 @@ async fn the_summary_message_is_byte_identical_between_folds() {
     seed(store.as_ref(), &s, 0..30).await;
     let c = compressor(&store, settings(&s));
     let model = fold_model();
-    let first = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let first = prepare_turn(&c, &s, &model).await;
     let a = serde_json::to_vec(first.summary_message().unwrap()).unwrap();
     seed(store.as_ref(), &s, 30..35).await;
-    let second = c
-        .prepare(
-            &s,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let second = prepare_turn(&c, &s, &model).await;
     let b = serde_json::to_vec(second.summary_message().unwrap()).unwrap();
     assert_eq!(a, b);
     let m = second.summary_message().unwrap();
