@@ -21,7 +21,7 @@
 //! assert_eq!(back.tool_calls()[0].name, "read_file");
 //! ```
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::OnceLock;
 
 use serde::de::Error as _;
@@ -618,12 +618,33 @@ impl Message {
     /// A 64-bit hash of everything that is serialized (id included), computed once and
     /// cached until the next [`body_mut`](Self::body_mut). Token-count caches key on
     /// `(id, fingerprint)` so that an edited message is recounted.
+    ///
+    /// The hash is foldhash's quality variant with a fixed seed: several times faster
+    /// than SipHash on long text, and the same in every process of one build, so a
+    /// summary stored by a sibling process is recognised. Another build may hash
+    /// differently; a stored entry then simply misses. It is not a cryptographic digest.
     pub fn fingerprint(&self) -> u64 {
         *self.fp.0.get_or_init(|| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let mut h = FINGERPRINT_HASH.build_hasher();
             hash_body(&self.body, &mut h);
             h.finish()
         })
+    }
+}
+
+/// The fingerprint's hash function (see [`Message::fingerprint`]).
+const FINGERPRINT_HASH: foldhash::quality::FixedState =
+    foldhash::quality::FixedState::with_seed(0x6b65_656c_6670_7231);
+
+/// Hashes a JSON number by value without formatting it: integers by their integer
+/// value, everything else by the bits of its `f64`.
+fn hash_number(n: &serde_json::Number, h: &mut impl Hasher) {
+    if let Some(i) = n.as_i64() {
+        (0u8, i).hash(h);
+    } else if let Some(u) = n.as_u64() {
+        (1u8, u).hash(h);
+    } else {
+        (2u8, n.as_f64().unwrap_or(f64::NAN).to_bits()).hash(h);
     }
 }
 
@@ -631,7 +652,10 @@ fn hash_value(v: &Value, h: &mut impl Hasher) {
     match v {
         Value::Null => 0u8.hash(h),
         Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::Number(n) => {
+            2u8.hash(h);
+            hash_number(n, h);
+        }
         Value::String(s) => (3u8, s).hash(h),
         Value::Array(a) => {
             (4u8, a.len()).hash(h);

@@ -113,9 +113,11 @@ impl std::fmt::Debug for SummaryCache {
     }
 }
 
-/// The key under which an entry is stored in the second level.
+/// The key under which an entry is stored in the second level. The version names the
+/// fingerprint scheme of `prefix_hash` (v2: foldhash), so entries written under another
+/// scheme are never even compared.
 pub fn store_key(thread_id: &str) -> String {
-    format!("keel-summary:v1:{thread_id}")
+    format!("keel-summary:v2:{thread_id}")
 }
 
 impl SummaryCache {
