@@ -165,64 +165,91 @@ fn close(open: &mut Option<(usize, Vec<&str>)>) -> Result<(), PairViolation> {
 #[derive(Clone, Debug)]
 pub struct PairIndex {
     unsafe_cut: Vec<bool>,
-    results: HashMap<usize, Vec<usize>, Fnv>,
+    /// `results[result_start[ai]..result_start[ai + 1]]` are the results of `ai`, ascending.
+    result_start: Vec<usize>,
+    results: Vec<usize>,
     caller: Vec<Option<usize>>,
     /// Messages that cannot be paired in the input: results with no earlier call, and
-    /// AI messages with a call that is never answered.
+    /// AI messages with a call that is never answered. Ascending.
     unpaired: Vec<usize>,
 }
 
 impl PairIndex {
     /// Indexes `messages`. A result is paired with the latest earlier AI message that
     /// made its call; results with no such message stay unpaired (orphans in the input).
+    ///
+    /// One pass, built for long cold threads: a result is first matched against the
+    /// latest AI message's calls (the usual case, no hashing); only a result that
+    /// answers an older message makes the index hash the call ids seen so far.
     pub fn new(messages: &[Message]) -> Self {
         let n = messages.len();
-        let mut last_call: HashMap<&str, usize, Fnv> = HashMap::default();
-        let mut results: HashMap<usize, Vec<usize>, Fnv> = HashMap::default();
         let mut caller = vec![None; n];
         // Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
         let mut diff = vec![0i64; n + 2];
-        let mut latest_ai: Option<usize> = None;
+        // AI messages with calls, in order, with the number of their first call among all
+        // calls; `answered[k]` says whether call number k got a result.
+        let mut callers: Vec<(usize, usize)> = Vec::new();
+        let mut answered: Vec<bool> = Vec::new();
+        let mut unpaired: Vec<usize> = Vec::new();
+        let mut results_per_ai = vec![0usize; n + 1];
+        // Call id -> (AI index, first call number), built lazily up to `indexed` callers.
+        let mut by_id: HashMap<&str, (usize, usize), Fnv> = HashMap::default();
+        let mut indexed = 0usize;
         for (i, m) in messages.iter().enumerate() {
             let calls = m.tool_calls();
             if !calls.is_empty() {
-                latest_ai = Some(i);
-                for call in calls {
-                    last_call.insert(call.id.as_str(), i);
+                callers.push((i, answered.len()));
+                answered.resize(answered.len() + calls.len(), false);
+                continue;
+            }
+            let Some(id) = m.tool_call_id() else { continue };
+            let latest = callers
+                .last()
+                .copied()
+                .filter(|&(a, _)| messages[a].tool_calls().iter().any(|c| c.id == id));
+            let found = latest.or_else(|| {
+                for &(a, base) in &callers[indexed..] {
+                    for c in messages[a].tool_calls() {
+                        by_id.insert(c.id.as_str(), (a, base));
+                    }
+                }
+                indexed = callers.len();
+                by_id.get(id).copied()
+            });
+            let Some((ai, base)) = found else {
+                unpaired.push(i);
+                continue;
+            };
+            for (k, c) in messages[ai].tool_calls().iter().enumerate() {
+                if c.id == id {
+                    answered[base + k] = true;
                 }
             }
-            if let Some(id) = m.tool_call_id() {
-                // Fast path: the result answers the latest AI message (the usual case).
-                let ai = latest_ai
-                    .filter(|&a| {
-                        messages[a].tool_calls().iter().any(|c| c.id == id)
-                            && last_call.get(id) == Some(&a)
-                    })
-                    .or_else(|| last_call.get(id).copied());
-                if let Some(ai) = ai {
-                    caller[i] = Some(ai);
-                    results.entry(ai).or_default().push(i);
-                    diff[ai + 1] += 1;
-                    diff[i + 1] -= 1;
-                }
+            caller[i] = Some(ai);
+            results_per_ai[ai] += 1;
+            diff[ai + 1] += 1;
+            diff[i + 1] -= 1;
+        }
+        for (j, &(ai, base)) in callers.iter().enumerate() {
+            let end = callers.get(j + 1).map_or(answered.len(), |&(_, b)| b);
+            if !answered[base..end].iter().all(|&a| a) {
+                unpaired.push(ai);
             }
         }
-        let mut unpaired: Vec<usize> = Vec::new();
-        for (i, m) in messages.iter().enumerate() {
-            if m.is_tool() && caller[i].is_none() {
-                unpaired.push(i);
-            }
-            let calls = m.tool_calls();
-            if !calls.is_empty() {
-                let answered = results.get(&i).map_or(&[][..], Vec::as_slice);
-                let all = calls.iter().all(|c| {
-                    answered
-                        .iter()
-                        .any(|&j| messages[j].tool_call_id() == Some(c.id.as_str()))
-                });
-                if !all {
-                    unpaired.push(i);
-                }
+        unpaired.sort_unstable();
+        // Results grouped by AI message (counting sort keeps each group ascending).
+        let mut result_start = Vec::with_capacity(n + 1);
+        let mut total = 0usize;
+        for count in &results_per_ai {
+            result_start.push(total);
+            total += count;
+        }
+        let mut results = vec![0usize; total];
+        let mut next = result_start.clone();
+        for (i, c) in caller.iter().enumerate() {
+            if let Some(ai) = *c {
+                results[next[ai]] = i;
+                next[ai] += 1;
             }
         }
         let mut unsafe_cut = vec![false; n + 1];
@@ -233,6 +260,7 @@ impl PairIndex {
         }
         PairIndex {
             unsafe_cut,
+            result_start,
             results,
             caller,
             unpaired,
@@ -288,7 +316,10 @@ impl PairIndex {
 
     /// The results of the AI message at `ai` (empty for other messages).
     pub fn results_of(&self, ai: usize) -> &[usize] {
-        self.results.get(&ai).map_or(&[], Vec::as_slice)
+        match (self.result_start.get(ai), self.result_start.get(ai + 1)) {
+            (Some(&start), Some(&end)) => &self.results[start..end],
+            _ => &[],
+        }
     }
 
     /// The AI message that issued the call a tool result at `index` answers.
@@ -360,6 +391,76 @@ mod tests {
             check_pairs(&more),
             Err(PairViolation::MissingResult { index: 1, .. })
         ));
+    }
+
+    /// The definition, quadratic: a result pairs with the latest earlier AI message that
+    /// made its call.
+    fn reference(msgs: &[Message]) -> (Vec<Option<usize>>, Vec<usize>, Vec<bool>) {
+        let caller: Vec<Option<usize>> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let id = m.tool_call_id()?;
+                (0..i)
+                    .rev()
+                    .find(|&a| msgs[a].tool_calls().iter().any(|c| c.id == id))
+            })
+            .collect();
+        let mut unpaired = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            if m.is_tool() && caller[i].is_none() {
+                unpaired.push(i);
+            }
+            let unanswered = m.tool_calls().iter().any(|c| {
+                !(0..msgs.len())
+                    .any(|r| caller[r] == Some(i) && msgs[r].tool_call_id() == Some(&c.id))
+            });
+            if unanswered {
+                unpaired.push(i);
+            }
+        }
+        let safe = (0..=msgs.len())
+            .map(|cut| {
+                !caller
+                    .iter()
+                    .enumerate()
+                    .any(|(r, a)| a.is_some_and(|a| a < cut && cut <= r))
+            })
+            .collect();
+        (caller, unpaired, safe)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn index_matches_the_definition(
+            script in proptest::collection::vec((0u8..4, 0u8..5, 1usize..4), 0..40)
+        ) {
+            // 0: human, 1: AI with calls (ids may repeat across and within messages),
+            // 2: tool result, 3: plain AI.
+            let msgs: Vec<Message> = script
+                .iter()
+                .map(|&(kind, id, calls)| match kind {
+                    0 => Message::human("q"),
+                    1 => ai(&(0..calls)
+                        .map(|k| ["a", "b", "c", "d", "e"][(usize::from(id) + k * k) % 5])
+                        .collect::<Vec<_>>()),
+                    2 => Message::tool(["a", "b", "c", "d", "e"][usize::from(id)], "r"),
+                    _ => Message::ai("x"),
+                })
+                .collect();
+            let idx = PairIndex::new(&msgs);
+            let (caller, unpaired, safe) = reference(&msgs);
+            for (i, want) in caller.iter().enumerate() {
+                proptest::prop_assert_eq!(idx.caller_of(i), *want);
+                let results: Vec<usize> =
+                    (0..msgs.len()).filter(|&r| caller[r] == Some(i)).collect();
+                proptest::prop_assert_eq!(idx.results_of(i), results.as_slice());
+            }
+            proptest::prop_assert_eq!(&idx.unpaired, &unpaired);
+            for (cut, want) in safe.iter().enumerate() {
+                proptest::prop_assert_eq!(idx.is_safe_cut(cut), *want, "cut {}", cut);
+            }
+        }
     }
 
     #[test]
