@@ -245,6 +245,12 @@ fn skill_path_under(
     let raw = ["path", "file_path", "filepath"]
         .iter()
         .find_map(|k| call.args.get(*k).and_then(|v| v.as_str()))?;
+    // Normalising only drops segments, so a path under the root names the root's last
+    // segment somewhere; most file reads do not, and skip the allocation.
+    let last = root.rsplit('/').next().unwrap_or("");
+    if !last.is_empty() && !raw.contains(last) {
+        return None;
+    }
     let p = normalize_path(raw)?;
     let under = p == root
         || root == "/"
