@@ -182,6 +182,12 @@ impl PairIndex {
     /// latest AI message's calls (the usual case, no hashing); only a result that
     /// answers an older message makes the index hash the call ids seen so far.
     pub fn new(messages: &[Message]) -> Self {
+        Self::with_visitor(messages, |_, _| {})
+    }
+
+    /// [`new`](Self::new), calling `visit(index, message)` on every message during the
+    /// same pass, so a caller that also scans the thread reads each message once.
+    pub fn with_visitor(messages: &[Message], mut visit: impl FnMut(usize, &Message)) -> Self {
         let n = messages.len();
         let mut caller = vec![None; n];
         // Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
@@ -196,6 +202,7 @@ impl PairIndex {
         let mut by_id: HashMap<&str, (usize, usize), Fnv> = HashMap::default();
         let mut indexed = 0usize;
         for (i, m) in messages.iter().enumerate() {
+            visit(i, m);
             let calls = m.tool_calls();
             if !calls.is_empty() {
                 callers.push((i, answered.len()));

@@ -290,48 +290,53 @@ pub struct Plan {
 impl<'a> Planner<'a> {
     /// Indexes `messages`; `per_message[i]` is the token count of `messages[i]`.
     pub fn new(messages: &'a [Message], per_message: &'a [u64], policy: &'a RescuePolicy) -> Self {
-        let pairs = PairIndex::new(messages);
-        let mut skill_bundles = Vec::new();
-        let root = normalize_path(&policy.skills.container_path);
-        if policy.skills.max_count > 0
-            && let Some(root) = root.as_deref()
-        {
-            for (i, m) in messages.iter().enumerate().rev() {
-                let calls = m.tool_calls();
-                if calls.is_empty() {
-                    continue;
+        // One pass over the thread: the pair index, skill reads and dynamic-context
+        // flags are all collected while each message is in cache (on a cold 10,000-message
+        // thread, every extra pass is mostly cache misses).
+        let root =
+            normalize_path(&policy.skills.container_path).filter(|_| policy.skills.max_count > 0);
+        let mut skill_reads: Vec<(usize, Vec<(usize, String)>)> = Vec::new();
+        let mut dynamic = Vec::new();
+        let pairs = PairIndex::with_visitor(messages, |i, m| {
+            if policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
+                dynamic.push(i);
+            }
+            if let Some(root) = root.as_deref() {
+                let reads: Vec<(usize, String)> = m
+                    .tool_calls()
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, call)| {
+                        Some((k, skill_path_under(call, &policy.skills, root)?))
+                    })
+                    .collect();
+                if !reads.is_empty() {
+                    skill_reads.push((i, reads));
                 }
+            }
+        });
+        let skill_bundles: Vec<SkillBundle> = skill_reads
+            .into_iter()
+            .rev()
+            .map(|(i, reads)| {
+                let calls = messages[i].tool_calls();
                 let mut paths = BTreeSet::new();
                 let mut largest = 0u64;
-                for call in calls {
-                    if let Some(p) = skill_path_under(call, &policy.skills, root) {
-                        paths.insert(p);
-                        let result_tokens = pairs
-                            .results_of(i)
-                            .iter()
-                            .find(|&&r| messages[r].tool_call_id() == Some(call.id.as_str()))
-                            .map_or(0, |&r| per_message[r]);
-                        largest = largest.max(result_tokens);
-                    }
-                }
-                if paths.is_empty() {
-                    continue;
+                for (k, path) in reads {
+                    let id = calls[k].id.as_str();
+                    let result_tokens = pairs
+                        .results_of(i)
+                        .iter()
+                        .find(|&&r| messages[r].tool_call_id() == Some(id))
+                        .map_or(0, |&r| per_message[r]);
+                    largest = largest.max(result_tokens);
+                    paths.insert(path);
                 }
                 let bundle = pairs.bundle(i);
                 let tokens = bundle.iter().map(|&j| per_message[j]).sum();
-                skill_bundles.push((i, bundle, paths, tokens, largest));
-            }
-        }
-        let dynamic = if policy.dynamic_context {
-            messages
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.flag(DYNAMIC_CONTEXT))
-                .map(|(i, _)| i)
-                .collect()
-        } else {
-            Vec::new()
-        };
+                (i, bundle, paths, tokens, largest)
+            })
+            .collect();
         Planner {
             messages,
             per_message,
