@@ -105,6 +105,13 @@ impl Generations {
         self.young.insert(key, n);
     }
 
+    /// Makes room for `additional` inserts without rehashing along the way (a cold
+    /// thread inserts thousands at once).
+    fn reserve(&mut self, additional: usize) {
+        let room = self.per_generation.saturating_sub(self.young.len());
+        self.young.reserve(additional.min(room));
+    }
+
     fn len(&self) -> usize {
         self.young.len() + self.old.len()
     }
@@ -178,6 +185,7 @@ impl<C: TokenCounter> CachedCounter<C> {
         let mut running = memo.sums.last().copied().unwrap_or(0);
         let mut counts: Vec<Option<u64>> = Vec::with_capacity(CHUNK);
         let mut fresh: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
+        self.messages.lock().reserve(messages.len());
         for chunk in messages.chunks(CHUNK) {
             let first = memo.fps.len();
             memo.fps.extend(chunk.iter().map(Message::fingerprint));
