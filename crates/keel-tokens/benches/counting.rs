@@ -7,6 +7,11 @@
 //! message tokenized plus 10,000 fingerprint comparisons). Every timed incremental call
 //! sees a message it has never seen, so nothing is served from a stale memo.
 //!
+//! `message/*`: one `count_message` of the LangChain-parity counter on an AI message
+//! with three tool calls (realistic argument JSON, ASCII and non-ASCII), and on a plain
+//! text message. This is the per-message cost a cold compaction pass pays once per
+//! message; the tool-call case is dominated by measuring `repr(tool_calls)`.
+//!
 //! Run: `cargo bench -p keel-tokens --bench counting`
 //! First-load time of the tokenizer is measured in a fresh process instead:
 //! `cargo run --release -p keel-tokens --example first_load`.
@@ -144,5 +149,62 @@ fn conversation_benches(c: &mut Criterion) {
     incremental(c, ApproximateCounter::langchain());
 }
 
-criterion_group!(benches, throughput, conversation_benches);
+/// An AI message as a coding agent sends it: a short preamble and three tool calls.
+fn tool_call_message(path_prefix: &str, needle: &str) -> Message {
+    Message::ai("Let me look at the counter and its callers before changing anything.")
+        .with_tool_calls(vec![
+            ToolCall::new(
+                "call_7fQ2mZ1xK9",
+                "read_file",
+                serde_json::json!({"path": format!("{path_prefix}/src/approx.rs"), "offset": 120, "limit": 80}),
+            ),
+            ToolCall::new(
+                "call_Wd3pL0aV5s",
+                "grep",
+                serde_json::json!({
+                    "pattern": format!("fn count_\\w+\\(|{needle}"),
+                    "path": path_prefix,
+                    "include": ["*.rs", "*.toml"],
+                    "case_sensitive": false,
+                    "max_results": 50,
+                }),
+            ),
+            ToolCall::new(
+                "call_Hn8rT4cE2j",
+                "edit_file",
+                serde_json::json!({
+                    "path": format!("{path_prefix}/src/cache.rs"),
+                    "old_string": "    let total = counts.iter().sum::<u64>();\n    total\n",
+                    "new_string": format!("    // {needle}: don't recount a cached prefix\n    counts.iter().sum::<u64>()\n"),
+                    "replace_all": false,
+                    "confidence": 0.85,
+                }),
+            ),
+        ])
+}
+
+fn message_benches(c: &mut Criterion) {
+    let counter = ApproximateCounter::langchain();
+    let ascii = tool_call_message("crates/keel-tokens", "it's \"cached\"");
+    let non_ascii = tool_call_message("docs/説明", "キャッシュ済み ✅");
+    let plain = Message::human(
+        "Please summarize what changed in the token counter since yesterday, \
+         in particular whether the approximate counts still match LangChain's \
+         count_tokens_approximately on messages with tool calls, images and names. \
+         Keep it short: three bullet points, then the open questions, if any.",
+    );
+    let mut group = c.benchmark_group("message");
+    group.bench_function("approximate/tool_calls_3", |b| {
+        b.iter(|| counter.count_message(black_box(&ascii)))
+    });
+    group.bench_function("approximate/tool_calls_3_non_ascii", |b| {
+        b.iter(|| counter.count_message(black_box(&non_ascii)))
+    });
+    group.bench_function("approximate/plain_text", |b| {
+        b.iter(|| counter.count_message(black_box(&plain)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, message_benches, throughput, conversation_benches);
 criterion_main!(benches);

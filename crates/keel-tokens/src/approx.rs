@@ -188,6 +188,23 @@ impl CharTally {
         }
     }
 
+    /// Adds a Python text form (a repr or `json.dumps`) without building it. `measure`
+    /// returns the text's length and reports each non-ASCII character the text copies
+    /// as is; every other character is ASCII, hence Latin when weighing by script.
+    fn add_py_text(&mut self, measure: impl FnOnce(&mut dyn FnMut(char)) -> usize) {
+        if self.script_aware {
+            let classes = &mut self.classes;
+            let mut non_ascii = 0usize;
+            let len = measure(&mut |c| {
+                non_ascii += 1;
+                classes.add(c.encode_utf8(&mut [0; 4]));
+            });
+            classes.latin += len.saturating_sub(non_ascii);
+        } else {
+            self.total += measure(&mut |_| {});
+        }
+    }
+
     fn weighted_tokens(&self, chars_per_token: f64) -> f64 {
         self.classes.tokens(chars_per_token)
     }
@@ -206,7 +223,6 @@ impl TokenCounter for ApproximateCounter {
     fn count_message(&self, message: &Message) -> u64 {
         let mut chars = self.tally();
         let mut images = 0u64;
-        let mut scratch = String::new();
         match message.content() {
             Content::Text(s) => chars.add(s),
             Content::Parts(parts) => {
@@ -222,16 +238,11 @@ impl TokenCounter for ApproximateCounter {
                                     chars.add(text);
                                 }
                             }
-                            _ => {
-                                scratch.clear();
-                                pyrepr::write_map_repr(block, &mut scratch);
-                                chars.add(&scratch);
-                            }
+                            _ => chars
+                                .add_py_text(|visit| pyrepr::map_repr_len_visiting(block, visit)),
                         },
                         ContentPart::Other(other) => {
-                            scratch.clear();
-                            pyrepr::write_repr(other, &mut scratch);
-                            chars.add(&scratch);
+                            chars.add_py_text(|visit| pyrepr::repr_len_visiting(other, visit))
                         }
                     }
                 }
@@ -242,9 +253,7 @@ impl TokenCounter for ApproximateCounter {
             MessageBody::Ai(ai)
                 if matches!(ai.content, Content::Text(_)) && !ai.tool_calls.is_empty() =>
             {
-                scratch.clear();
-                write_tool_calls_repr(&ai.tool_calls, &mut scratch);
-                chars.add(&scratch);
+                chars.add_py_text(|visit| tool_calls_repr_len_visiting(&ai.tool_calls, visit));
             }
             MessageBody::Tool(t) => chars.add(&t.tool_call_id),
             _ => {}
@@ -271,15 +280,20 @@ impl TokenCounter for ApproximateCounter {
             return 0;
         }
         let mut chars = self.tally();
-        let mut buf = String::new();
         for tool in tools {
-            buf.clear();
-            write_tool_dumps(tool, &mut buf);
-            chars.add(&buf);
+            // json.dumps output is ASCII: nothing to report to a script-aware tally.
+            chars.add_py_text(|_| tool_dumps_len(tool));
         }
         self.tokens_of(&chars)
     }
 }
+
+// The fixed text of `repr(message.tool_calls)`, shared by the writer and the length.
+const CALL_NAME: &str = "{'name': ";
+const CALL_ARGS: &str = ", 'args': ";
+const CALL_ID: &str = ", 'id': ";
+const CALL_END: &str = ", 'type': 'tool_call'}";
+const LIST_SEP: &str = ", ";
 
 /// `repr(message.tool_calls)`: a list of LangChain `ToolCall` dicts with keys `name`,
 /// `args`, `id`, `type` (`'tool_call'`).
@@ -287,28 +301,53 @@ pub fn write_tool_calls_repr(calls: &[keel_core::message::ToolCall], out: &mut S
     out.push('[');
     for (i, call) in calls.iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            out.push_str(LIST_SEP);
         }
-        out.push_str("{'name': ");
+        out.push_str(CALL_NAME);
         pyrepr::write_str_repr(&call.name, out);
-        out.push_str(", 'args': ");
+        out.push_str(CALL_ARGS);
         pyrepr::write_repr(&call.args, out);
-        out.push_str(", 'id': ");
+        out.push_str(CALL_ID);
         pyrepr::write_str_repr(&call.id, out);
-        out.push_str(", 'type': 'tool_call'}");
+        out.push_str(CALL_END);
     }
     out.push(']');
 }
 
-/// `json.dumps({"name": ..., "description": ..., "parameters": ...})`.
-fn write_tool_dumps(tool: &ToolSpec, out: &mut String) {
-    out.push_str("{\"name\": ");
-    pyrepr::write_json_dumps(&Value::String(tool.name.clone()), out);
-    out.push_str(", \"description\": ");
-    pyrepr::write_json_dumps(&Value::String(tool.description.clone()), out);
-    out.push_str(", \"parameters\": ");
-    pyrepr::write_json_dumps(&tool.parameters, out);
-    out.push('}');
+/// `len(repr(message.tool_calls))` in code points, without building the text: always
+/// equal to the length of what [`write_tool_calls_repr`] writes.
+pub fn tool_calls_repr_len(calls: &[keel_core::message::ToolCall]) -> usize {
+    tool_calls_repr_len_visiting(calls, &mut |_| {})
+}
+
+/// [`tool_calls_repr_len`], also calling `on_non_ascii` with every non-ASCII code point
+/// the repr copies unescaped (see [`pyrepr::repr_len_visiting`]).
+pub fn tool_calls_repr_len_visiting<F: FnMut(char) + ?Sized>(
+    calls: &[keel_core::message::ToolCall],
+    on_non_ascii: &mut F,
+) -> usize {
+    let fixed = CALL_NAME.len() + CALL_ARGS.len() + CALL_ID.len() + CALL_END.len();
+    let mut len = 2 + calls.len().saturating_sub(1) * LIST_SEP.len() + calls.len() * fixed;
+    for call in calls {
+        len += pyrepr::str_repr_len_visiting(&call.name, on_non_ascii);
+        len += pyrepr::repr_len_visiting(&call.args, on_non_ascii);
+        len += pyrepr::str_repr_len_visiting(&call.id, on_non_ascii);
+    }
+    len
+}
+
+/// `len(json.dumps({"name": ..., "description": ..., "parameters": ...}))`.
+fn tool_dumps_len(tool: &ToolSpec) -> usize {
+    const FIXED: [&str; 4] = [
+        "{\"name\": ",
+        ", \"description\": ",
+        ", \"parameters\": ",
+        "}",
+    ];
+    FIXED.iter().map(|s| s.len()).sum::<usize>()
+        + pyrepr::json_str_dumps_len(&tool.name)
+        + pyrepr::json_str_dumps_len(&tool.description)
+        + pyrepr::json_dumps_len(&tool.parameters)
 }
 
 #[cfg(test)]
@@ -342,6 +381,51 @@ mod tests {
         let m = Message::ai("").with_tool_calls(vec![call]);
         let expected = (repr.chars().count() + "assistant".len()).div_ceil(4) as u64 + 3;
         assert_eq!(c.count_message(&m), expected);
+    }
+
+    #[test]
+    fn tool_calls_and_tools_are_measured_like_their_text() {
+        let calls = vec![
+            ToolCall::new("c1", "ls", json!({"dir": "/", "all": true})),
+            ToolCall::new("c'2", "grep", json!({"q": "中文 \"x\"", "n": [1, -2.5e-7]})),
+        ];
+        let mut repr = String::new();
+        write_tool_calls_repr(&calls, &mut repr);
+        assert_eq!(tool_calls_repr_len(&calls), repr.chars().count());
+        assert_eq!(tool_calls_repr_len(&[]), 2);
+
+        let tool = ToolSpec {
+            name: "grep".into(),
+            description: "Search files for a pattern: \"é\" \u{1f600}".into(),
+            parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        };
+        // serde_json sorts keys, Python keeps them in order: same length either way.
+        let dumped = pyrepr::py_json_dumps(&json!({
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        }));
+        assert_eq!(tool_dumps_len(&tool), dumped.chars().count());
+    }
+
+    /// The script-aware tally of a measured text equals the tally of the text itself.
+    #[test]
+    fn script_aware_tally_sees_the_non_ascii_of_the_repr() {
+        let calls = vec![ToolCall::new(
+            "c1",
+            "翻訳",
+            json!({"text": "こんにちは 😀 мир \u{200b}", "k": "plain"}),
+        )];
+        let mut repr = String::new();
+        write_tool_calls_repr(&calls, &mut repr);
+        let mut direct = script::ClassCounts::default();
+        direct.add(&repr);
+        let mut tally = CharTally {
+            script_aware: true,
+            ..CharTally::default()
+        };
+        tally.add_py_text(|visit| tool_calls_repr_len_visiting(&calls, visit));
+        assert_eq!(tally.classes, direct);
     }
 
     #[test]
