@@ -144,11 +144,18 @@ pub fn summarize_refs(
                     let is_goal = !seen_goal && m.is_human();
                     seen_goal |= m.is_human();
                     match (stage, is_goal) {
-                        (0, true) => emit(
-                            format!("Goal: {}", first_words(text, 60)),
-                            &mut out,
-                            &mut used,
-                        ),
+                        (0, true) => {
+                            if emit(
+                                format!("Goal: {}", first_words(text, 60)),
+                                &mut out,
+                                &mut used,
+                            ) {
+                                break 'stages;
+                            }
+                            // Stage 0 only looks for the goal; the rest of a long span
+                            // need not be read for it.
+                            continue 'stages;
+                        }
                         (1, false) => {
                             let label = if m.is_human() { "User" } else { "Note" };
                             let mut full = false;
