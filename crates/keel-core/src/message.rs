@@ -355,10 +355,43 @@ pub enum MessageBody {
     Tool(ToolMessage),
 }
 
-/// A lazily computed content hash. Cloning keeps it (the clone has the same content);
+/// The lazily computed [`Digest`]. Cloning keeps it (the clone has the same content);
 /// [`Message::body_mut`] clears it. Equality ignores it.
 #[derive(Clone, Debug, Default)]
-struct Fingerprint(OnceLock<u64>);
+struct Fingerprint(OnceLock<Digest>);
+
+/// Facts about a message computed in one read of it, cached with it (see
+/// [`Message::digest`]).
+///
+/// Besides the [`fingerprint`](Message::fingerprint), it carries two small hashes
+/// that let code scanning a long thread (pair indexes, skill-read detection) skip the
+/// tool-call strings of most messages: on a cold thread each of those strings is a
+/// cache miss, and the digest is computed while they are in cache anyway.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Digest {
+    /// See [`Message::fingerprint`].
+    pub fingerprint: u64,
+    /// For an AI message, the wrapping sum of [`call_id_hash`] over its tool calls; for
+    /// a tool message, the [`call_id_hash`] of the call it answers; 0 otherwise. A run of
+    /// results whose sum equals its AI message's (and as many as it has calls) answers
+    /// exactly those calls, up to a 64-bit hash collision.
+    pub call_ids: u64,
+    /// For an AI message, the union of [`tool_name_bits`] over its calls' tool names (a
+    /// 64-bit Bloom filter); 0 otherwise. If `call_names & tool_name_bits(n)` is not
+    /// `tool_name_bits(n)`, no call of the message uses tool `n`.
+    pub call_names: u64,
+}
+
+/// The hash of a tool-call id used by [`Digest::call_ids`].
+pub fn call_id_hash(id: &str) -> u64 {
+    FINGERPRINT_HASH.hash_one((0x69u8, id))
+}
+
+/// The two bits a tool name sets in [`Digest::call_names`].
+pub fn tool_name_bits(name: &str) -> u64 {
+    let x = FINGERPRINT_HASH.hash_one((0x6eu8, name));
+    (1u64 << (x & 63)) | (1u64 << ((x >> 6) & 63))
+}
 
 /// One chat message. See the [module docs](self).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -624,10 +657,32 @@ impl Message {
     /// summary stored by a sibling process is recognised. Another build may hash
     /// differently; a stored entry then simply misses. It is not a cryptographic digest.
     pub fn fingerprint(&self) -> u64 {
+        self.digest().fingerprint
+    }
+
+    /// The fingerprint and the tool-call hashes of this message, computed together once
+    /// and cached until the next [`body_mut`](Self::body_mut). See [`Digest`].
+    pub fn digest(&self) -> Digest {
         *self.fp.0.get_or_init(|| {
             let mut h = FINGERPRINT_HASH.build_hasher();
             hash_body(&self.body, &mut h);
-            h.finish()
+            let (call_ids, call_names) = match &self.body {
+                MessageBody::Ai(ai) => {
+                    ai.tool_calls.iter().fold((0u64, 0u64), |(ids, names), c| {
+                        (
+                            ids.wrapping_add(call_id_hash(&c.id)),
+                            names | tool_name_bits(&c.name),
+                        )
+                    })
+                }
+                MessageBody::Tool(t) => (call_id_hash(&t.tool_call_id), 0),
+                _ => (0, 0),
+            };
+            Digest {
+                fingerprint: h.finish(),
+                call_ids,
+                call_names,
+            }
         })
     }
 }
@@ -755,6 +810,33 @@ mod tests {
         assert_eq!(m.tool_calls()[0].args, json!({"dir": "/"}));
         let again: Message = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
         assert_eq!(m, again);
+    }
+
+    #[test]
+    fn digest_links_calls_and_results() {
+        let ai = Message::ai("").with_tool_calls(vec![
+            ToolCall::new("c1", "read_file", json!({"path": "/a"})),
+            ToolCall::new("c2", "grep", json!({"q": "x"})),
+        ]);
+        let r1 = Message::tool("c2", "x found");
+        let r2 = Message::tool("c1", "contents");
+        let d = ai.digest();
+        assert_eq!(d.fingerprint, ai.fingerprint());
+        assert_eq!(
+            d.call_ids,
+            r1.digest().call_ids.wrapping_add(r2.digest().call_ids)
+        );
+        assert_ne!(d.call_ids, r1.digest().call_ids.wrapping_mul(2));
+        for name in ["read_file", "grep"] {
+            let bits = tool_name_bits(name);
+            assert_eq!(d.call_names & bits, bits, "{name}");
+        }
+        assert_eq!(Message::human("hi").digest().call_ids, 0);
+        let mut edited = ai.clone();
+        if let MessageBody::Ai(m) = edited.body_mut() {
+            m.tool_calls[0].id = "c3".into();
+        }
+        assert_ne!(edited.digest().call_ids, d.call_ids);
     }
 
     #[test]

@@ -178,9 +178,12 @@ impl PairIndex {
     /// Indexes `messages`. A result is paired with the latest earlier AI message that
     /// made its call; results with no such message stay unpaired (orphans in the input).
     ///
-    /// One pass, built for long cold threads: a result is first matched against the
-    /// latest AI message's calls (the usual case, no hashing); only a result that
-    /// answers an older message makes the index hash the call ids seen so far.
+    /// One pass, built for long cold threads. A tool run that answers exactly the calls
+    /// of the AI message before it (the usual case) is recognised from the messages'
+    /// cached [`Digest`](keel_core::message::Digest)s without reading an id. Other
+    /// results are matched by id: first against the latest AI message's calls, and only
+    /// a result that answers an older message makes the index hash the call ids seen
+    /// so far.
     pub fn new(messages: &[Message]) -> Self {
         Self::with_visitor(messages, |_, _| {})
     }
@@ -189,89 +192,42 @@ impl PairIndex {
     /// same pass, so a caller that also scans the thread reads each message once.
     pub fn with_visitor(messages: &[Message], mut visit: impl FnMut(usize, &Message)) -> Self {
         let n = messages.len();
-        let mut caller = vec![None; n];
-        // Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
-        let mut diff = vec![0i64; n + 2];
-        // AI messages with calls, in order, with the number of their first call among all
-        // calls; `answered[k]` says whether call number k got a result.
-        let mut callers: Vec<(usize, usize)> = Vec::new();
-        let mut answered: Vec<bool> = Vec::new();
-        let mut unpaired: Vec<usize> = Vec::new();
-        let mut results_per_ai = vec![0usize; n + 1];
-        // Call id -> (AI index, first call number), built lazily up to `indexed` callers.
-        let mut by_id: HashMap<&str, (usize, usize), Fnv> = HashMap::default();
-        let mut indexed = 0usize;
+        let mut b = Builder {
+            messages,
+            caller: vec![None; n],
+            diff: vec![0i64; n + 2],
+            callers: Vec::new(),
+            answered: Vec::new(),
+            unpaired: Vec::new(),
+            results_per_ai: vec![0usize; n + 1],
+            by_id: HashMap::default(),
+            indexed: 0,
+        };
+        // The tool run after the latest AI message with calls: its results so far and
+        // the sum of their call-id hashes.
+        let mut run: Vec<usize> = Vec::new();
+        let mut run_sum = 0u64;
         for (i, m) in messages.iter().enumerate() {
             visit(i, m);
-            let calls = m.tool_calls();
-            if !calls.is_empty() {
-                callers.push((i, answered.len()));
-                answered.resize(answered.len() + calls.len(), false);
+            if m.is_tool() {
+                if b.callers.is_empty() {
+                    b.pair_exact(i);
+                } else {
+                    run_sum = run_sum.wrapping_add(m.digest().call_ids);
+                    run.push(i);
+                }
                 continue;
             }
-            let Some(id) = m.tool_call_id() else { continue };
-            let latest = callers
-                .last()
-                .copied()
-                .filter(|&(a, _)| messages[a].tool_calls().iter().any(|c| c.id == id));
-            let found = latest.or_else(|| {
-                for &(a, base) in &callers[indexed..] {
-                    for c in messages[a].tool_calls() {
-                        by_id.insert(c.id.as_str(), (a, base));
-                    }
-                }
-                indexed = callers.len();
-                by_id.get(id).copied()
-            });
-            let Some((ai, base)) = found else {
-                unpaired.push(i);
-                continue;
-            };
-            for (k, c) in messages[ai].tool_calls().iter().enumerate() {
-                if c.id == id {
-                    answered[base + k] = true;
-                }
-            }
-            caller[i] = Some(ai);
-            results_per_ai[ai] += 1;
-            diff[ai + 1] += 1;
-            diff[i + 1] -= 1;
-        }
-        for (j, &(ai, base)) in callers.iter().enumerate() {
-            let end = callers.get(j + 1).map_or(answered.len(), |&(_, b)| b);
-            if !answered[base..end].iter().all(|&a| a) {
-                unpaired.push(ai);
+            b.close_run(&mut run, run_sum);
+            run_sum = 0;
+            let calls = m.tool_calls().len();
+            if calls > 0 {
+                b.callers.push((i, b.answered.len()));
+                b.answered.resize(b.answered.len() + calls, false);
             }
         }
-        unpaired.sort_unstable();
-        // Results grouped by AI message (counting sort keeps each group ascending).
-        let mut result_start = Vec::with_capacity(n + 1);
-        let mut total = 0usize;
-        for count in &results_per_ai {
-            result_start.push(total);
-            total += count;
-        }
-        let mut results = vec![0usize; total];
-        let mut next = result_start.clone();
-        for (i, c) in caller.iter().enumerate() {
-            if let Some(ai) = *c {
-                results[next[ai]] = i;
-                next[ai] += 1;
-            }
-        }
-        let mut unsafe_cut = vec![false; n + 1];
-        let mut depth = 0i64;
-        for (c, flag) in unsafe_cut.iter_mut().enumerate() {
-            depth += diff[c];
-            *flag = depth > 0;
-        }
-        PairIndex {
-            unsafe_cut,
-            result_start,
-            results,
-            caller,
-            unpaired,
-        }
+        b.close_run(&mut run, run_sum);
+        b.finish()
     }
 
     /// True when cutting before `cut` separates no AI message from its results.
@@ -343,6 +299,137 @@ impl PairIndex {
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+/// The state of [`PairIndex::with_visitor`]'s single pass.
+struct Builder<'m> {
+    messages: &'m [Message],
+    caller: Vec<Option<usize>>,
+    /// Difference array: +1 at ai+1, -1 at result+1 marks cuts in (ai, result] unsafe.
+    diff: Vec<i64>,
+    /// AI messages with calls, in order, with the number of their first call among all
+    /// calls; `answered[k]` says whether call number k got a result.
+    callers: Vec<(usize, usize)>,
+    answered: Vec<bool>,
+    unpaired: Vec<usize>,
+    results_per_ai: Vec<usize>,
+    /// Call id -> (AI index, first call number), built lazily up to `indexed` callers.
+    by_id: HashMap<&'m str, (usize, usize), Fnv>,
+    indexed: usize,
+}
+
+impl<'m> Builder<'m> {
+    fn link(&mut self, result: usize, ai: usize) {
+        self.caller[result] = Some(ai);
+        self.results_per_ai[ai] += 1;
+        self.diff[ai + 1] += 1;
+        self.diff[result + 1] -= 1;
+    }
+
+    /// Ends the tool run after the latest AI message. The usual run answers exactly that
+    /// message's calls: as many results as calls, with the same sum of call-id hashes
+    /// (each message's [`Digest`](keel_core::message::Digest)), so no id string is read.
+    /// Any other run is paired result by result, comparing ids.
+    fn close_run(&mut self, run: &mut Vec<usize>, sum: u64) {
+        if run.is_empty() {
+            return;
+        }
+        if let Some(&(ai, base)) = self.callers.last() {
+            let calls = self.messages[ai].tool_calls().len();
+            if run.len() == calls && sum == self.messages[ai].digest().call_ids {
+                for &r in run.iter() {
+                    self.link(r, ai);
+                }
+                self.answered[base..base + calls].fill(true);
+                run.clear();
+                return;
+            }
+        }
+        for r in std::mem::take(run) {
+            self.pair_exact(r);
+        }
+    }
+
+    /// Pairs the result at `i` with the latest earlier AI message that made its call.
+    fn pair_exact(&mut self, i: usize) {
+        let messages = self.messages;
+        let Some(id) = messages[i].tool_call_id() else {
+            return;
+        };
+        let latest = self
+            .callers
+            .last()
+            .copied()
+            .filter(|&(a, _)| messages[a].tool_calls().iter().any(|c| c.id == id));
+        let found = latest.or_else(|| {
+            for &(a, base) in &self.callers[self.indexed..] {
+                for c in messages[a].tool_calls() {
+                    self.by_id.insert(c.id.as_str(), (a, base));
+                }
+            }
+            self.indexed = self.callers.len();
+            self.by_id.get(id).copied()
+        });
+        let Some((ai, base)) = found else {
+            self.unpaired.push(i);
+            return;
+        };
+        for (k, c) in messages[ai].tool_calls().iter().enumerate() {
+            if c.id == id {
+                self.answered[base + k] = true;
+            }
+        }
+        self.link(i, ai);
+    }
+
+    fn finish(self) -> PairIndex {
+        let Builder {
+            messages,
+            caller,
+            diff,
+            callers,
+            answered,
+            mut unpaired,
+            results_per_ai,
+            ..
+        } = self;
+        let n = messages.len();
+        for (j, &(ai, base)) in callers.iter().enumerate() {
+            let end = callers.get(j + 1).map_or(answered.len(), |&(_, b)| b);
+            if !answered[base..end].iter().all(|&a| a) {
+                unpaired.push(ai);
+            }
+        }
+        unpaired.sort_unstable();
+        // Results grouped by AI message (counting sort keeps each group ascending).
+        let mut result_start = Vec::with_capacity(n + 1);
+        let mut total = 0usize;
+        for count in &results_per_ai {
+            result_start.push(total);
+            total += count;
+        }
+        let mut results = vec![0usize; total];
+        let mut next = result_start.clone();
+        for (i, c) in caller.iter().enumerate() {
+            if let Some(ai) = *c {
+                results[next[ai]] = i;
+                next[ai] += 1;
+            }
+        }
+        let mut unsafe_cut = vec![false; n + 1];
+        let mut depth = 0i64;
+        for (c, flag) in unsafe_cut.iter_mut().enumerate() {
+            depth += diff[c];
+            *flag = depth > 0;
+        }
+        PairIndex {
+            unsafe_cut,
+            result_start,
+            results,
+            caller,
+            unpaired,
+        }
     }
 }
 

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use keel_core::message::{DYNAMIC_CONTEXT, Message};
+use keel_core::message::{DYNAMIC_CONTEXT, Message, tool_name_bits};
 use keel_core::tokens::TokenCounter;
 use keel_tokens::ApproximateCounter;
 
@@ -297,11 +297,25 @@ impl<'a> Planner<'a> {
             normalize_path(&policy.skills.container_path).filter(|_| policy.skills.max_count > 0);
         let mut skill_reads: Vec<(usize, Vec<(usize, String)>)> = Vec::new();
         let mut dynamic = Vec::new();
+        // A message whose digest rules out every file-reading tool is not looked into.
+        let reader_bits: Vec<u64> = policy
+            .skills
+            .tool_names
+            .iter()
+            .map(|n| tool_name_bits(n))
+            .collect();
+        let may_read = |m: &Message| {
+            let names = m.digest().call_names;
+            reader_bits.iter().any(|&b| b & !names == 0)
+        };
         let pairs = PairIndex::with_visitor(messages, |i, m| {
             if policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
                 dynamic.push(i);
             }
-            if let Some(root) = root.as_deref() {
+            if let Some(root) = root.as_deref()
+                && !m.tool_calls().is_empty()
+                && may_read(m)
+            {
                 let reads: Vec<(usize, String)> = m
                     .tool_calls()
                     .iter()
