@@ -12,7 +12,10 @@ import json
 import sys
 from pathlib import Path
 
+# Judged: the pass-through check and the compaction pass as they happen on the growing
+# thread. Reported beside them, not judged: the compaction pass on a cold process.
 TARGETS = {"passthrough": 200.0, "compaction": 20.0}
+REPORTED = {"compaction_cold": "compaction"}
 
 
 def fmt(us: float) -> str:
@@ -37,12 +40,23 @@ def main() -> None:
         ratio = lc_us / keel_us
         ok &= ratio >= target
         rows.append((key, lc_us, keel_us, ratio, target))
+    for key, lc_key in REPORTED.items():
+        bench = keel["benches"].get(key)
+        if bench is None:
+            continue
+        est = json.loads((crit / "vs_langchain" / bench["id"] / "new" / "estimates.json").read_text())
+        keel_us = est["median"]["point_estimate"] / 1000
+        lc_us = lc[lc_key]["median_us"]
+        rows.append((key, lc_us, keel_us, lc_us / keel_us, None))
     print(f"thread: {lc['base_messages']} messages (+1 per pass-through call); "
           f"LangChain {lc['langchain_version']} (core {lc['langchain_core_version']}), Python {lc['python']}")
-    print(f"{'benchmark':<13} {'LangChain':>12} {'Keel':>12} {'ratio':>9} {'target':>8}")
+    print(f"{'benchmark':<16} {'LangChain':>12} {'Keel':>12} {'ratio':>9} {'target':>8}")
     for key, lc_us, keel_us, ratio, target in rows:
+        if target is None:
+            print(f"{key:<16} {fmt(lc_us):>12} {fmt(keel_us):>12} {ratio:>8.0f}x {'-':>7}  reported")
+            continue
         mark = "ok" if ratio >= target else "MISSED"
-        print(f"{key:<13} {fmt(lc_us):>12} {fmt(keel_us):>12} {ratio:>8.0f}x {target:>6.0f}x  {mark}")
+        print(f"{key:<16} {fmt(lc_us):>12} {fmt(keel_us):>12} {ratio:>8.0f}x {target:>6.0f}x  {mark}")
     for key, bench in keel["benches"].items():
         est = json.loads((crit / "vs_langchain" / bench["id"] / "new" / "estimates.json").read_text())
         print(f"  keel {key}: {fmt(est['median']['point_estimate'] / 1000)} -- {bench['what']}")
