@@ -49,6 +49,7 @@
 //! # });
 //! ```
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -301,14 +302,17 @@ impl SummarizationMiddlewareBuilder {
                 container_path: config.skills_container_path.clone(),
             },
         };
+        let prompt = config
+            .summary_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SUMMARY_PROMPT.to_owned());
+        let recipe = summary_recipe(&config, &prompt, &summarizer);
         Ok(SummarizationMiddleware {
+            recipe,
             cache: self
                 .cache
                 .unwrap_or_else(|| SummaryCache::global(config.cache_capacity)),
-            prompt: config
-                .summary_prompt
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SUMMARY_PROMPT.to_owned()),
+            prompt,
             config,
             summarizer,
             counter,
@@ -405,6 +409,29 @@ pub struct SummarizationMiddleware {
     rescue: RescuePolicy,
     warned_fraction: AtomicBool,
     report_ids: bool,
+    /// Appended to the thread id in the summary cache: a hash of the settings that shape
+    /// a summary's text, so a summary made under another prompt or summary model (say,
+    /// read back from the database after a configuration change) is never reused.
+    recipe: String,
+}
+
+/// The part of the cache key that names how summaries are made: the prompt, the summary
+/// model (the configured name, or the run's model when none is), extractive or not, the
+/// trim budget and the output limits.
+fn summary_recipe(config: &SummarizationConfig, prompt: &str, summarizer: &Summarizer) -> String {
+    let mut h = DefaultHasher::new();
+    prompt.hash(&mut h);
+    match summarizer {
+        Summarizer::Extractive => "extractive".hash(&mut h),
+        Summarizer::Model(Some(m)) => {
+            (m.profile().provider.as_str(), m.profile().name.as_str()).hash(&mut h)
+        }
+        Summarizer::Model(None) => "run-model".hash(&mut h),
+    }
+    config.trim_tokens_to_summarize.hash(&mut h);
+    config.extractive_word_budget.hash(&mut h);
+    config.max_summary_chars.hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 /// Everything counted about one request.
@@ -531,6 +558,7 @@ impl SummarizationMiddleware {
         }
 
         let thread = request.runtime.thread_id.clone();
+        let cache_key = format!("{thread}#{}", self.recipe);
         // Reuse only counts what it sends (cached per message), so a cache hit on a long
         // thread never pays for planning.
         let count_one = |i: usize| counter.count_message(&messages[i]);
@@ -555,7 +583,7 @@ impl SummarizationMiddleware {
 
         let cached = self
             .cache
-            .get(&thread)
+            .get(&cache_key)
             .await
             .filter(|e| e.matches(messages));
         if let Some(e) = &cached
@@ -568,10 +596,10 @@ impl SummarizationMiddleware {
 
         // Single flight: concurrent calls on this thread wait here, then usually find the
         // leader's fresh summary in the cache.
-        let _flight = self.cache.single_flight(&thread).await;
+        let _flight = self.cache.single_flight(&cache_key).await;
         let cached = match self
             .cache
-            .get(&thread)
+            .get(&cache_key)
             .await
             .filter(|e| e.matches(messages))
         {
@@ -717,7 +745,7 @@ impl SummarizationMiddleware {
         let entry = self
             .cache
             .put(
-                &thread,
+                &cache_key,
                 CachedSummary::new(summary, messages, plan.cut, plan.rescued.clone()),
             )
             .await;

@@ -690,6 +690,43 @@ async fn cache_is_reused_across_instances_and_processes() {
 }
 
 #[tokio::test]
+async fn a_summary_made_under_another_prompt_is_not_reused() {
+    let model = SummaryModel::new();
+    let store = Arc::new(SpyStore::default());
+    let cfg = config().trigger(msgs(10)).keep(msgs(3)).build().unwrap();
+    let first = middleware(cfg.clone())
+        .cache(Arc::new(SummaryCache::new(4).with_store(store.clone())))
+        .build()
+        .unwrap();
+    first
+        .prepare(&request(chat(12, 10), model.clone(), "t"))
+        .await;
+    // The same configuration in a new process reuses the stored summary...
+    let same = middleware(cfg.clone())
+        .cache(Arc::new(SummaryCache::new(4).with_store(store.clone())))
+        .build()
+        .unwrap();
+    let p = same
+        .prepare(&request(chat(13, 10), model.clone(), "t"))
+        .await;
+    assert_eq!(p.report.action, Action::CacheReused);
+    assert_eq!(model.calls(), 1);
+    // ...but after the prompt changed, the summary is made again with the new prompt.
+    let mut changed = cfg;
+    changed.summary_prompt = Some("Summarize tersely:\n{messages}".into());
+    let changed = middleware(changed)
+        .cache(Arc::new(SummaryCache::new(4).with_store(store)))
+        .build()
+        .unwrap();
+    let p = changed
+        .prepare(&request(chat(13, 10), model.clone(), "t"))
+        .await;
+    assert_eq!(p.report.action, Action::Compacted);
+    assert_eq!(model.calls(), 2);
+    assert!(model.last_prompt().starts_with("Summarize tersely:"));
+}
+
+#[tokio::test]
 async fn an_edited_history_is_never_served_a_stale_summary() {
     let model = SummaryModel::new();
     let cfg = config().trigger(msgs(10)).keep(msgs(3)).build().unwrap();
