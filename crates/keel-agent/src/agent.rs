@@ -576,6 +576,11 @@ impl ModelHandler for AgentModel<'_> {
         while let Some(chunk) = stream.next().await {
             let chunk: ChatChunk = chunk?;
             aggregator.push(&chunk);
+            // The whole answer repeats the pieces already streamed; `updates` and
+            // `values` carry it.
+            if matches!(chunk, ChatChunk::Complete { .. }) {
+                continue;
+            }
             if let Some(writer) = &self.writer {
                 writer.send(StreamEvent::Messages {
                     chunk,

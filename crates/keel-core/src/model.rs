@@ -139,6 +139,15 @@ pub enum ChatChunk {
         /// Entries to merge.
         metadata: Map<String, Value>,
     },
+    /// The whole answer, sent last by a model that has it in one piece (one that does
+    /// not stream, or an internal call): the pieces before it are for display, and the
+    /// aggregator returns this message as is, so what pieces cannot carry (the message's
+    /// id, name and metadata, list content) is not lost. The agent does not forward it
+    /// to the `messages` stream mode, which has already carried the pieces.
+    Complete {
+        /// The answer.
+        message: Box<Message>,
+    },
 }
 
 /// A stream of chunks.
@@ -153,7 +162,8 @@ pub trait ChatModel: Send + Sync {
     /// One complete answer.
     async fn invoke(&self, request: ChatRequest<'_>) -> Result<Message, ModelError>;
 
-    /// A streamed answer. The default calls [`invoke`](Self::invoke) and yields it as chunks.
+    /// A streamed answer. The default calls [`invoke`](Self::invoke) and yields it as
+    /// chunks ([`message_to_chunks`]), ending with [`ChatChunk::Complete`].
     async fn stream(&self, request: ChatRequest<'_>) -> Result<ChatStream, ModelError> {
         let message = self.invoke(request).await?;
         let chunks: Vec<Result<ChatChunk, ModelError>> =
@@ -174,7 +184,9 @@ impl<I: Iterator + Unpin> Stream for IterStream<I> {
     }
 }
 
-/// Splits a complete AI message into the chunks a stream would have carried.
+/// Splits a complete AI message into the chunks a stream would have carried, followed
+/// by [`ChatChunk::Complete`] with the message itself (so aggregating the chunks gives
+/// back exactly `message`).
 pub fn message_to_chunks(message: &Message) -> Vec<ChatChunk> {
     let mut out = Vec::new();
     let text = message.text();
@@ -201,6 +213,9 @@ pub fn message_to_chunks(message: &Message) -> Vec<ChatChunk> {
             });
         }
     }
+    out.push(ChatChunk::Complete {
+        message: Box::new(message.clone()),
+    });
     out
 }
 
@@ -218,6 +233,7 @@ pub struct ChunkAggregator {
     calls: BTreeMap<usize, PartialCall>,
     usage: Option<Usage>,
     metadata: Map<String, Value>,
+    complete: Option<Message>,
 }
 
 impl ChunkAggregator {
@@ -251,12 +267,17 @@ impl ChunkAggregator {
                     self.metadata.insert(k.clone(), v.clone());
                 }
             }
+            ChatChunk::Complete { message } => self.complete = Some((**message).clone()),
         }
     }
 
     /// The assembled message. Tool-call arguments that are not valid JSON are a
     /// [`ModelErrorKind::MalformedResponse`] carrying the raw text.
+    /// A [`ChatChunk::Complete`] message, when one was pushed, is returned as is.
     pub fn finish(self) -> Result<Message, ModelError> {
+        if let Some(message) = self.complete {
+            return Ok(message);
+        }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (index, call) in self.calls {
             let args = if call.args.trim().is_empty() {
@@ -398,6 +419,57 @@ mod tests {
         let m = agg.finish().unwrap();
         assert_eq!(m.tool_calls()[0].args, serde_json::json!({"dir": 1}));
         assert_eq!(m.text(), "ok");
+    }
+
+    /// A model that only answers in one piece.
+    struct InvokeOnly(ModelProfile, Message);
+
+    #[async_trait]
+    impl ChatModel for InvokeOnly {
+        fn profile(&self) -> &ModelProfile {
+            &self.0
+        }
+        async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
+            Ok(self.1.clone())
+        }
+    }
+
+    #[test]
+    fn default_stream_keeps_everything_the_model_answered() {
+        use crate::message::{Content, ContentPart, TextPart, ToolCall};
+        let answer = Message::from(AiMessage {
+            content: Content::Parts(vec![ContentPart::Text(TextPart {
+                text: "see the file".into(),
+            })]),
+            ..Default::default()
+        })
+        .with_id("answer-7")
+        .with_name("planner")
+        .with_metadata("trace", serde_json::json!("t-1"))
+        .with_tool_calls(vec![ToolCall::new("c1", "ls", serde_json::json!({}))]);
+        let model = InvokeOnly(ModelProfile::new("m", "p"), answer.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let settings = ModelSettings::default();
+            let mut stream = model
+                .stream(ChatRequest::new(&[], &settings))
+                .await
+                .unwrap();
+            let mut agg = ChunkAggregator::new();
+            let mut texts = 0;
+            while let Some(chunk) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+                let chunk = chunk.unwrap();
+                texts += usize::from(matches!(chunk, ChatChunk::Text { .. }));
+                agg.push(&chunk);
+            }
+            assert_eq!(texts, 1, "the text is still streamed for display");
+            agg.finish().unwrap()
+        });
+        assert_eq!(got, answer);
+        assert_eq!(got.id(), "answer-7");
+        assert_eq!(got.name(), Some("planner"));
     }
 
     #[test]
