@@ -147,6 +147,10 @@ pub struct SummarizationConfig {
     pub summary_timeout_seconds: f64,
     /// `max_summary_chars` (default 24000): a longer summary is a failure.
     pub max_summary_chars: usize,
+    /// `summary_max_tokens` (default `None`: the model's own limit): the output token cap
+    /// sent with every summary call, so a small or chatty model cannot run past the
+    /// timeout writing an overlong summary.
+    pub summary_max_tokens: Option<u32>,
     /// `max_chars_per_message` (default 4000): per-message cap in the summary transcript.
     pub max_chars_per_message: usize,
     /// `circuit_breaker_failures` (default 3): consecutive failed summary calls that
@@ -183,6 +187,7 @@ impl Default for SummarizationConfig {
             summary_max_attempts: 3,
             summary_timeout_seconds: 60.0,
             max_summary_chars: 24_000,
+            summary_max_tokens: None,
             max_chars_per_message: 4_000,
             circuit_breaker_failures: 3,
             circuit_breaker_cooldown_seconds: 300,
@@ -295,6 +300,7 @@ const KEYS: &[&str] = &[
     "summary_max_attempts",
     "summary_timeout_seconds",
     "max_summary_chars",
+    "summary_max_tokens",
     "max_chars_per_message",
     "circuit_breaker_failures",
     "circuit_breaker_cooldown_seconds",
@@ -621,6 +627,23 @@ impl SummarizationConfig {
                                 usize::try_from(ctx.int(1, "a whole number >= 1")?)
                                     .unwrap_or(usize::MAX)
                         }
+                        "summary_max_tokens" => {
+                            config.summary_max_tokens = match node.value {
+                                Yaml::Null => None,
+                                _ => Some(
+                                    u32::try_from(ctx.int(
+                                        1,
+                                        "a whole number in [1, 4294967295], or null for the model's own limit",
+                                    )?)
+                                    .map_err(|_| {
+                                        ctx.invalid(
+                                            "is too large",
+                                            "a whole number in [1, 4294967295], or null for the model's own limit",
+                                        )
+                                    })?,
+                                ),
+                            }
+                        }
                         "max_chars_per_message" => {
                             config.max_chars_per_message =
                                 usize::try_from(ctx.int(0, "a whole number >= 0 (0: no cap)")?)
@@ -748,6 +771,14 @@ impl SummarizationConfig {
                 "0".into(),
                 "must be positive",
                 "a whole number >= 1, or null for no trimming",
+            ));
+        }
+        if self.summary_max_tokens == Some(0) {
+            return Err(bad(
+                "summary_max_tokens",
+                "0".into(),
+                "must be positive",
+                "a whole number >= 1, or null for the model's own limit",
             ));
         }
         if self.cache_capacity == 0 {
@@ -968,6 +999,8 @@ impl SummarizationConfigBuilder {
         summary_timeout_seconds: f64,
         /// Longest acceptable summary.
         max_summary_chars: usize,
+        /// Output token cap of summary calls (`None`: the model's own limit).
+        summary_max_tokens: Option<u32>,
         /// Per-message cap in the transcript.
         max_chars_per_message: usize,
         /// Failures before the circuit breaker opens.

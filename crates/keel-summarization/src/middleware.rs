@@ -283,6 +283,7 @@ impl SummarizationMiddlewareBuilder {
                 max_attempts: config.summary_max_attempts,
                 timeout: Duration::from_secs_f64(config.summary_timeout_seconds),
                 max_output_chars: config.max_summary_chars,
+                max_output_tokens: config.summary_max_tokens,
                 ..SummaryCallOptions::default()
             },
             breaker,
@@ -431,6 +432,7 @@ fn summary_recipe(config: &SummarizationConfig, prompt: &str, summarizer: &Summa
     config.trim_tokens_to_summarize.hash(&mut h);
     config.extractive_word_budget.hash(&mut h);
     config.max_summary_chars.hash(&mut h);
+    config.summary_max_tokens.hash(&mut h);
     format!("{:016x}", h.finish())
 }
 

@@ -727,6 +727,27 @@ async fn a_summary_made_under_another_prompt_is_not_reused() {
 }
 
 #[tokio::test]
+async fn summary_calls_carry_the_configured_output_cap() {
+    let model = Arc::new(keel_testkit::ScriptedModel::new([Message::ai("- capped")]));
+    let cfg = config()
+        .trigger(msgs(10))
+        .keep(msgs(3))
+        .summary_max_tokens(Some(256))
+        .build()
+        .unwrap();
+    let p = middleware(cfg)
+        .build()
+        .unwrap()
+        .prepare(&request(chat(12, 10), model.clone(), "t"))
+        .await;
+    assert_eq!(p.report.action, Action::Compacted);
+    let calls = model.requests();
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0].internal);
+    assert_eq!(calls[0].settings.max_tokens, Some(256));
+}
+
+#[tokio::test]
 async fn an_edited_history_is_never_served_a_stale_summary() {
     let model = SummaryModel::new();
     let cfg = config().trigger(msgs(10)).keep(msgs(3)).build().unwrap();

@@ -239,6 +239,26 @@ fn yaml_syntax_errors_have_a_line() {
 }
 
 #[test]
+fn summary_max_tokens_is_a_positive_cap_or_null() {
+    assert_eq!(
+        load("trigger: {type: messages, value: 50}\n").summary_max_tokens,
+        None
+    );
+    let c = load("trigger: {type: messages, value: 50}\nsummary_max_tokens: 800\n");
+    assert_eq!(c.summary_max_tokens, Some(800));
+    let c = load("trigger: {type: messages, value: 50}\nsummary_max_tokens: null\n");
+    assert_eq!(c.summary_max_tokens, None);
+    assert_err(
+        &err("trigger: {type: messages, value: 50}\nsummary_max_tokens: 0\n"),
+        &["summary_max_tokens", "0", "null"],
+    );
+    assert_err(
+        &err("trigger: {type: messages, value: 50}\nsummary_max_tokens: 5000000000\n"),
+        &["summary_max_tokens", "4294967295"],
+    );
+}
+
+#[test]
 fn headroom_and_fraction_window_checks() {
     assert_err(
         &err("stickiness_headroom: 1.5\n"),
