@@ -6,7 +6,9 @@
 //!
 //! 1. the previous summary's facts (capped at half the budget when there is new material,
 //!    so a long thread keeps learning);
-//! 2. the user's goal (the first user message) and later user statements;
+//! 2. the user's goal (the first user message) and later user statements; when an
+//!    earlier summary is folded in, the span continues a conversation whose goal that
+//!    summary already holds, so its first user message is a statement like the others;
 //! 3. facts and decisions stated by the assistant (the first sentence of each answer,
 //!    plus sentences with decision words: "decided", "will", "chose", ...);
 //! 4. tool outcomes: tool name, target, status and the first line of the result.
@@ -23,7 +25,10 @@
 //! ];
 //! let s = summarize(Some("- The user is Ada from ACME."), &msgs, &ExtractiveOptions::default());
 //! assert!(s.starts_with("- The user is Ada from ACME."));
-//! assert!(s.contains("Goal: Please migrate the billing service to Postgres 17."));
+//! // A continuation: the earlier summary holds the goal, this is a later user turn.
+//! assert!(s.contains("User: Please migrate the billing service to Postgres 17."));
+//! let first = summarize(None, &msgs, &ExtractiveOptions::default());
+//! assert!(first.contains("Goal: Please migrate the billing service to Postgres 17."));
 //! assert!(s.contains("I decided to use logical replication."));
 //! ```
 
@@ -125,8 +130,12 @@ pub fn summarize_refs(
         push_item(out, used, &item, budget, per_item);
         *used >= budget
     };
+    let continuation = previous_text.is_some();
     'stages: for stage in 0..4 {
-        let mut seen_goal = false;
+        if stage == 0 && continuation {
+            continue;
+        }
+        let mut seen_goal = continuation;
         for (index, m) in messages.iter().enumerate() {
             if used >= budget {
                 break 'stages;
@@ -361,9 +370,12 @@ mod tests {
         );
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "- Repo is acme/api");
-        assert_eq!(
-            lines[1],
-            "- Goal: Find why the nightly build fails. My name is Ada."
+        assert_eq!(lines[1], "- User: Find why the nightly build fails.");
+        assert_eq!(lines[2], "- User: My name is Ada.");
+        let first = summarize(None, &sample(), &ExtractiveOptions::default());
+        assert!(
+            first.starts_with("- Goal: Find why the nightly build fails. My name is Ada."),
+            "{first}"
         );
         assert!(s.contains("- User: Also keep the cache."));
         assert!(s.contains("We will install build-essential."));
@@ -415,6 +427,6 @@ mod tests {
             },
         );
         assert!(s.starts_with("- old fact number 0"));
-        assert!(s.contains("Goal:"), "{s}");
+        assert!(s.contains("User: Find why the nightly build fails."), "{s}");
     }
 }
