@@ -51,6 +51,28 @@ const QUERIES: Queries = Queries {
 };
 
 /// The embedded migrations, in order. Expand-only.
+/// How many times the migrator runs before its error is reported.
+const MIGRATE_ATTEMPTS: u32 = 5;
+
+/// Runs the migrations, again if they fail. sqlx takes no lock for SQLite migrations,
+/// so processes starting together on a new file race: the loser's migration fails on
+/// the bookkeeping table and its transaction rolls back. Running the migrator again
+/// finds the schema applied and does nothing. A real failure (a read-only file, a
+/// corrupt database) fails every attempt and is reported after about a quarter second.
+async fn run_migrations(pool: &SqlitePool) -> Result<(), sqlx::migrate::MigrateError> {
+    let mut attempt = 1;
+    loop {
+        match migrator().run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt >= MIGRATE_ATTEMPTS => return Err(e),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
 fn migrator() -> Migrator {
     Migrator::with_migrations(vec![Migration::new(
         1,
@@ -125,8 +147,7 @@ impl SqliteStore {
                 url: name,
                 detail: e.to_string(),
             })?;
-        migrator()
-            .run(&pool)
+        run_migrations(&pool)
             .await
             .map_err(|e| ConnectError::Migrate {
                 backend: Backend::Sqlite,
@@ -148,8 +169,7 @@ impl Storage for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        migrator()
-            .run(&self.pool)
+        run_migrations(&self.pool)
             .await
             .map_err(|e| StoreError::Backend(format!("migration failed: {e}")))
     }

@@ -114,3 +114,29 @@ async fn a_missing_directory_is_a_connect_error() {
         "{err:?}"
     );
 }
+
+/// Several processes starting at once on a brand-new database file: each opens its own
+/// pool and migrates. SQLite has no migration lock, so they race; every one of them must
+/// still come up, with the schema applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_start_on_a_new_file_all_succeed() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = file_url(&dir);
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { SqliteStore::connect(&url).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for open in opens {
+            match open.await.unwrap() {
+                Ok(store) => stores.push(store),
+                Err(e) => panic!("round {round}: a concurrent first start failed: {e}"),
+            }
+        }
+        assert_eq!(applied(&stores[0]).await, applied(&stores[7]).await);
+        assert!(applied(&stores[0]).await >= 1);
+    }
+}
