@@ -79,12 +79,36 @@ pub enum ContentPart {
     Other(Value),
 }
 
+/// The `"type": "text"` of a [`TextPart`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+enum TextTag {
+    #[default]
+    #[serde(rename = "text")]
+    Text,
+}
+
 /// A text part of a content list.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename = "text")]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TextPart {
+    #[serde(rename = "type")]
+    kind: TextTag,
     /// The text.
     pub text: String,
+    /// Any other keys of the part, kept verbatim and sent back as received (for
+    /// example `cache_control`, which marks a prompt-cache breakpoint).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl TextPart {
+    /// A text part with no other keys.
+    pub fn new(text: impl Into<String>) -> Self {
+        TextPart {
+            kind: TextTag::Text,
+            text: text.into(),
+            extra: Map::new(),
+        }
+    }
 }
 
 /// An image part of a content list.
@@ -733,7 +757,13 @@ fn hash_content(c: &Content, h: &mut impl Hasher) {
             (1u8, parts.len()).hash(h);
             for p in parts {
                 match p {
-                    ContentPart::Text(t) => (0u8, &t.text).hash(h),
+                    ContentPart::Text(t) => {
+                        (0u8, &t.text, t.extra.len()).hash(h);
+                        for (k, v) in &t.extra {
+                            k.hash(h);
+                            hash_value(v, h);
+                        }
+                    }
                     ContentPart::Image(i) => {
                         1u8.hash(h);
                         hash_value(&i.image_url, h);
@@ -801,6 +831,28 @@ fn hash_body(b: &MessageBody, h: &mut impl Hasher) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn text_parts_keep_their_other_keys() {
+        let line = r#"{"role":"user","content":[{"type":"text","text":"long system context","cache_control":{"type":"ephemeral"}}],"id":"u1"}"#;
+        let m: Message = serde_json::from_str(line).unwrap();
+        let Content::Parts(parts) = m.content() else {
+            panic!("list content expected")
+        };
+        let ContentPart::Text(t) = &parts[0] else {
+            panic!("a text part expected")
+        };
+        assert_eq!(t.text, "long system context");
+        assert_eq!(t.extra["cache_control"], json!({"type": "ephemeral"}));
+        let back: Value = serde_json::to_value(&m).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(line).unwrap());
+        // The marker is content: moving it changes the fingerprint.
+        let plain: Message = serde_json::from_str(
+            r#"{"role":"user","content":[{"type":"text","text":"long system context"}],"id":"u1"}"#,
+        )
+        .unwrap();
+        assert_ne!(m.fingerprint(), plain.fingerprint());
+    }
 
     #[test]
     fn openai_shape_round_trips() {

@@ -438,9 +438,7 @@ mod tests {
     fn default_stream_keeps_everything_the_model_answered() {
         use crate::message::{Content, ContentPart, TextPart, ToolCall};
         let answer = Message::from(AiMessage {
-            content: Content::Parts(vec![ContentPart::Text(TextPart {
-                text: "see the file".into(),
-            })]),
+            content: Content::Parts(vec![ContentPart::Text(TextPart::new("see the file"))]),
             ..Default::default()
         })
         .with_id("answer-7")

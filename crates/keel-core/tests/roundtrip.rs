@@ -39,7 +39,7 @@ fn metadata() -> impl Strategy<Value = Metadata> {
 
 fn part() -> impl Strategy<Value = ContentPart> {
     prop_oneof![
-        ".{0,20}".prop_map(|text| ContentPart::Text(TextPart { text })),
+        ".{0,20}".prop_map(|text| ContentPart::Text(TextPart::new(text))),
         json().prop_map(|image_url| ContentPart::Image(ImagePart { image_url })),
         // Unknown part types are kept verbatim; "text" and "image_url" would parse as the
         // typed variants, so they are not "other" parts.

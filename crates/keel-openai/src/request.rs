@@ -144,9 +144,7 @@ mod tests {
         let system = Message::system("be brief");
         let messages = vec![
             Message::human(keel_core::message::Content::Parts(vec![
-                ContentPart::Text(TextPart {
-                    text: "what is this?".into(),
-                }),
+                ContentPart::Text(TextPart::new("what is this?")),
                 ContentPart::Image(ImagePart {
                     image_url: json!({"url": "data:image/png;base64,AAAA"}),
                 }),
