@@ -143,23 +143,44 @@ fn find_object(text: &str) -> Option<Map<String, Value>> {
         })
 }
 
+/// Tells, character by character, whether JSON-like text is inside a string literal,
+/// so the scanners below ignore brackets and commas in strings.
+#[derive(Default)]
+struct StringTracker {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl StringTracker {
+    /// Feeds the next character; true when it belongs to a string literal (its quotes
+    /// included).
+    fn feed(&mut self, c: char) -> bool {
+        if self.in_string {
+            match c {
+                _ if self.escaped => self.escaped = false,
+                '\\' => self.escaped = true,
+                '"' => self.in_string = false,
+                _ => {}
+            }
+            return true;
+        }
+        if c == '"' {
+            self.in_string = true;
+            return true;
+        }
+        false
+    }
+}
+
 /// Length of the balanced object starting at `text[0] == '{'`, honouring strings.
 fn balanced_end(text: &str) -> Option<usize> {
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
+    let mut strings = StringTracker::default();
     for (i, c) in text.char_indices() {
-        if in_string {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
+        if strings.feed(c) {
             continue;
         }
         match c {
-            '"' => in_string = true,
             '{' | '[' => depth += 1,
             '}' | ']' => {
                 depth = depth.checked_sub(1)?;
@@ -176,22 +197,12 @@ fn balanced_end(text: &str) -> Option<usize> {
 /// Removes commas that directly precede `}` or `]` (outside strings).
 fn strip_trailing_commas(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut in_string = false;
-    let mut escaped = false;
+    let mut strings = StringTracker::default();
     let chars: Vec<char> = text.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
-        if in_string {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
+        if strings.feed(c) {
             out.push(c);
             continue;
-        }
-        if c == '"' {
-            in_string = true;
         }
         if c == ',' {
             let next = chars[i + 1..].iter().find(|c| !c.is_whitespace());
