@@ -25,6 +25,14 @@ pub(crate) fn scope(scope: &SessionScope) -> Result<(), StoreError> {
     text("scope.context_id", &scope.context_id)
 }
 
+/// Checks the three ids that name a session (all its contexts), as
+/// `delete_session_states` takes them.
+pub(crate) fn session(flow_id: &str, user_id: &str, session_id: &str) -> Result<(), StoreError> {
+    text("flow_id", flow_id)?;
+    text("user_id", user_id)?;
+    text("session_id", session_id)
+}
+
 /// Checks a batch before `append`: ids are non-empty, storable and unique in the batch.
 /// (Uniqueness against stored rows is the backend's job, inside its transaction.)
 pub(crate) fn append_batch(messages: &[StoredMessage]) -> Result<(), StoreError> {

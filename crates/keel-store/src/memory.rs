@@ -235,9 +235,7 @@ impl SessionMemoryStore for MemoryStore {
         user_id: &str,
         session_id: &str,
     ) -> Result<u64, StoreError> {
-        check::text("flow_id", flow_id)?;
-        check::text("user_id", user_id)?;
-        check::text("session_id", session_id)?;
+        check::session(flow_id, user_id, session_id)?;
         let mut inner = self.inner.lock();
         let before = inner.states.len();
         inner.states.retain(|s, _| {

@@ -270,6 +270,27 @@ pub(crate) const CHECKPOINT_RETRIES: usize = 16;
 
 /// Implements every storage trait for `$store`, a struct with a `pool: sqlx::Pool<$db>`
 /// field, using the shared queries above and the dialect's `$q: &Queries`.
+/// The query for messages of `scope` after `cursor` (`start` when there is none), with
+/// the scope and cursor bound; `after` and `count_after` differ only in the SQL and the
+/// row type.
+macro_rules! bind_scope_cursor {
+    ($start:expr, $after_cursor:expr, $scope:expr, $cursor:expr) => {{
+        let q = match $cursor {
+            None => sqlx::query_as($start),
+            Some(_) => sqlx::query_as($after_cursor),
+        }
+        .bind(&$scope.flow_id)
+        .bind(&$scope.user_id)
+        .bind(&$scope.session_id)
+        .bind(&$scope.context_id);
+        match $cursor {
+            None => q,
+            Some(c) => q.bind(c.timestamp_ms).bind(&c.message_id),
+        }
+    }};
+}
+pub(crate) use bind_scope_cursor;
+
 macro_rules! impl_sql_store {
     ($store:ty, $db:ty, $q:expr) => {
         impl $store {
@@ -479,18 +500,12 @@ macro_rules! impl_sql_store {
                 if limit == 0 {
                     return Ok(Vec::new());
                 }
-                let q = match cursor {
-                    None => sqlx::query_as($crate::sql::AFTER_START),
-                    Some(_) => sqlx::query_as($crate::sql::AFTER_CURSOR),
-                }
-                .bind(&scope.flow_id)
-                .bind(&scope.user_id)
-                .bind(&scope.session_id)
-                .bind(&scope.context_id);
-                let q = match cursor {
-                    None => q,
-                    Some(c) => q.bind(c.timestamp_ms).bind(&c.message_id),
-                };
+                let q = $crate::sql::bind_scope_cursor!(
+                    $crate::sql::AFTER_START,
+                    $crate::sql::AFTER_CURSOR,
+                    scope,
+                    cursor
+                );
                 let rows: Vec<(i64, String)> = q
                     .bind($crate::check::limit(limit))
                     .fetch_all(&self.pool)
@@ -505,18 +520,12 @@ macro_rules! impl_sql_store {
                 cursor: Option<&keel_core::store::Cursor>,
             ) -> Result<u64, StoreError> {
                 $crate::check::scope(scope)?;
-                let q = match cursor {
-                    None => sqlx::query_as($crate::sql::COUNT_START),
-                    Some(_) => sqlx::query_as($crate::sql::COUNT_CURSOR),
-                }
-                .bind(&scope.flow_id)
-                .bind(&scope.user_id)
-                .bind(&scope.session_id)
-                .bind(&scope.context_id);
-                let q = match cursor {
-                    None => q,
-                    Some(c) => q.bind(c.timestamp_ms).bind(&c.message_id),
-                };
+                let q = $crate::sql::bind_scope_cursor!(
+                    $crate::sql::COUNT_START,
+                    $crate::sql::COUNT_CURSOR,
+                    scope,
+                    cursor
+                );
                 let (n,): (i64,) = q
                     .fetch_one(&self.pool)
                     .await
@@ -609,9 +618,7 @@ macro_rules! impl_sql_store {
                 user_id: &str,
                 session_id: &str,
             ) -> Result<u64, StoreError> {
-                $crate::check::text("flow_id", flow_id)?;
-                $crate::check::text("user_id", user_id)?;
-                $crate::check::text("session_id", session_id)?;
+                $crate::check::session(flow_id, user_id, session_id)?;
                 let done = sqlx::query($crate::sql::DELETE_STATES)
                     .bind(flow_id)
                     .bind(user_id)
