@@ -16,7 +16,7 @@ use keel_core::store::{
 };
 use keel_core::stream::StreamWriter;
 use keel_memory::events::{EVENT_FOLD_FAILED, EVENT_FOLD_SUPERSEDED, EVENT_FOLDED};
-use keel_memory::{FoldOutcome, SessionCompressor, SessionMemorySettings, TurnMemory};
+use keel_memory::{FoldOutcome, SessionCompressor, SessionMemorySettings};
 use keel_store::memory::MemoryStore;
 use keel_summarization::pairs::check_pairs;
 use keel_testkit::ScriptedModel;
@@ -33,26 +33,6 @@ fn settings(scope: &SessionScope) -> SessionMemorySettings {
         "cluster",
         "customer",
     ])
-}
-
-fn input() -> Vec<Message> {
-    vec![Message::human("Which cluster were we on again?").with_id("current")]
-}
-
-/// One turn with the standard current input, folding with `model`, events dropped.
-async fn prepare_turn(
-    c: &SessionCompressor,
-    s: &SessionScope,
-    model: &Arc<ScriptedModel>,
-) -> TurnMemory {
-    c.prepare(
-        s,
-        &input(),
-        &dyn_model(model),
-        &StreamWriter::disconnected(),
-    )
-    .await
-    .unwrap()
 }
 
 #[tokio::test]

@@ -43,10 +43,6 @@ fn settings(scope: &SessionScope) -> SessionMemorySettings {
     SessionMemorySettings::for_scope(scope.clone()).with_pinned_keys(["project_id", "cluster"])
 }
 
-fn input() -> Vec<Message> {
-    vec![Message::human("Which cluster were we on again?").with_id("current")]
-}
-
 /// Runs the compressor to completion, one turn after another, on a fresh scope.
 async fn sequential<S>(
     store: &Arc<S>,
@@ -59,14 +55,7 @@ where
     let c = SessionCompressor::new(settings(scope), store.clone(), store.clone()).unwrap();
     let model = fold_model();
     for _ in 0..turns {
-        c.prepare(
-            scope,
-            &input(),
-            &dyn_model(&model),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+        prepare_turn(&c, scope, &model).await;
     }
     store.get_state(scope).await.unwrap().unwrap()
 }

@@ -12,7 +12,6 @@ use common::*;
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::store::{SessionMemoryStore, SessionScope};
-use keel_core::stream::StreamWriter;
 use keel_memory::{SessionCompressor, SessionMemoryMiddleware, SessionMemorySettings};
 use keel_store::Store;
 use keel_testkit::ScriptedModel;
@@ -21,40 +20,20 @@ fn settings(scope: &SessionScope) -> SessionMemorySettings {
     SessionMemorySettings::for_scope(scope.clone()).with_pinned_keys(["project_id", "cluster"])
 }
 
-fn input() -> Vec<Message> {
-    vec![Message::human("Which cluster were we on again?").with_id("current")]
-}
-
 async fn shared(a: Arc<Store>, b: Arc<Store>, label: &str) {
     let scope = SessionScope::new(unique_flow(label), "ada", "shared", "");
     seed(a.as_ref(), &scope, 0..30).await;
 
     let model_a = fold_model();
     let ca = SessionCompressor::new(settings(&scope), a.clone(), a.clone()).unwrap();
-    let turn_a = ca
-        .prepare(
-            &scope,
-            &input(),
-            &dyn_model(&model_a),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn_a = prepare_turn(&ca, &scope, &model_a).await;
     assert_eq!(model_a.calls(), 1);
     assert_eq!(turn_a.state.version, 1);
 
     // The other pool's model has no answer: any call would fail the fold.
     let model_b = Arc::new(ScriptedModel::new([]));
     let cb = SessionCompressor::new(settings(&scope), b.clone(), b.clone()).unwrap();
-    let turn_b = cb
-        .prepare(
-            &scope,
-            &input(),
-            &dyn_model(&model_b),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let turn_b = prepare_turn(&cb, &scope, &model_b).await;
     assert_eq!(
         model_b.calls(),
         0,
@@ -71,25 +50,10 @@ async fn shared(a: Arc<Store>, b: Arc<Store>, label: &str) {
     // Messages written through B are folded through B, and A then reuses that fold.
     seed(b.as_ref(), &scope, 30..50).await;
     let model_b = fold_model();
-    cb.prepare(
-        &scope,
-        &input(),
-        &dyn_model(&model_b),
-        &StreamWriter::disconnected(),
-    )
-    .await
-    .unwrap();
+    prepare_turn(&cb, &scope, &model_b).await;
     assert_eq!(model_b.calls(), 1);
     let model_a2 = Arc::new(ScriptedModel::new([]));
-    let again = ca
-        .prepare(
-            &scope,
-            &input(),
-            &dyn_model(&model_a2),
-            &StreamWriter::disconnected(),
-        )
-        .await
-        .unwrap();
+    let again = prepare_turn(&ca, &scope, &model_a2).await;
     assert_eq!(model_a2.calls(), 0);
     assert_eq!(again.state.version, 2);
     assert_eq!(again.state.absorbed_count, 40);

@@ -228,3 +228,24 @@ pub fn essence(s: &SessionMemoryState) -> (String, Value, Option<Cursor>, u64, u
         s.version,
     )
 }
+
+/// The standard current input of a turn.
+pub fn input() -> Vec<Message> {
+    vec![Message::human("Which cluster were we on again?").with_id("current")]
+}
+
+/// One turn with the standard current input, folding with `model`, events dropped.
+pub async fn prepare_turn(
+    c: &keel_memory::SessionCompressor,
+    s: &SessionScope,
+    model: &Arc<ScriptedModel>,
+) -> keel_memory::TurnMemory {
+    c.prepare(
+        s,
+        &input(),
+        &dyn_model(model),
+        &StreamWriter::disconnected(),
+    )
+    .await
+    .unwrap()
+}
