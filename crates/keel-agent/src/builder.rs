@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use keel_core::message::Message;
-use keel_core::middleware::Middleware;
+use keel_core::middleware::{Middleware, check_hooks};
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
 use keel_core::store::Checkpointer;
 use keel_core::tool::Tool;
@@ -116,6 +116,8 @@ impl AgentBuilder {
 
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, m) in self.middleware.iter().enumerate() {
+            // The pipeline trusts hooks(): a hook left out of it would never run.
+            check_hooks(m.as_ref())?;
             if let Some(first) = seen.insert(m.name(), i) {
                 return Err(BuildError::DuplicateMiddleware {
                     name: m.name().to_owned(),
