@@ -64,11 +64,12 @@
 //   agent    → run, stream, output, error
 //   stream   → output, error
 //   run      → pipeline, output, error
-//   pipeline, output, checkpointer, error → keel-core only
+//   pipeline, output, checkpointer, error, offline → keel-core only
 mod agent;
 mod builder;
 mod checkpointer;
 mod error;
+pub mod offline;
 mod output;
 mod pipeline;
 mod run;
