@@ -10,14 +10,17 @@
 //!
 //! - **an internal call** (a summary, `ChatRequest::internal`): a bullet digest of the
 //!   transcript it was given: every line of the `<existing_summary>` block, then one
-//!   bullet per user message and tool result of the `<new_messages>` block (the block
-//!   names of keel-summarization's transcript), at most [`DIGEST_LINES`] bullets;
+//!   bullet per user message (plus the bullets it quotes, such as an earlier summary)
+//!   and per tool result of the `<new_messages>` block (the block names of
+//!   keel-summarization's transcript), at most [`DIGEST_LINES`] bullets (the
+//!   oldest quarter and the most recent ones when there are more);
 //! - **a tool result**: what each tool returned, quoted;
 //! - **a user message naming one of the offered tools** (`weather`, `lookup ticket`
 //!   for `lookup_ticket`): a call of that tool with `{"query": <the message>}`, unless
 //!   `tool_choice` is `none`;
-//! - **any other user message**: the line of its context that shares the most words with
-//!   the message (the most recent on a tie), or an acknowledgement when none does,
+//! - **any other user message**: the line of its context (its own earlier answers aside)
+//!   that shares the most words with the message (the most recent on a tie), or an
+//!   acknowledgement when none does,
 //!   followed by how many messages it was sent, which shows compaction at work.
 //!
 //! Answers stream word by word.
@@ -172,7 +175,8 @@ fn recall(messages: &[Message], question: &str) -> String {
     let earlier = &messages[..messages.len().saturating_sub(1)];
     let mut best: Option<(usize, String)> = None;
     // Most recent first; a later line must match strictly more words to win.
-    for message in earlier.iter().rev() {
+    // Its own earlier answers are skipped, so replies do not quote replies.
+    for message in earlier.iter().rev().filter(|m| !m.is_ai()) {
         for line in message.text().lines().rev() {
             let score = keywords(line).intersection(&wanted).count();
             if score > 0 && best.as_ref().is_none_or(|(s, _)| score > *s) {
@@ -245,22 +249,35 @@ fn digest(messages: &[Message]) -> String {
         );
     }
     let new = block("new_messages").unwrap_or(&prompt);
+    // A user message's first line, and the bullet lines it carries (an earlier summary
+    // sent as a user message); a tool result's first line.
+    let mut in_user_message = false;
     for line in new.lines() {
         let line = line.trim();
         if let Some(said) = line.strip_prefix("user: ") {
             bullets.push(format!("- The user said: {}", shorten(said)));
+            in_user_message = true;
+        } else if line.starts_with("assistant: ") {
+            in_user_message = false;
         } else if line.starts_with("tool ") && line.contains(" result: ") {
             bullets.push(format!("- {}", shorten(line)));
+            in_user_message = false;
+        } else if in_user_message && line.starts_with("- ") {
+            bullets.push(shorten(line));
         }
     }
     let mut seen = HashSet::new();
     bullets.retain(|b| seen.insert(b.clone()));
-    let skip = bullets.len().saturating_sub(DIGEST_LINES);
-    let kept = &bullets[skip..];
-    if kept.is_empty() {
+    if bullets.is_empty() {
         return "- Nothing to summarize yet.".to_owned();
     }
-    kept.join("\n")
+    // Over budget: the oldest bullets (where a conversation states its goal) and the
+    // most recent ones survive; the middle goes.
+    if bullets.len() > DIGEST_LINES {
+        let head = DIGEST_LINES / 4;
+        bullets.drain(head..bullets.len() - (DIGEST_LINES - head));
+    }
+    bullets.join("\n")
 }
 
 #[cfg(test)]
@@ -323,12 +340,28 @@ mod tests {
     #[test]
     fn an_internal_call_gets_a_digest_of_the_transcript() {
         let model = OfflineModel::new();
-        let prompt = "Summarize.\n\n<existing_summary>\n- the user is Ada\n</existing_summary>\n<new_messages>\nuser: I work on PRJ-123\n\nassistant: ok\n\ntool search result: 3 hits\n</new_messages>";
+        let prompt = "Summarize.\n\n<existing_summary>\n- the user is Ada\n</existing_summary>\n<new_messages>\nuser: Here is a summary:\n\n- cluster EU\n\nuser: I work on PRJ-123\n- more\n\nassistant: ok\n- no\n\ntool search result: 3 hits\n</new_messages>";
         let answer = ask(&model, &[Message::human(prompt)], &[], true);
         assert_eq!(
             answer.text(),
-            "- the user is Ada\n- The user said: I work on PRJ-123\n- tool search result: 3 hits"
+            "- the user is Ada\n- The user said: Here is a summary:\n- cluster EU\n- The user said: I work on PRJ-123\n- more\n- tool search result: 3 hits"
         );
+    }
+
+    #[test]
+    fn a_long_digest_keeps_the_oldest_and_newest_bullets() {
+        let model = OfflineModel::new();
+        let lines: String = (0..40).map(|i| format!("user: message {i}\n\n")).collect();
+        let prompt = format!("<new_messages>\n{lines}</new_messages>");
+        let answer = ask(&model, &[Message::human(prompt)], &[], true)
+            .text()
+            .into_owned();
+        let bullets: Vec<&str> = answer.lines().collect();
+        assert_eq!(bullets.len(), DIGEST_LINES);
+        assert_eq!(bullets[0], "- The user said: message 0");
+        assert_eq!(bullets[5], "- The user said: message 5");
+        assert_eq!(bullets[6], "- The user said: message 22");
+        assert_eq!(bullets[DIGEST_LINES - 1], "- The user said: message 39");
     }
 
     #[tokio::test]
