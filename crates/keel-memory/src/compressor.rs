@@ -178,6 +178,18 @@ pub fn window_cap(settings: &SessionMemorySettings) -> usize {
         .saturating_add(settings.max_batch_messages)
 }
 
+/// The output token cap of a fold call: the word budget at two tokens a word, plus room
+/// for the pinned keys and the JSON around them. A small local model without a cap can
+/// generate past every timeout.
+pub fn fold_output_cap(settings: &SessionMemorySettings) -> u32 {
+    let tokens = settings
+        .summary_word_budget
+        .saturating_mul(2)
+        .saturating_add(settings.pinned_keys.len().saturating_mul(48))
+        .saturating_add(128);
+    u32::try_from(tokens).unwrap_or(u32::MAX)
+}
+
 /// The storage-agnostic session compressor. See the [module docs](self).
 pub struct SessionCompressor {
     settings: Arc<SessionMemorySettings>,
@@ -510,6 +522,10 @@ impl SessionCompressor {
         models: &SummaryModels,
         writer: &StreamWriter,
     ) -> Step {
+        let batch = match self.engine {
+            FoldEngine::Model => self.fit_batch(state, batch, models),
+            FoldEngine::Extractive => batch,
+        };
         let count = batch.len();
         let Some(last) = batch.last().map(StoredMessage::cursor) else {
             return Step::Failed(FoldFailure::Model, "empty batch".into(), 0);
@@ -618,6 +634,56 @@ impl SessionCompressor {
         }
     }
 
+    /// The longest prefix of `batch` whose fold prompt fits the summary model's context
+    /// window (when its profile knows it), ending before a message that is not a tool
+    /// result so no tool run is split. What is left out is folded by a later fold:
+    /// cutting messages out of the prompt instead would advance the cursor past
+    /// messages no summary ever read.
+    fn fit_batch<'b>(
+        &self,
+        state: &SessionMemoryState,
+        batch: &'b [StoredMessage],
+        models: &SummaryModels,
+    ) -> &'b [StoredMessage] {
+        let Some(window) = models.primary.profile().max_input_tokens else {
+            return batch;
+        };
+        let budget_chars =
+            usize::try_from(window.saturating_sub(u64::from(fold_output_cap(&self.settings))))
+                .unwrap_or(usize::MAX)
+                .saturating_mul(3);
+        let fits = |len: usize| {
+            let messages: Vec<Message> = batch[..len]
+                .iter()
+                .map(|m| cap_message(&m.message, self.settings.max_message_chars))
+                .collect();
+            fold_prompt(
+                &self.template,
+                state,
+                &messages,
+                self.settings.max_message_chars,
+            )
+            .is_ok_and(|p| p.render().len() <= budget_chars)
+        };
+        let mut len = batch.len();
+        while len > 1 && !fits(len) {
+            let mut next = len - len.div_ceil(4);
+            while next > 1 && batch[next].message.is_tool() {
+                next -= 1;
+            }
+            len = next.max(1);
+        }
+        if len < batch.len() {
+            tracing::warn!(
+                window,
+                folded = len,
+                of = batch.len(),
+                "session memory: fold batch shortened to fit the summary model's context window"
+            );
+        }
+        &batch[..len]
+    }
+
     /// The fold's model call: the shared summary caller with a check that the answer
     /// parses, so an unparseable answer counts as a failed attempt (and the fallback
     /// model gets its turn).
@@ -647,7 +713,13 @@ impl SessionCompressor {
         ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
         let output = self
             .caller
-            .call(&Self::breaker_key(scope), models, prompt, Some(&check))
+            .call_with_cap(
+                &Self::breaker_key(scope),
+                models,
+                prompt,
+                Some(&check),
+                Some(fold_output_cap(&self.settings)),
+            )
             .await
             .map_err(|e| {
                 let reason = match &e {

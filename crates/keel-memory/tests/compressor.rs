@@ -61,6 +61,11 @@ async fn fold_threshold_is_twenty_older_messages() {
     let turn = prepare_turn(&c, &s, &model).await;
     assert_eq!(model.calls(), 1);
     assert_eq!(model.internal_calls(), 1, "the fold call is internal");
+    assert_eq!(
+        model.requests()[0].settings.max_tokens,
+        Some(keel_memory::compressor::fold_output_cap(&settings(&s))),
+        "fold output is capped by default (sized from the word budget)"
+    );
     let prompt = model.requests()[0].messages[0].text().into_owned();
     assert_eq!(batch_numbers(&prompt), (0..20).collect::<Vec<_>>());
     assert_eq!(

@@ -147,9 +147,13 @@ pub struct SummarizationConfig {
     pub summary_timeout_seconds: f64,
     /// `max_summary_chars` (default 24000): a longer summary is a failure.
     pub max_summary_chars: usize,
-    /// `summary_max_tokens` (default `None`: the model's own limit): the output token cap
-    /// sent with every summary call, so a small or chatty model cannot run past the
-    /// timeout writing an overlong summary.
+    /// `summary_deadline_seconds` (default 90): time allowed for the whole summary call
+    /// (every model and attempt). When it passes, the last good summary (or the
+    /// extractive one) is used, so one summary never holds a thread for minutes.
+    pub summary_deadline_seconds: f64,
+    /// `summary_max_tokens` (default 1024; `null`: the model's own limit): the output
+    /// token cap sent with every summary call, so a small or chatty model cannot run
+    /// past the timeout writing an overlong summary.
     pub summary_max_tokens: Option<u32>,
     /// `max_chars_per_message` (default 4000): per-message cap in the summary transcript.
     pub max_chars_per_message: usize,
@@ -187,7 +191,8 @@ impl Default for SummarizationConfig {
             summary_max_attempts: 3,
             summary_timeout_seconds: 60.0,
             max_summary_chars: 24_000,
-            summary_max_tokens: None,
+            summary_deadline_seconds: 90.0,
+            summary_max_tokens: Some(crate::summary_call::DEFAULT_MAX_OUTPUT_TOKENS),
             max_chars_per_message: 4_000,
             circuit_breaker_failures: 3,
             circuit_breaker_cooldown_seconds: 300,
@@ -299,6 +304,7 @@ const KEYS: &[&str] = &[
     "compacting_message",
     "summary_max_attempts",
     "summary_timeout_seconds",
+    "summary_deadline_seconds",
     "max_summary_chars",
     "summary_max_tokens",
     "max_chars_per_message",
@@ -622,6 +628,10 @@ impl SummarizationConfig {
                             config.summary_timeout_seconds =
                                 ctx.number("a number of seconds > 0")?
                         }
+                        "summary_deadline_seconds" => {
+                            config.summary_deadline_seconds =
+                                ctx.number("a number of seconds in (0, 86400]")?
+                        }
                         "max_summary_chars" => {
                             config.max_summary_chars =
                                 usize::try_from(ctx.int(1, "a whole number >= 1")?)
@@ -803,6 +813,17 @@ impl SummarizationConfig {
                 self.summary_timeout_seconds.to_string(),
                 "must be positive",
                 "a number of seconds > 0",
+            ));
+        }
+        if !(self.summary_deadline_seconds.is_finite()
+            && self.summary_deadline_seconds > 0.0
+            && self.summary_deadline_seconds <= 86_400.0)
+        {
+            return Err(bad(
+                "summary_deadline_seconds",
+                self.summary_deadline_seconds.to_string(),
+                "out of range",
+                "a number of seconds in (0, 86400]",
             ));
         }
         if self.circuit_breaker_failures == 0 {
@@ -1003,6 +1024,8 @@ impl SummarizationConfigBuilder {
         summary_max_attempts: u32,
         /// Seconds per attempt.
         summary_timeout_seconds: f64,
+        /// Seconds for the whole summary call.
+        summary_deadline_seconds: f64,
         /// Longest acceptable summary.
         max_summary_chars: usize,
         /// Output token cap of summary calls (`None`: the model's own limit).

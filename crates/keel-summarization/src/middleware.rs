@@ -49,7 +49,7 @@
 //! # });
 //! ```
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -296,6 +296,7 @@ impl SummarizationMiddlewareBuilder {
                 timeout: Duration::from_secs_f64(config.summary_timeout_seconds),
                 max_output_chars: config.max_summary_chars,
                 max_output_tokens: config.summary_max_tokens,
+                deadline: Some(Duration::from_secs_f64(config.summary_deadline_seconds)),
                 ..SummaryCallOptions::default()
             },
             breaker,
@@ -338,10 +339,17 @@ impl SummarizationMiddlewareBuilder {
     }
 }
 
+/// The process-wide circuit breaker for these settings: middleware rebuilt every run
+/// (as DeerFlow does) share one, and a middleware configured differently gets its own
+/// instead of silently inheriting the first configuration's threshold and cool-down.
 fn global_breaker(threshold: u32, cooldown_secs: u64) -> Arc<CircuitBreaker> {
-    static GLOBAL: OnceLock<Arc<CircuitBreaker>> = OnceLock::new();
+    type Breakers = parking_lot::Mutex<HashMap<(u32, u64), Arc<CircuitBreaker>>>;
+    static GLOBAL: OnceLock<Breakers> = OnceLock::new();
     GLOBAL
-        .get_or_init(|| {
+        .get_or_init(Default::default)
+        .lock()
+        .entry((threshold, cooldown_secs))
+        .or_insert_with(|| {
             Arc::new(CircuitBreaker::new(
                 threshold,
                 Duration::from_secs(cooldown_secs),
@@ -426,30 +434,67 @@ pub struct SummarizationMiddleware {
     /// thread, not per call).
     warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
     report_ids: bool,
-    /// Appended to the thread id in the summary cache: a hash of the settings that shape
-    /// a summary's text, so a summary made under another prompt or summary model (say,
-    /// read back from the database after a configuration change) is never reused.
-    recipe: String,
+    /// Appended to the thread id in the summary cache (with the run's model and counter,
+    /// per request): a stable hash of the settings that shape a summary's text, so a
+    /// summary made under another prompt or summary model (say, read back from the
+    /// database after a configuration change) is never reused.
+    recipe: StableHash,
 }
 
-/// The part of the cache key that names how summaries are made: the prompt, the summary
-/// model (the configured name, or the run's model when none is), extractive or not, the
-/// trim budget and the output limits.
-fn summary_recipe(config: &SummarizationConfig, prompt: &str, summarizer: &Summarizer) -> String {
-    let mut h = DefaultHasher::new();
-    prompt.hash(&mut h);
-    match summarizer {
-        Summarizer::Extractive => "extractive".hash(&mut h),
-        Summarizer::Model(Some(m)) => {
-            (m.profile().provider.as_str(), m.profile().name.as_str()).hash(&mut h)
-        }
-        Summarizer::Model(None) => "run-model".hash(&mut h),
+/// A 64-bit FNV-1a hash over length-prefixed fields: the same on every toolchain,
+/// platform and release (the summary cache key is written into the database, so a
+/// hasher whose output may change between builds would silently drop every stored
+/// summary, or worse, match the wrong one).
+#[derive(Clone, Copy)]
+struct StableHash(u64);
+
+impl StableHash {
+    fn new() -> Self {
+        StableHash(0xcbf2_9ce4_8422_2325)
     }
-    config.trim_tokens_to_summarize.hash(&mut h);
-    config.extractive_word_budget.hash(&mut h);
-    config.max_summary_chars.hash(&mut h);
-    config.summary_max_tokens.hash(&mut h);
-    format!("{:016x}", h.finish())
+    fn bytes(mut self, bytes: &[u8]) -> Self {
+        for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+        self
+    }
+    fn str(self, s: &str) -> Self {
+        self.bytes(s.as_bytes())
+    }
+    fn num(self, n: Option<u64>) -> Self {
+        match n {
+            Some(n) => self.bytes(&[1]).bytes(&n.to_le_bytes()),
+            None => self.bytes(&[0]),
+        }
+    }
+}
+
+/// The part of the cache key fixed at build: everything that shapes a summary's text
+/// and does not depend on the request. The prompt, who writes summaries (extractive,
+/// the configured summary model, or "the run's model", resolved per request by
+/// [`SummarizationMiddleware::cache_key`]), the trim budget, the word budget, the
+/// output limits and the transcript cap. The counter (which decides the cut) is added
+/// per request, by name.
+fn summary_recipe(
+    config: &SummarizationConfig,
+    prompt: &str,
+    summarizer: &Summarizer,
+) -> StableHash {
+    let h = StableHash::new().str(prompt);
+    let h = match summarizer {
+        Summarizer::Extractive => h.str("extractive"),
+        Summarizer::Model(Some(m)) => h
+            .str("model")
+            .str(&m.profile().provider)
+            .str(&m.profile().name),
+        Summarizer::Model(None) => h.str("run-model"),
+    };
+    h.num(config.trim_tokens_to_summarize)
+        .num(Some(config.extractive_word_budget as u64))
+        .num(Some(config.max_summary_chars as u64))
+        .num(config.summary_max_tokens.map(u64::from))
+        .num(Some(config.max_chars_per_message as u64))
 }
 
 /// Everything counted about one request.
@@ -473,6 +518,23 @@ impl SummarizationMiddleware {
             profile: None,
             report_ids: false,
         }
+    }
+
+    /// The summary cache key of a thread for this request: the thread id and a stable
+    /// hash of the recipe, the model that will write the summary (the run's model when
+    /// no summary model is configured) and the counter in use.
+    pub fn cache_key(
+        &self,
+        thread: &str,
+        request: &ModelRequest,
+        counter: &dyn TokenCounter,
+    ) -> String {
+        let mut h = self.recipe.str(counter.name());
+        if let Summarizer::Model(None) = self.summarizer {
+            let profile = request.model.profile();
+            h = h.str(&profile.provider).str(&profile.name);
+        }
+        format!("{thread}#{:016x}", h.0)
     }
 
     /// The configuration.
@@ -652,7 +714,7 @@ impl SummarizationMiddleware {
         }
 
         let thread = request.runtime.thread_id.clone();
-        let cache_key = format!("{thread}#{}", self.recipe);
+        let cache_key = self.cache_key(&thread, request, counter.as_ref());
         // Reuse only counts what it sends (cached per message), so a cache hit on a long
         // thread never pays for planning.
         let count_one = |i: usize| counter.count_message(&messages[i]);
@@ -811,7 +873,7 @@ impl SummarizationMiddleware {
                     Some(sm) => SummaryModels::with_fallback(sm.clone(), request.model.clone()),
                     None => SummaryModels::single(request.model.clone()),
                 };
-                if self.caller.breaker().check(&thread).is_ok() {
+                if self.caller.breaker().peek(&thread).is_ok() {
                     ContextCompacting::new(self.config.compacting_message.clone())
                         .emit(&request.runtime.writer);
                 }
@@ -1074,5 +1136,32 @@ impl Middleware for SummarizationMiddleware {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn breakers_are_shared_per_setting_not_per_process() {
+        let a = global_breaker(3, 300);
+        assert!(Arc::ptr_eq(&a, &global_breaker(3, 300)));
+        assert!(!Arc::ptr_eq(&a, &global_breaker(1, 10)));
+    }
+
+    #[test]
+    fn the_recipe_hash_is_stable_across_builds() {
+        // Written into the database as part of the cache key: this value must never
+        // change for the same settings (a golden value, not a recomputation).
+        let config = SummarizationConfig::default();
+        let h = summary_recipe(&config, "{messages}", &Summarizer::Extractive);
+        assert_eq!(format!("{:016x}", h.0), "72905f82ad3d5146");
+        let other = summary_recipe(&config, "{messages} ", &Summarizer::Extractive);
+        assert_ne!(h.0, other.0);
+        assert_ne!(
+            h.0,
+            summary_recipe(&config, "{messages}", &Summarizer::Model(None)).0
+        );
     }
 }

@@ -14,7 +14,16 @@
 //!
 //! A [`CircuitBreaker`] keyed by thread stops calling after `threshold` consecutive
 //! failed calls for a cool-down, so a broken summary model does not add latency (and
-//! cost) to every model call of a thread.
+//! cost) to every model call of a thread. After the cool-down it is half-open: one
+//! caller probes, the others keep being refused until the probe reports.
+//!
+//! Small local servers (llama.cpp and the like on a laptop) are a first-class case:
+//! - the whole call has a deadline ([`SummaryCallOptions::deadline`]) across models and
+//!   attempts, so one summary never holds a thread's single-flight gate for minutes;
+//! - an attempt that timed out is not retried on the same model: the server is most
+//!   likely still generating the abandoned answer, and a retry would queue behind it;
+//! - the prompt is cut (middle messages first) to fit the model's context window when
+//!   the profile knows it, leaving room for the output cap.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -52,6 +61,15 @@ pub const PLACEHOLDER_PREFIXES: &[&str] = &[
     "no previous conversation history",
 ];
 
+/// The default output cap of a summary or fold call, in tokens: a 300-word summary
+/// with room to spare. Without a cap a small local model can generate until every
+/// timeout has passed.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 1024;
+
+/// Characters per token assumed when sizing a prompt to a context window: low, so the
+/// estimate errs on the side of cutting.
+const CHARS_PER_TOKEN_FLOOR: usize = 3;
+
 /// Bounds of one summary call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SummaryCallOptions {
@@ -67,6 +85,9 @@ pub struct SummaryCallOptions {
     pub max_output_chars: usize,
     /// Output token cap sent to the model (`None`: the model's default).
     pub max_output_tokens: Option<u32>,
+    /// Time allowed for the whole call: every model and attempt, backoffs included
+    /// (`None`: only the per-attempt timeout bounds it).
+    pub deadline: Option<Duration>,
 }
 
 impl Default for SummaryCallOptions {
@@ -77,7 +98,8 @@ impl Default for SummaryCallOptions {
             initial_backoff: Duration::from_millis(250),
             max_retry_after: Duration::from_secs(30),
             max_output_chars: 24_000,
-            max_output_tokens: None,
+            max_output_tokens: Some(DEFAULT_MAX_OUTPUT_TOKENS),
+            deadline: Some(Duration::from_secs(90)),
         }
     }
 }
@@ -188,21 +210,55 @@ impl SummaryCaller {
         prompt: &SummaryPrompt,
         check: Option<OutputCheck<'_>>,
     ) -> Result<SummaryOutput, SummaryCallError> {
+        self.call_with_cap(key, models, prompt, check, self.options.max_output_tokens)
+            .await
+    }
+
+    /// [`call`](Self::call) with this output token cap instead of the options' one
+    /// (session memory sizes it from its word budget).
+    pub async fn call_with_cap(
+        &self,
+        key: &str,
+        models: &SummaryModels,
+        prompt: &SummaryPrompt,
+        check: Option<OutputCheck<'_>>,
+        max_output_tokens: Option<u32>,
+    ) -> Result<SummaryOutput, SummaryCallError> {
         if let Err(retry_in) = self.breaker.check(key) {
             return Err(SummaryCallError::CircuitOpen { retry_in });
         }
+        let deadline = self.options.deadline.map(|d| Instant::now() + d);
         let mut attempts = 0u32;
         let mut last_reason = String::from("no model was tried");
         let mut last_kind = None;
-        for (model_index, model) in models.iter().enumerate() {
-            let mut prompt = prompt.clone();
+        'models: for (model_index, model) in models.iter().enumerate() {
+            let mut prompt =
+                fit_to_window(prompt, model.profile().max_input_tokens, max_output_tokens);
             let mut overflow_cut_used = false;
             let mut model_attempts = 0u32;
             let mut backoff = self.options.initial_backoff;
             loop {
+                let timeout = match deadline {
+                    Some(d) => {
+                        let left = d.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            last_reason = format!(
+                                "the summary deadline of {}s passed ({last_reason})",
+                                self.options.deadline.unwrap_or_default().as_secs_f32()
+                            );
+                            last_kind = Some(ModelErrorKind::Timeout);
+                            break 'models;
+                        }
+                        left.min(self.options.timeout)
+                    }
+                    None => self.options.timeout,
+                };
                 model_attempts += 1;
                 attempts += 1;
-                let error = match self.attempt(model.as_ref(), &prompt, check).await {
+                let error = match self
+                    .attempt(model.as_ref(), &prompt, check, timeout, max_output_tokens)
+                    .await
+                {
                     Ok(text) => {
                         self.breaker.record_success(key);
                         return Ok(SummaryOutput {
@@ -225,11 +281,19 @@ impl SummaryCaller {
                     overflow_cut_used = true;
                     continue;
                 }
+                // A timed-out local server is most likely still busy with the abandoned
+                // answer: a retry would only queue behind it. Try the next model.
+                if error.kind == ModelErrorKind::Timeout {
+                    break;
+                }
                 if error.is_retryable() && model_attempts < self.options.max_attempts.max(1) {
-                    let wait = error
+                    let mut wait = error
                         .retry_after
                         .map(|d| d.min(self.options.max_retry_after))
                         .unwrap_or(backoff);
+                    if let Some(d) = deadline {
+                        wait = wait.min(d.saturating_duration_since(Instant::now()));
+                    }
                     tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(Duration::from_secs(8));
                     continue;
@@ -250,20 +314,22 @@ impl SummaryCaller {
         model: &dyn ChatModel,
         prompt: &SummaryPrompt,
         check: Option<OutputCheck<'_>>,
+        timeout: Duration,
+        max_output_tokens: Option<u32>,
     ) -> Result<String, ModelError> {
         let messages = [Message::human(prompt.render())];
         let settings = ModelSettings {
-            max_tokens: self.options.max_output_tokens,
+            max_tokens: max_output_tokens,
             ..ModelSettings::default()
         };
         let mut request = ChatRequest::new(&messages, &settings);
         request.internal = true;
-        let answer = match tokio::time::timeout(self.options.timeout, model.invoke(request)).await {
+        let answer = match tokio::time::timeout(timeout, model.invoke(request)).await {
             Ok(result) => result?,
             Err(_) => {
                 return Err(ModelError::new(
                     ModelErrorKind::Timeout,
-                    format!("no summary within {}s", self.options.timeout.as_secs_f32()),
+                    format!("no summary within {}s", timeout.as_secs_f32()),
                 ));
             }
         };
@@ -275,6 +341,39 @@ impl SummaryCaller {
         }
         Ok(text)
     }
+}
+
+/// `prompt`, with its middle messages cut until it fits `window` tokens minus the output
+/// cap (estimated at three characters a token, on the safe side). Unchanged when the
+/// window is unknown or it already fits.
+pub fn fit_to_window(
+    prompt: &SummaryPrompt,
+    window: Option<u64>,
+    max_output_tokens: Option<u32>,
+) -> SummaryPrompt {
+    let Some(window) = window else {
+        return prompt.clone();
+    };
+    let budget = window.saturating_sub(u64::from(max_output_tokens.unwrap_or(0)));
+    let budget_chars = usize::try_from(budget)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(CHARS_PER_TOKEN_FLOOR);
+    let mut out = prompt.clone();
+    while out.render().len() > budget_chars {
+        match out.without_middle() {
+            Some(shorter) => out = shorter,
+            None => break,
+        }
+    }
+    if out.message_count() < prompt.message_count() {
+        tracing::warn!(
+            window,
+            kept = out.message_count(),
+            of = prompt.message_count(),
+            "summary prompt cut to fit the summary model's context window"
+        );
+    }
+    out
 }
 
 /// Checks a model's summary: trimmed, non-blank, not a placeholder or error text, within
@@ -308,11 +407,16 @@ pub fn validate_output(text: &str, max_chars: usize) -> Result<String, String> {
 struct BreakerEntry {
     failures: u32,
     open_until: Option<Instant>,
+    /// Half-open: a probe call is in flight until then (a probe that never reports
+    /// frees the slot after one more cool-down).
+    probe_until: Option<Instant>,
 }
 
 /// Stops summary calls for a key (a thread) after `threshold` consecutive failed calls,
-/// for `cooldown`. After the cool-down one call is let through; a success closes it, a
-/// failure opens it again. Bounded (least recently used keys are forgotten).
+/// for `cooldown`. After the cool-down it is half-open: [`check`](Self::check) lets
+/// exactly one caller through as a probe and refuses the others; the probe's success
+/// closes it, its failure opens it again. Bounded (least recently used keys are
+/// forgotten).
 pub struct CircuitBreaker {
     threshold: u32,
     cooldown: Duration,
@@ -338,19 +442,40 @@ impl CircuitBreaker {
         }
     }
 
-    /// `Ok` when a call may be made, else the time left in the cool-down.
+    /// `Ok` when a call may be made now, else the time to wait. After the cool-down the
+    /// first caller gets `Ok` and becomes the probe; the others wait for its outcome.
+    /// Call it right before calling; use [`peek`](Self::peek) to only look.
     pub fn check(&self, key: &str) -> Result<(), Duration> {
-        let entries = self.entries.lock();
-        match entries.peek(key).and_then(|e| e.open_until) {
-            Some(until) => {
-                let now = Instant::now();
-                if until > now {
-                    Err(until - now)
-                } else {
+        let mut entries = self.entries.lock();
+        let Some(entry) = entries.peek_mut(key) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        match entry.open_until {
+            None => Ok(()),
+            Some(until) if until > now => Err(until - now),
+            Some(_) => match entry.probe_until {
+                Some(probe) if probe > now => Err(probe - now),
+                _ => {
+                    entry.probe_until = Some(now + self.cooldown);
                     Ok(())
                 }
-            }
-            None => Ok(()),
+            },
+        }
+    }
+
+    /// Whether [`check`](Self::check) would let a call through, without taking the
+    /// probe slot.
+    pub fn peek(&self, key: &str) -> Result<(), Duration> {
+        let entries = self.entries.lock();
+        let Some(entry) = entries.peek(key) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        match (entry.open_until, entry.probe_until) {
+            (Some(until), _) if until > now => Err(until - now),
+            (Some(_), Some(probe)) if probe > now => Err(probe - now),
+            _ => Ok(()),
         }
     }
 
@@ -365,8 +490,10 @@ impl CircuitBreaker {
         let entry = entries.get_or_insert_mut(key.to_owned(), || BreakerEntry {
             failures: 0,
             open_until: None,
+            probe_until: None,
         });
         entry.failures += 1;
+        entry.probe_until = None;
         if entry.failures >= self.threshold {
             entry.open_until = Some(Instant::now() + self.cooldown);
         }
@@ -405,8 +532,100 @@ mod tests {
         assert!(b.check("t").is_err());
         assert!(b.check("other").is_ok());
         tokio::time::advance(Duration::from_secs(61)).await;
+        // Half-open: one probe, everyone else still waits.
+        assert!(b.peek("t").is_ok());
+        assert!(b.check("t").is_ok());
+        assert!(
+            b.check("t").is_err(),
+            "a second caller is not a second probe"
+        );
+        assert!(b.peek("t").is_err());
+        // The probe fails: open again for a whole cool-down.
+        b.record_failure("t");
+        assert!(b.check("t").is_err());
+        tokio::time::advance(Duration::from_secs(61)).await;
         assert!(b.check("t").is_ok());
         b.record_success("t");
         assert_eq!(b.failures("t"), 0);
+        assert!(b.check("t").is_ok() && b.check("t").is_ok(), "closed");
+    }
+
+    #[test]
+    fn prompts_are_cut_to_the_context_window() {
+        let msgs: Vec<Message> = (0..40)
+            .map(|i| Message::human(format!("message {i} {}", "x".repeat(200))))
+            .collect();
+        let p = SummaryPrompt::new(
+            "{messages}",
+            Some("- old"),
+            &msgs,
+            &crate::transcript::TranscriptOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(fit_to_window(&p, None, Some(100)), p);
+        let cut = fit_to_window(&p, Some(2000), Some(1000));
+        assert!(cut.render().len() <= 3000, "{}", cut.render().len());
+        assert!(cut.render().contains("- old"), "the previous summary stays");
+        assert!(cut.message_count() < 40);
+    }
+    /// A model that never answers in time, counting its calls.
+    struct Hanging(ModelProfileHolder, std::sync::atomic::AtomicUsize);
+    struct ModelProfileHolder(keel_core::model::ModelProfile);
+
+    #[async_trait::async_trait]
+    impl ChatModel for Hanging {
+        fn profile(&self) -> &keel_core::model::ModelProfile {
+            &self.0.0
+        }
+        async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Message::ai("- too late"))
+        }
+    }
+
+    fn hanging(name: &str) -> Arc<Hanging> {
+        Arc::new(Hanging(
+            ModelProfileHolder(keel_core::model::ModelProfile::new(name, "local")),
+            std::sync::atomic::AtomicUsize::new(0),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_attempt_is_not_retried_into_the_busy_server_and_the_deadline_holds() {
+        let (a, b) = (hanging("a"), hanging("b"));
+        let caller = SummaryCaller::new(SummaryCallOptions {
+            max_attempts: 3,
+            timeout: Duration::from_secs(60),
+            deadline: Some(Duration::from_secs(90)),
+            ..SummaryCallOptions::default()
+        });
+        let prompt = SummaryPrompt::new(
+            "{messages}",
+            None,
+            &[Message::human("hi")],
+            &crate::transcript::TranscriptOptions::default(),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let err = caller
+            .call(
+                "t",
+                &SummaryModels::with_fallback(a.clone(), b.clone()),
+                &prompt,
+                None,
+            )
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        // One attempt per model (no retry after a timeout); the second gets what is left
+        // of the 90 s deadline, not another 60 s.
+        assert_eq!(a.1.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(b.1.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(waited <= Duration::from_secs(91), "{waited:?}");
+        assert!(
+            matches!(err, SummaryCallError::Failed { attempts: 2, .. }),
+            "{err:?}"
+        );
     }
 }

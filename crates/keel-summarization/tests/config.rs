@@ -248,7 +248,8 @@ fn yaml_syntax_errors_have_a_line() {
 fn summary_max_tokens_is_a_positive_cap_or_null() {
     assert_eq!(
         load("trigger: {type: messages, value: 50}\n").summary_max_tokens,
-        None
+        Some(1024),
+        "capped by default: an uncapped small local model writes past every timeout"
     );
     let c = load("trigger: {type: messages, value: 50}\nsummary_max_tokens: 800\n");
     assert_eq!(c.summary_max_tokens, Some(800));
