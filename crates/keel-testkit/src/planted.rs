@@ -217,8 +217,8 @@ const LAST: &[&str] = &[
     "Santos",
 ];
 const WORDS: &[&str] = &[
-    "amber", "birch", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo", "juniper",
-    "kestrel", "lumen", "maple", "nimbus", "orchid", "pylon",
+    "amber", "birch", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo",
+    "juniper", "kestrel", "lumen", "maple", "nimbus", "orchid", "pylon",
 ];
 const DAYS: &[&str] = &[
     "Monday",
@@ -230,38 +230,50 @@ const DAYS: &[&str] = &[
     "Sunday",
 ];
 
-/// The sentence that states a fact of `kind`, and its needle.
-fn fact_text(rng: &mut Rng, kind: FactKind) -> (String, String) {
+/// The sentence that states a fact of `kind`, and its needle. A kind planted a second
+/// time (`again`) is worded as another fact, not as a correction of the first.
+fn fact_text(rng: &mut Rng, kind: FactKind, again: bool) -> (String, String) {
     let svc = rng.pick(SERVICES);
     let word = rng.pick(WORDS);
     let n = rng.range(100, 9999);
+    if again && let Some(other) = second_fact(rng, kind, svc, word, n) {
+        return other;
+    }
     match kind {
         FactKind::Decision => {
             let ttl = rng.range(2, 59) * 30;
             let needle = format!("TTL to {ttl} seconds");
             (
-                format!("Okay, decided: we set the {svc} cache {needle} and revisit it after the incident."),
+                format!(
+                    "Okay, decided: we set the {svc} cache {needle} and revisit it after the incident."
+                ),
                 needle,
             )
         }
         FactKind::Rule => {
             let needle = format!("audit-{word}-{n}");
             (
-                format!("Hard rule from compliance: never delete or rewrite anything in the {needle} bucket, even during cleanup."),
+                format!(
+                    "Hard rule from compliance: never delete or rewrite anything in the {needle} bucket, even during cleanup."
+                ),
                 needle,
             )
         }
         FactKind::Requirement => {
             let needle = format!("{word}_{n}_YYYYMMDD.csv.gz");
             (
-                format!("Their requirement is that every export file is gzip-compressed and named {needle}."),
+                format!(
+                    "Their requirement is that every export file is gzip-compressed and named {needle}."
+                ),
                 needle,
             )
         }
         FactKind::Preference => {
             let needle = format!("#ops-{word}-{n}");
             (
-                format!("I prefer to get status updates in the {needle} Slack channel rather than by email."),
+                format!(
+                    "I prefer to get status updates in the {needle} Slack channel rather than by email."
+                ),
                 needle,
             )
         }
@@ -270,9 +282,16 @@ fn fact_text(rng: &mut Rng, kind: FactKind) -> (String, String) {
             (format!("The ticket for this is {needle}."), needle)
         }
         FactKind::Version => {
-            let needle = format!("{}.{}.{}", rng.range(2, 9), rng.range(0, 30), rng.range(0, 20));
+            let needle = format!(
+                "{}.{}.{}",
+                rng.range(2, 9),
+                rng.range(0, 30),
+                rng.range(0, 20)
+            );
             (
-                format!("They are pinned to release {needle} of the agent, so please don't suggest upgrading."),
+                format!(
+                    "They are pinned to release {needle} of the agent, so please don't suggest upgrading."
+                ),
                 needle,
             )
         }
@@ -286,7 +305,10 @@ fn fact_text(rng: &mut Rng, kind: FactKind) -> (String, String) {
         FactKind::Quantity => {
             let needle = format!("{}.{} TB", rng.range(2, 40), rng.range(1, 9));
             (
-                format!("Their export bucket is at {needle} and grows by about {} GB a day.", rng.range(5, 90)),
+                format!(
+                    "Their export bucket is at {needle} and grows by about {} GB a day.",
+                    rng.range(5, 90)
+                ),
                 needle,
             )
         }
@@ -342,11 +364,57 @@ fn fact_text(rng: &mut Rng, kind: FactKind) -> (String, String) {
         FactKind::ToolOutcome => {
             let needle = format!("INC-{n}");
             (
-                format!("Created incident {needle} (SEV-2) for {svc}, assigned to the platform on-call."),
+                format!(
+                    "Created incident {needle} (SEV-2) for {svc}, assigned to the platform on-call."
+                ),
                 needle,
             )
         }
     }
+}
+
+/// The second wording of the kinds planted twice in a default session.
+fn second_fact(
+    rng: &mut Rng,
+    kind: FactKind,
+    svc: &str,
+    word: &str,
+    n: u64,
+) -> Option<(String, String)> {
+    let k = rng.range(3, 60);
+    let (text, needle) = match kind {
+        FactKind::Decision => {
+            let needle = format!("pool at {k} connections");
+            (
+                format!("We agreed to cap the {svc} worker {needle} until the fix ships."),
+                needle,
+            )
+        }
+        FactKind::Rule => {
+            let needle = format!("{svc}-db-{n}");
+            (
+                format!("Always take a snapshot of {needle} before any schema change."),
+                needle,
+            )
+        }
+        FactKind::Requirement => {
+            let needle = format!("s3://northwind-{word}-{n}");
+            (
+                format!("The customer requires exports to land in {needle} and nowhere else."),
+                needle,
+            )
+        }
+        FactKind::Preference => {
+            let needle = format!("retry limit at {k} attempts");
+            (format!("I'd prefer we keep the {needle} for now."), needle)
+        }
+        FactKind::Identifier => {
+            let needle = format!("CASE-{n}");
+            (format!("Their Salesforce case is {needle}."), needle)
+        }
+        _ => return None,
+    };
+    Some((text, needle))
 }
 
 /// Builds the session message by message, with stable ids.
@@ -500,8 +568,8 @@ fn chit_chat(b: &mut Builder, rng: &mut Rng) {
 
 /// States a fact: in the user's voice inside a chatty message, or (a tool outcome) as
 /// the result of a call that changed something.
-fn plant(b: &mut Builder, rng: &mut Rng, kind: FactKind) -> PlantedFact {
-    let (sentence, needle) = fact_text(rng, kind);
+fn plant(b: &mut Builder, rng: &mut Rng, kind: FactKind, again: bool) -> PlantedFact {
+    let (sentence, needle) = fact_text(rng, kind, again);
     let message_index = if kind == FactKind::ToolOutcome {
         let id = b.call_id();
         let call = ToolCall::new(
@@ -591,7 +659,8 @@ pub fn generate(seed: u64, shape: &SessionShape) -> PlantedSession {
     let mut next_fact = 0;
     while b.messages.len() < shape.messages {
         if next_fact < slots.len() && b.messages.len() >= slots[next_fact] {
-            facts.push(plant(&mut b, &mut rng, kinds[order[next_fact]]));
+            let k = order[next_fact];
+            facts.push(plant(&mut b, &mut rng, kinds[k], k >= FactKind::ALL.len()));
             next_fact += 1;
             continue;
         }
@@ -602,7 +671,8 @@ pub fn generate(seed: u64, shape: &SessionShape) -> PlantedSession {
         }
     }
     while next_fact < slots.len() {
-        facts.push(plant(&mut b, &mut rng, kinds[order[next_fact]]));
+        let k = order[next_fact];
+        facts.push(plant(&mut b, &mut rng, kinds[k], k >= FactKind::ALL.len()));
         next_fact += 1;
     }
     b.push(Message::human("Can you sum up where we are?"));
