@@ -119,6 +119,19 @@ fn stated(text: &str, key: &[String]) -> Option<String> {
 pub fn pinned_values(keys: &[String], messages: &[Message]) -> PinnedValues {
     let mut out = PinnedValues::default();
     let words: Vec<Vec<String>> = keys.iter().map(|k| key_words(k)).collect();
+    // `project_id` is also stated as `project PRJ-123`.
+    let short: Vec<Option<Vec<String>>> = words
+        .iter()
+        .map(|w| match w.split_last() {
+            Some((last, rest))
+                if !rest.is_empty()
+                    && matches!(last.as_str(), "id" | "name" | "number" | "code") =>
+            {
+                Some(rest.to_vec())
+            }
+            _ => None,
+        })
+        .collect();
     let mut values: Vec<Option<String>> = vec![None; keys.len()];
     for m in messages {
         if !matches!(m.body(), MessageBody::Human(_) | MessageBody::Ai(_)) {
@@ -130,10 +143,14 @@ pub fn pinned_values(keys: &[String], messages: &[Message]) -> PinnedValues {
         let text = m.text();
         let lower = text.to_lowercase();
         for (i, w) in words.iter().enumerate() {
-            if w.first()
+            if !w
+                .first()
                 .is_some_and(|first| lower.contains(first.as_str()))
-                && let Some(v) = stated(&text, w)
             {
+                continue;
+            }
+            let short_form = || short[i].as_ref().and_then(|s| stated(&text, s));
+            if let Some(v) = stated(&text, w).or_else(short_form) {
                 values[i] = Some(v);
             }
         }
