@@ -114,7 +114,7 @@ struct Candidate {
     /// The goal: always kept first.
     goal: bool,
     subject: Option<String>,
-    shape: String,
+    shape: u64,
     /// Values that make this line a fact (bare numbers and acronyms excluded).
     values: Vec<String>,
     cue: bool,
@@ -122,7 +122,7 @@ struct Candidate {
 
 impl Candidate {
     fn new(line: Line, info: &Information, base: u32, order: usize) -> Candidate {
-        let words = grouping::count_words(&grouping::bullet(&line));
+        let words = grouping::count_words(&line.text) + usize::from(line.reference.is_some());
         let body = speech(&line.text);
         Candidate {
             subject: scoring::subject(body),
@@ -277,7 +277,7 @@ pub fn summarize_refs(
         }
         let n = messages.len();
         let text = format!(
-            "{n} earlier message{} with no text content.",
+            "{n} earlier message{} with nothing to keep.",
             if n == 1 { "" } else { "s" }
         );
         return format!("- {}", first_words(&text, budget.min(per_item)));
@@ -395,7 +395,12 @@ fn goal_text(text: &str) -> Option<String> {
             !scoring::is_filler(s, &info, false) || s.ends_with('?')
         })
         .collect();
-    let goal = first_words(&kept.join(" "), GOAL_WORDS);
+    // A first message that is all filler by these rules is still the user's opening.
+    let goal = if kept.is_empty() {
+        first_words(text, GOAL_WORDS)
+    } else {
+        first_words(&kept.join(" "), GOAL_WORDS)
+    };
     (!goal.is_empty()).then_some(goal)
 }
 
@@ -414,6 +419,12 @@ fn statement(
     let sentence = scoring::compress(sentence);
     let info = scoring::information(&sentence);
     let question = sentence.ends_with('?');
+    if info.is_empty() && !(human || open) {
+        return; // an assistant sentence with nothing in it: no line, whatever it says
+    }
+    if question && !open && info.score() < 4 {
+        return;
+    }
     if scoring::is_filler(&sentence, &info, !human) && !(question && open) {
         return;
     }
@@ -481,6 +492,11 @@ fn outcome(
     per_item: usize,
     order: usize,
 ) -> Option<Candidate> {
+    let base = tool_base(name, failed);
+    if base == 0 {
+        // A read's output is data, not an outcome: the "Tools used" line counts it.
+        return None;
+    }
     let text = m.text();
     let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.clone().next()?;
@@ -515,11 +531,8 @@ fn outcome(
         base,
         order,
     );
-    if base == 0 {
-        c.score = read_only_score(c.score);
-    }
     c.subject = None;
-    (c.score > 0).then_some(c)
+    Some(c)
 }
 
 /// What a tool result is worth: an outcome when the tool changed something or failed.
@@ -553,35 +566,59 @@ fn tool_of_line(text: &str) -> Option<(&str, bool)> {
     Some((name, failed))
 }
 
+/// The last two words of a subject.
+fn last_two_words(s: &str) -> &str {
+    match s.rmatch_indices(' ').nth(1) {
+        Some((i, _)) => &s[i + 1..],
+        None => s,
+    }
+}
+
+/// True when the shorter of two subjects, one ending the other, starts at a word.
+fn word_aligned(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.len() == long.len() || long.as_bytes()[long.len() - short.len() - 1] == b' '
+}
+
 /// Picks lines by score per word until the budget is spent, then puts them back in
 /// chronological order.
 fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec<Line> {
     // A newer statement about the same subject replaces an older one; of lines with the
     // same shape, the newest stays.
-    let mut newest_subject: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut newest_shape: BTreeMap<&str, usize> = BTreeMap::new();
+    // Subjects are grouped by their last two words; within a group, "cache ttl" and
+    // "ledger-api cache ttl" are the same subject (one ends the other), while
+    // "ledger-api cache ttl" and "billing-gw cache ttl" are not.
+    let mut subjects: BTreeMap<&str, Vec<(&str, usize)>> = BTreeMap::new();
+    let mut newest_shape: BTreeMap<u64, usize> = BTreeMap::new();
     for c in &candidates {
         if c.goal {
             continue;
         }
         if let Some(s) = &c.subject {
-            let e = newest_subject.entry(s.as_str()).or_insert(c.order);
-            *e = (*e).max(c.order);
+            subjects
+                .entry(last_two_words(s))
+                .or_default()
+                .push((s.as_str(), c.order));
         }
-        let e = newest_shape.entry(c.shape.as_str()).or_insert(c.order);
+        let e = newest_shape.entry(c.shape).or_insert(c.order);
         *e = (*e).max(c.order);
     }
+    let replaced = |c: &Candidate| -> bool {
+        let Some(s) = c.subject.as_deref() else {
+            return false;
+        };
+        subjects.get(last_two_words(s)).is_some_and(|group| {
+            group.iter().any(|(other, order)| {
+                *order > c.order
+                    && (other.ends_with(s) || s.ends_with(other))
+                    && word_aligned(s, other)
+            })
+        })
+    };
     let stale: Vec<bool> = candidates
         .iter()
         .map(|c| {
-            !c.goal
-                && (c
-                    .subject
-                    .as_deref()
-                    .is_some_and(|s| newest_subject.get(s).is_some_and(|&o| o > c.order))
-                    || newest_shape
-                        .get(c.shape.as_str())
-                        .is_some_and(|&o| o > c.order))
+            !c.goal && (replaced(c) || newest_shape.get(&c.shape).is_some_and(|&o| o > c.order))
         })
         .collect();
     let mut keep = stale.iter().map(|s| !s);
@@ -623,8 +660,8 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
         {
             continue; // says nothing a kept line does not already say
         }
-        if !texts.insert(speech(&c.line.text).to_owned()) {
-            continue;
+        if budget.saturating_sub(used) < 2 {
+            break;
         }
         let header = if headers && !sections.contains(&c.line.section) {
             grouping::count_words(c.line.section.header())
@@ -644,6 +681,9 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
             }
         }
         if c.words > per_item + 4 && !c.goal {
+            continue;
+        }
+        if !texts.insert(speech(&c.line.text).to_owned()) {
             continue;
         }
         used += c.words + header;

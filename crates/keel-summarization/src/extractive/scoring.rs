@@ -435,8 +435,7 @@ fn is_number(t: &str) -> bool {
 }
 
 /// A number with its unit attached (`30s`, `5GB`, `99%`, `2x`).
-fn is_quantity_token(t: &str) -> bool {
-    let lower = t.to_ascii_lowercase();
+fn is_quantity_token(lower: &str) -> bool {
     let split = lower
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
         .unwrap_or(lower.len());
@@ -512,8 +511,7 @@ fn is_date_or_time(t: &str, lower: &str) -> bool {
         !h.is_empty()
             && h.len() <= 2
             && h.chars().all(|c| c.is_ascii_digit())
-            && m.len() >= 2
-            && m[..2].chars().all(|c| c.is_ascii_digit())
+            && m.chars().take(2).filter(char::is_ascii_digit).count() == 2
     });
     iso || clock || WEEKDAYS.contains(&lower) || MONTHS.contains(&lower) || ZONES.contains(&lower)
 }
@@ -550,53 +548,76 @@ fn is_capitalised(t: &str) -> bool {
 }
 
 /// The cues and values of one sentence.
+/// The kind of value a single token is, if any (a number followed by its unit is
+/// recognised by [`information`], which sees the next token).
+fn classify(t: &str, l: &str) -> Option<Entity> {
+    // Most tokens are plain words: letters only. They can only be a day, a month or a
+    // time zone, or (all capitals) an acronym.
+    if t.bytes().all(|b| b.is_ascii_alphabetic() || b == b'\'') {
+        return if WEEKDAYS.contains(&l) || MONTHS.contains(&l) || ZONES.contains(&l) {
+            Some(Entity::DateTime)
+        } else {
+            is_identifier(t).filter(|k| *k == Entity::Acronym)
+        };
+    }
+    if t.contains("://") || l.starts_with("www.") {
+        Some(Entity::Url)
+    } else if is_address(t) {
+        Some(Entity::Address)
+    } else if is_date_or_time(t, l) {
+        Some(Entity::DateTime)
+    } else if is_version(t) {
+        Some(Entity::Version)
+    } else if is_path(t) {
+        Some(Entity::Path)
+    } else if is_hash(t) {
+        Some(Entity::Hash)
+    } else if is_quantity_token(l) {
+        Some(Entity::Quantity)
+    } else if is_number(t) {
+        Some(Entity::Number)
+    } else {
+        is_identifier(t)
+    }
+}
+
+/// The cues and values of one sentence.
 pub(crate) fn information(sentence: &str) -> Information {
     let mut info = Information::default();
+    // ASCII lower-casing keeps every byte offset, so both splits line up token by token.
+    let lowered = sentence.to_ascii_lowercase();
     let raw: Vec<&str> = sentence.split_whitespace().collect();
     let tokens: Vec<&str> = raw.iter().map(|t| trim_token(t)).collect();
-    let lower: Vec<String> = tokens.iter().map(|t| t.to_lowercase()).collect();
-    for (i, l) in lower.iter().enumerate() {
-        let next = lower.get(i + 1).map(String::as_str).unwrap_or("");
-        let pair = |pairs: &[(&str, &str)]| pairs.iter().any(|(a, b)| l == a && next == *b);
-        if RULE_WORDS.contains(&l.as_str()) || pair(RULE_PAIRS) {
+    let lower: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
+    for (i, &l) in lower.iter().enumerate() {
+        if l.len() < 2 || !l.as_bytes()[0].is_ascii_alphabetic() {
+            continue;
+        }
+        let next = lower.get(i + 1).copied().unwrap_or("");
+        let pair = |pairs: &[(&str, &str)]| pairs.iter().any(|(a, b)| l == *a && next == *b);
+        if RULE_WORDS.contains(&l) || pair(RULE_PAIRS) {
             info.cues |= RULE;
         }
-        if DECISION_WORDS.contains(&l.as_str()) || pair(DECISION_PAIRS) {
+        if DECISION_WORDS.contains(&l) || pair(DECISION_PAIRS) {
             info.cues |= DECISION;
         }
-        if REQUIREMENT_WORDS.contains(&l.as_str()) || pair(REQUIREMENT_PAIRS) {
+        if REQUIREMENT_WORDS.contains(&l) || pair(REQUIREMENT_PAIRS) {
             info.cues |= REQUIREMENT;
         }
     }
     let mut i = 0;
     while i < tokens.len() {
         let t = tokens[i];
-        let l = lower[i].as_str();
-        let kind = if t.contains("://") || l.starts_with("www.") {
-            Some(Entity::Url)
-        } else if is_address(t) {
-            Some(Entity::Address)
-        } else if is_date_or_time(t, l) {
-            Some(Entity::DateTime)
-        } else if is_version(t) {
-            Some(Entity::Version)
-        } else if is_path(t) {
-            Some(Entity::Path)
-        } else if is_hash(t) {
-            Some(Entity::Hash)
-        } else if is_quantity_token(t) {
-            Some(Entity::Quantity)
-        } else if is_number(t) {
-            let unit = lower.get(i + 1).map(String::as_str).unwrap_or("");
+        let l = lower[i];
+        let kind = classify(t, l);
+        if kind == Some(Entity::Number) {
+            let unit = lower.get(i + 1).copied().unwrap_or("");
             if UNITS.contains(&unit) {
                 info.values.push((Entity::Quantity, format!("{l} {unit}")));
                 i += 2;
                 continue;
             }
-            Some(Entity::Number)
-        } else {
-            is_identifier(t)
-        };
+        }
         if let Some(kind) = kind {
             info.values.push((kind, l.to_owned()));
             i += 1;
@@ -752,16 +773,14 @@ fn strip_marker(line: &str) -> &str {
 /// content words of the subject. A newer statement about the same subject replaces an
 /// older one ("the cache TTL is 300 s", later "set the cache TTL to 900 s").
 pub(crate) fn subject(sentence: &str) -> Option<String> {
-    let words: Vec<String> = sentence
-        .split_whitespace()
-        .map(|w| trim_token(w).to_lowercase())
-        .collect();
+    let lowered = sentence.to_ascii_lowercase();
+    let words: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
     let at = words
         .iter()
-        .position(|w| matches!(w.as_str(), "is" | "are" | "=" | "to" | "was" | "becomes"))?;
+        .position(|w| matches!(*w, "is" | "are" | "=" | "to" | "was" | "becomes"))?;
     let content: Vec<&str> = words[..at]
         .iter()
-        .map(String::as_str)
+        .copied()
         .filter(|w| {
             !w.is_empty()
                 && !STOPWORDS.contains(w)
@@ -774,10 +793,10 @@ pub(crate) fn subject(sentence: &str) -> Option<String> {
         return None;
     }
     // The value after the verb must be a value, or this is prose ("is failing").
-    let value = words[at + 1..]
-        .iter()
-        .take(4)
-        .any(|w| !information(w).is_empty() || w.chars().any(|c| c.is_ascii_digit()));
+    let value = words[at + 1..].iter().take(4).any(|w| {
+        w.bytes().any(|b| b.is_ascii_digit())
+            || classify(w, w).is_some_and(|k| !matches!(k, Entity::Acronym | Entity::Number))
+    });
     if !value {
         return None;
     }
@@ -787,21 +806,25 @@ pub(crate) fn subject(sentence: &str) -> Option<String> {
 
 /// The text with every digit run replaced: two lines with the same shape are the same
 /// kind of report with other numbers (a status line repeated every few minutes).
-pub(crate) fn shape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
+pub(crate) fn shape(text: &str) -> u64 {
+    // FNV-1a: stable across runs and toolchains (only compared within one call).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut in_digits = false;
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push('#');
+    for b in text.bytes() {
+        let b = if b.is_ascii_digit() {
+            if in_digits {
+                continue;
             }
             in_digits = true;
+            b'#'
         } else {
             in_digits = false;
-            out.extend(c.to_lowercase());
-        }
+            b.to_ascii_lowercase()
+        };
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    out
+    h
 }
 
 #[cfg(test)]
@@ -829,6 +852,8 @@ mod tests {
         assert_eq!(kinds("the owner is Priya Raman."), vec![Entity::Proper]);
         assert_eq!(kinds("the orders-sync service"), vec![Entity::Name]);
         assert!(kinds("thanks, that helps").is_empty());
+        // Multi-byte text after a colon is not a time (and never panics).
+        assert!(!kinds("1:€5 ratio").contains(&Entity::DateTime));
     }
 
     #[test]

@@ -106,7 +106,8 @@ fn a_fold_keeps_the_previous_facts() {
 
 #[test]
 fn a_newer_statement_replaces_an_older_one() {
-    let previous = "Facts and decisions:\n- [m1] user: The cache TTL is 300 seconds.";
+    let previous = "Goal and requirements:\n- [m0] Goal: Tune the cache.\n\
+                    Facts and decisions:\n- [m1] user: The cache TTL is 300 seconds.";
     let msgs =
         vec![Message::human("Change of plan: we set the cache TTL to 900 seconds.").with_id("m9")];
     let s = summarize(Some(previous), &msgs, &ExtractiveOptions::default());
@@ -205,4 +206,31 @@ fn legacy_flat_summaries_are_read() {
     );
     assert!(s.contains("- Goal: Migrate billing."), "{s}");
     assert!(s.contains("- User: account ACME-1"), "{s}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any text, any budget: no panic, within budget, same output twice.
+    #[test]
+    fn any_text_is_summarized_within_budget(
+        texts in proptest::collection::vec("(\\PC|[ .:;/\\-_#?!\n0-9A-Z]){0,80}", 1..12),
+        budget in 1usize..120,
+        previous in proptest::option::of("(\\PC|[\n\\-\\[\\] :]){0,120}"),
+    ) {
+        let msgs: Vec<Message> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match i % 3 {
+                0 => Message::human(t.clone()),
+                1 => Message::ai(t.clone()),
+                _ => Message::tool("c", t.clone()),
+            }.with_id(format!("m{i}")))
+            .collect();
+        let opts = ExtractiveOptions { word_budget: budget, max_words_per_item: 40 };
+        let a = summarize(previous.as_deref(), &msgs, &opts);
+        proptest::prop_assert!(words(&a) <= budget, "{a}");
+        proptest::prop_assert_eq!(&a, &summarize(previous.as_deref(), &msgs, &opts));
+        let _ = pinned_values(&["ticket".to_owned(), "region_id".to_owned()], &msgs);
+    }
 }
