@@ -100,7 +100,8 @@ const TOOLS_LISTED: usize = 6;
 /// Parts of a tool name that mean it only reads.
 const READ_ONLY: &[&str] = &[
     "read", "get", "list", "search", "grep", "cat", "view", "logs", "log", "describe", "query",
-    "fetch", "show", "find", "ls", "diff", "status", "check", "inspect", "lookup", "head", "tail",
+    "peek", "watch", "count", "ping", "fetch", "show", "find", "ls", "diff", "status", "check",
+    "inspect", "lookup", "head", "tail",
 ];
 
 /// A line that may go into the summary.
@@ -473,6 +474,10 @@ fn statement(
         base,
         order,
     );
+    if info.values.is_empty() && grouping::count_words(&sentence) < 6 {
+        // "Needs checking.", "That's the decision.": a cue with nothing it applies to.
+        c.score = base + info.score() / 2;
+    }
     if info.is_empty() && section != Section::Open {
         // Nothing recognisable: kept only when the budget has room to spare.
         c.score = if human { 1 } else { 0 };
@@ -512,6 +517,18 @@ fn outcome(
             .unwrap_or(first)
     } else {
         first
+    };
+    // A bare opening (`{` of pretty-printed JSON) says nothing: read on a little.
+    let joined;
+    let line = if grouping::count_words(line) < 3 {
+        joined = text
+            .split_whitespace()
+            .take(per_item)
+            .collect::<Vec<_>>()
+            .join(" ");
+        joined.as_str()
+    } else {
+        line
     };
     let info = scoring::information(line);
     let base = tool_base(name, failed);
