@@ -53,6 +53,21 @@ fn is_value(token: &str) -> bool {
             && t.chars().all(|c| c.is_ascii_alphanumeric()))
 }
 
+/// A value that needs no `:` or `is` before it: it has a digit or a separator.
+fn is_strong_value(token: &str) -> bool {
+    let t = clean(token);
+    t.chars().any(|c| c.is_ascii_digit()) || t.contains(['-', '_', '.', '/', '@'])
+}
+
+/// A capitalised word (`Northwind`).
+fn is_name(token: &str) -> bool {
+    let t = clean(token);
+    let mut chars = t.chars();
+    t.len() >= 2
+        && chars.next().is_some_and(char::is_uppercase)
+        && chars.all(|c| c.is_alphabetic() || c == '\'' || c == '-')
+}
+
 /// A value written before its key: `the EU cluster`, `on PRJ-123 project`.
 fn is_prefix_value(token: &str) -> bool {
     let t = clean(token);
@@ -84,8 +99,25 @@ fn stated(text: &str, key: &[String]) -> Option<String> {
             k += 1;
             skipped += 1;
         }
-        if k < tokens.len() && is_value(tokens[k]) {
+        // Right after the key (`customer SKU errors`) a word is a value only when it
+        // looks like one (`account ACME-1`); after `:` or `is`, capitals are enough,
+        // and a capitalised name is taken whole (`customer is Northwind Logistics`).
+        let linked = skipped > 0 || tokens[i + n - 1].ends_with(':');
+        if k < tokens.len() && is_value(tokens[k]) && (linked || is_strong_value(tokens[k])) {
             found = Some(clean(tokens[k]).to_owned());
+            continue;
+        }
+        if linked && k < tokens.len() && is_name(tokens[k]) {
+            let mut end = k + 1;
+            while end < tokens.len()
+                && end < k + 4
+                && is_name(tokens[end])
+                && !tokens[end - 1].ends_with([',', '.', ';', ':'])
+            {
+                end += 1;
+            }
+            let name: Vec<&str> = tokens[k..end].iter().map(|t| clean(t)).collect();
+            found = Some(name.join(" "));
             continue;
         }
         if i > 0 && is_prefix_value(tokens[i - 1]) {
@@ -196,6 +228,16 @@ mod tests {
             Some("C-42")
         );
         assert_eq!(one("ticket", "which ticket should I use?"), None);
+        assert_eq!(one("customer", "37 items are customer SKU errors"), None);
+        assert_eq!(
+            one(
+                "customer",
+                "The customer is Northwind Logistics; their jobs fail."
+            )
+            .as_deref(),
+            Some("Northwind Logistics")
+        );
+        assert_eq!(one("cluster", "cluster: EU").as_deref(), Some("EU"));
         assert_eq!(one("region", "the region is down"), None);
     }
 }
