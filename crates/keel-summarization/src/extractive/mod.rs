@@ -5,7 +5,7 @@
 //! the summary model fails and the uncompressed request would not fit. It never invents
 //! anything: every line is a sentence (or a clause) taken from the input.
 //!
-//! Sentences are chosen by what they hold, not where they stand ([`scoring`]):
+//! Sentences are chosen by what they hold, not where they stand (module `scoring`):
 //! rules ("never", "always", "must"), decisions and agreements, requirements and
 //! preferences, and values (identifiers, versions, hashes, numbers with units, dates and
 //! times, paths, URLs, IP addresses, names, error codes) score; acknowledgements,
@@ -20,7 +20,7 @@
 //! 900 s"), and of several lines with the same shape (a status line repeated with other
 //! numbers) only the newest stays.
 //!
-//! The output is grouped the way the summary prompt asks ([`grouping`]): goal and
+//! The output is grouped the way the summary prompt asks (module `grouping`): goal and
 //! requirements, facts and decisions, what was done, open questions. Each line names
 //! the message it came from and who said it; tool output is always attributed to its
 //! tool (`read_file returned: ...`), never written in the user's voice.

@@ -464,7 +464,7 @@ fn is_version(t: &str) -> bool {
     let numeric = parts
         .iter()
         .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
-    numeric && (parts.len() >= 3 || (prefixed && parts.len() >= 1))
+    numeric && (parts.len() >= 3 || (prefixed && !parts.is_empty()))
 }
 
 fn is_hash(t: &str) -> bool {
