@@ -94,6 +94,8 @@ const TOOL_OUTCOME: u32 = 3;
 const KEPT_BEFORE: u32 = 1;
 /// Tool results examined for an error line, at most.
 const TOOL_LINES: usize = 20;
+/// Words of a tool outcome line at most: an outcome is a status, not a log.
+const TOOL_WORDS: usize = 24;
 /// Tools named in the "Tools used" line, at most.
 const TOOLS_LISTED: usize = 6;
 
@@ -126,7 +128,7 @@ impl Candidate {
         let words = grouping::count_words(&line.text) + usize::from(line.reference.is_some());
         let body = speech(&line.text);
         Candidate {
-            subject: scoring::subject(body),
+            subject: None,
             shape: scoring::shape(body),
             values: info
                 .values
@@ -167,7 +169,7 @@ fn speech(text: &str) -> &str {
 
 /// `text` cut to `n` words, with a marker when cut.
 fn first_words(text: &str, n: usize) -> String {
-    let words: Vec<&str> = text.split_whitespace().collect();
+    let words: Vec<&str> = text.split_whitespace().take(n.saturating_add(1)).collect();
     if words.len() > n {
         format!("{} …", words[..n].join(" "))
     } else {
@@ -233,7 +235,6 @@ pub fn summarize_refs(
                     if base == 0 {
                         c.score = read_only_score(c.score);
                     }
-                    c.subject = None;
                     c
                 }
                 None => {
@@ -242,7 +243,10 @@ pub fn summarize_refs(
                     } else {
                         USER
                     };
-                    Candidate::new(line, &info, base + KEPT_BEFORE, order)
+                    let subject = scoring::subject(speech(&line.text));
+                    let mut c = Candidate::new(line, &info, base + KEPT_BEFORE, order);
+                    c.subject = subject;
+                    c
                 }
             };
             c.goal = goal;
@@ -266,8 +270,7 @@ pub fn summarize_refs(
             reference: None,
             text: tools_line(&tools),
         };
-        let mut c = Candidate::new(line, &Information::default(), 1, usize::MAX);
-        c.subject = None;
+        let c = Candidate::new(line, &Information::default(), 1, usize::MAX);
         candidates.push(c);
     }
 
@@ -483,6 +486,7 @@ fn statement(
         c.score = if human { 1 } else { 0 };
     }
     if c.score > 0 {
+        c.subject = scoring::subject(&sentence);
         out.push(c);
     }
 }
@@ -518,19 +522,20 @@ fn outcome(
     } else {
         first
     };
-    // A bare opening (`{` of pretty-printed JSON) says nothing: read on a little.
-    let joined;
-    let line = if grouping::count_words(line) < 3 {
-        joined = text
-            .split_whitespace()
-            .take(per_item)
-            .collect::<Vec<_>>()
-            .join(" ");
-        joined.as_str()
+    // A bare opening (`{` of pretty-printed JSON) says nothing: read on a little. Only
+    // what the line can show is read (a tool's one-line output can be megabytes).
+    let line = if line
+        .split_whitespace()
+        .filter(|w| grouping::is_word(w))
+        .take(3)
+        .count()
+        < 3
+    {
+        first_words(&text, per_item.min(TOOL_WORDS))
     } else {
-        line
+        first_words(line, per_item.min(TOOL_WORDS))
     };
-    let info = scoring::information(line);
+    let info = scoring::information(&line);
     let base = tool_base(name, failed);
     let target = if target.is_empty() {
         String::new()
@@ -538,17 +543,16 @@ fn outcome(
         format!(" {target}")
     };
     let verb = if failed { "failed" } else { "returned" };
-    let mut c = Candidate::new(
+    let c = Candidate::new(
         Line {
             section: Section::Done,
             reference: reference.clone(),
-            text: format!("{name}{target} {verb}: {}", first_words(line, per_item)),
+            text: format!("{name}{target} {verb}: {line}"),
         },
         &info,
         base,
         order,
     );
-    c.subject = None;
     Some(c)
 }
 

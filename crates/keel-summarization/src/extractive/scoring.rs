@@ -556,8 +556,10 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
     if t.bytes().all(|b| b.is_ascii_alphabetic() || b == b'\'') {
         return if WEEKDAYS.contains(&l) || MONTHS.contains(&l) || ZONES.contains(&l) {
             Some(Entity::DateTime)
-        } else {
+        } else if t.as_bytes().get(1).is_some_and(u8::is_ascii_uppercase) {
             is_identifier(t).filter(|k| *k == Entity::Acronym)
+        } else {
+            None
         };
     }
     if t.contains("://") || l.starts_with("www.") {
@@ -773,6 +775,10 @@ fn strip_marker(line: &str) -> &str {
 /// content words of the subject. A newer statement about the same subject replaces an
 /// older one ("the cache TTL is 300 s", later "set the cache TTL to 900 s").
 pub(crate) fn subject(sentence: &str) -> Option<String> {
+    const VERBS: [&str; 6] = [" is ", " are ", " = ", " to ", " was ", " becomes "];
+    if !VERBS.iter().any(|v| sentence.contains(v)) {
+        return None;
+    }
     let lowered = sentence.to_ascii_lowercase();
     let words: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
     let at = words
