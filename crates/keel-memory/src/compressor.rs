@@ -548,8 +548,25 @@ impl SessionCompressor {
                     .map(|m| cap_message(m, self.settings.max_message_chars))
                     .collect();
                 let summary = extractive::summarize(previous, &capped, &options);
+                // Pinned keys the batch states recognisably (`ticket TCK-7`), newest
+                // wins; the ones still empty are reported, a model fills them when
+                // configured.
+                let values = extractive::pinned_values(&self.settings.pinned_keys, &capped);
+                let unfilled: Vec<&String> = values
+                    .missing
+                    .iter()
+                    .filter(|k| !state.pinned.contains_key(*k))
+                    .collect();
+                if !unfilled.is_empty() {
+                    tracing::info!(keys = ?unfilled, "the extractive fold found no value for these pinned keys; a summary model fills them when configured");
+                }
+                let pinned: serde_json::Map<String, serde_json::Value> = values
+                    .found
+                    .into_iter()
+                    .map(|(k, v)| (k, serde_json::Value::String(v)))
+                    .collect();
                 let output = FoldOutput {
-                    pinned: None,
+                    pinned: Some(pinned).filter(|p| !p.is_empty()),
                     summary: Some(summary).filter(|s| !s.trim().is_empty()),
                 };
                 if output.summary.is_none() && previous.is_none() {

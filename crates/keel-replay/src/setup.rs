@@ -203,8 +203,9 @@ pub async fn prepare(
             settings.validate()?;
             if options.summary_model.is_none() && !m.pinned_keys.is_empty() {
                 warnings.push(
-                    "the extractive summarizer folds without a model, so pinned keys stay \
-                     empty; pass --summary-model to have them filled"
+                    "the extractive summarizer fills pinned keys only where the conversation \
+                     states them as `key value` or `key: value`; pass --summary-model to \
+                     have a model fill the rest"
                         .to_owned(),
                 );
             }

@@ -5,6 +5,7 @@
 //!
 //! - [`ScriptedModel`] answers from a queue and records every request as received.
 //! - [`FnTool`] turns a closure into a [`Tool`].
+//! - [`planted`] generates sessions with planted facts, to measure what a summary keeps.
 //!
 //! ```
 //! use keel_core::message::Message;
@@ -28,6 +29,8 @@
 //! ```
 //!
 //! This crate is never a dependency of a binary's default features.
+
+pub mod planted;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

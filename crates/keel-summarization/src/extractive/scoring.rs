@@ -1,0 +1,904 @@
+//! What a sentence is worth to a summary: the cues that make it a rule, a decision or a
+//! requirement, and the values that make it a fact (identifiers, versions, hashes,
+//! quantities, dates, paths, URLs, addresses, names). Filler and acknowledgements are
+//! worth nothing.
+//!
+//! Everything here is a pure function of the text: no model, no state, no hashing.
+
+/// The kinds of value a summary must not lose, with what each adds to a score.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Entity {
+    Url,
+    Address,
+    Path,
+    Version,
+    Hash,
+    /// Letters and digits together (`TCK-7`, `E4012`, `#ops-7`).
+    Identifier,
+    /// A hyphenated or underscored name without digits (`orders-sync`).
+    Name,
+    Quantity,
+    DateTime,
+    /// Two or more capitalised words (a person, a company).
+    Proper,
+    /// An upper-case acronym (`EU`, `ERP`).
+    Acronym,
+    /// A bare number.
+    Number,
+}
+
+impl Entity {
+    fn weight(self) -> u32 {
+        match self {
+            Entity::Url
+            | Entity::Address
+            | Entity::Path
+            | Entity::Version
+            | Entity::Hash
+            | Entity::Identifier => 4,
+            Entity::Quantity | Entity::DateTime | Entity::Proper => 3,
+            Entity::Name => 2,
+            Entity::Acronym | Entity::Number => 1,
+        }
+    }
+}
+
+/// Cue bits.
+pub(crate) const RULE: u8 = 1;
+pub(crate) const DECISION: u8 = 2;
+pub(crate) const REQUIREMENT: u8 = 4;
+
+/// What one sentence holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Information {
+    /// [`RULE`], [`DECISION`], [`REQUIREMENT`] bits.
+    pub cues: u8,
+    /// The values found, lower-cased, in order of appearance.
+    pub values: Vec<(Entity, String)>,
+}
+
+impl Information {
+    /// Points for the cues and the values (each kind of value counted once, each further
+    /// value one point).
+    pub fn score(&self) -> u32 {
+        let mut score = 0;
+        for (bit, points) in [(RULE, 5), (DECISION, 5), (REQUIREMENT, 4)] {
+            if self.cues & bit != 0 {
+                score += points;
+            }
+        }
+        let mut kinds: Vec<Entity> = self.values.iter().map(|(k, _)| *k).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        score += kinds.iter().map(|k| k.weight()).sum::<u32>();
+        score += (self.values.len().saturating_sub(kinds.len()) as u32).min(3);
+        score
+    }
+
+    /// True when the sentence holds nothing worth a line on its own.
+    pub fn is_empty(&self) -> bool {
+        self.cues == 0
+            && self
+                .values
+                .iter()
+                .all(|(k, _)| matches!(k, Entity::Acronym | Entity::Number))
+    }
+}
+
+const RULE_WORDS: &[&str] = &[
+    "never",
+    "always",
+    "must",
+    "mustn't",
+    "don't",
+    "cannot",
+    "can't",
+    "forbidden",
+    "prohibited",
+    "mandatory",
+    "rule",
+    "policy",
+    "compliance",
+];
+const RULE_PAIRS: &[(&str, &str)] = &[("do", "not"), ("not", "allowed"), ("only", "ever")];
+const DECISION_WORDS: &[&str] = &[
+    "decided",
+    "decide",
+    "decision",
+    "agreed",
+    "agree",
+    "let's",
+    "we'll",
+    "approved",
+    "approve",
+    "confirmed",
+    "settled",
+    "chose",
+    "chosen",
+];
+const DECISION_PAIRS: &[(&str, &str)] = &[
+    ("go", "with"),
+    ("going", "with"),
+    ("we", "set"),
+    ("we", "will"),
+    ("switch", "to"),
+    ("plan", "is"),
+];
+const REQUIREMENT_WORDS: &[&str] = &[
+    "require",
+    "requires",
+    "required",
+    "requirement",
+    "need",
+    "needs",
+    "prefer",
+    "prefers",
+    "preference",
+    "want",
+    "wants",
+    "should",
+    "expect",
+    "expects",
+    "deadline",
+    "sla",
+];
+const REQUIREMENT_PAIRS: &[(&str, &str)] = &[("has", "to"), ("have", "to")];
+
+const UNITS: &[&str] = &[
+    "ms",
+    "s",
+    "sec",
+    "secs",
+    "second",
+    "seconds",
+    "min",
+    "mins",
+    "minute",
+    "minutes",
+    "h",
+    "hr",
+    "hrs",
+    "hour",
+    "hours",
+    "day",
+    "days",
+    "week",
+    "weeks",
+    "month",
+    "months",
+    "year",
+    "years",
+    "b",
+    "kb",
+    "mb",
+    "gb",
+    "tb",
+    "pb",
+    "kib",
+    "mib",
+    "gib",
+    "tib",
+    "%",
+    "percent",
+    "x",
+    "rps",
+    "qps",
+    "req/s",
+    "rows",
+    "pods",
+    "nodes",
+    "replicas",
+    "connections",
+    "requests",
+    "errors",
+    "retries",
+    "users",
+    "orders",
+    "jobs",
+    "messages",
+    "tokens",
+    "times",
+    "cores",
+    "cpus",
+    "usd",
+    "eur",
+    "$",
+    "€",
+    "£",
+];
+const WEEKDAYS: &[&str] = &[
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+const MONTHS: &[&str] = &[
+    "january",
+    "february",
+    "march",
+    "april",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+];
+const ZONES: &[&str] = &["utc", "gmt", "cet", "cest", "pst", "pdt", "est", "edt", "z"];
+/// Capitalised words that start sentences or name no one.
+const NOT_PROPER: &[&str] = &[
+    "The",
+    "This",
+    "That",
+    "These",
+    "Those",
+    "A",
+    "An",
+    "I",
+    "We",
+    "You",
+    "It",
+    "They",
+    "Our",
+    "Their",
+    "My",
+    "Your",
+    "Can",
+    "Could",
+    "Please",
+    "Let",
+    "Okay",
+    "Ok",
+    "Also",
+    "And",
+    "But",
+    "So",
+    "If",
+    "When",
+    "Then",
+    "Yes",
+    "No",
+    "Hi",
+    "Hello",
+    "Thanks",
+    "Sure",
+    "Slack",
+    "Here",
+    "There",
+    "What",
+    "Why",
+    "How",
+    "Where",
+    "Which",
+    "Who",
+    "Do",
+    "Does",
+    "Did",
+    "Is",
+    "Are",
+    "Was",
+    "Were",
+    "In",
+    "On",
+    "At",
+    "For",
+    "From",
+    "To",
+    "Of",
+    "With",
+    "Hard",
+    "Quick",
+    "Oh",
+    "Anyway",
+    "Two",
+    "One",
+    "Three",
+    "Following",
+    "Nothing",
+    "Error",
+    "Created",
+];
+const ACKS: &[&str] = &[
+    "thanks",
+    "thank you",
+    "thx",
+    "ok",
+    "okay",
+    "ok cool",
+    "cool",
+    "great",
+    "sure",
+    "noted",
+    "got it",
+    "got it thanks",
+    "understood",
+    "makes sense",
+    "sounds good",
+    "sounds good go ahead",
+    "go ahead",
+    "no problem",
+    "no problem take your time",
+    "you're welcome",
+    "happy to help",
+    "perfect",
+    "nice",
+    "yes",
+    "yeah",
+    "yep",
+    "right",
+    "hmm",
+    "done",
+    "thanks that helps",
+    "good question",
+    "btw",
+    "quick note",
+    "oh before i forget",
+    "anyway",
+    "ok carry on",
+    "carry on",
+];
+/// Openings of an assistant sentence that announce work instead of stating anything.
+const INTENT_OPENINGS: &[&str] = &[
+    "let me",
+    "i'll",
+    "i will",
+    "checking",
+    "looking",
+    "one moment",
+    "give me",
+    "here is",
+    "here's",
+    "following the",
+];
+/// Words at the start of a sentence that carry no meaning in a summary.
+const DISCOURSE: &[&str] = &[
+    "okay", "ok", "so", "btw", "oh", "also", "anyway", "well", "right", "sure", "great", "yes",
+    "yeah", "hmm", "and",
+];
+/// Verbs that announce a new value for a subject ("set the TTL to ...").
+const CHANGE_VERBS: &[&str] = &[
+    "set",
+    "change",
+    "changed",
+    "move",
+    "moved",
+    "bump",
+    "bumped",
+    "raise",
+    "raised",
+    "lower",
+    "lowered",
+    "update",
+    "updated",
+    "increase",
+    "increased",
+    "reduce",
+    "reduced",
+];
+const STOPWORDS: &[&str] = &[
+    "the", "a", "an", "of", "for", "this", "that", "our", "their", "its", "my", "your", "on", "in",
+    "at", "to", "we", "i", "they", "it", "now", "current", "new",
+];
+
+/// Punctuation around a token that is not part of it.
+fn trim_token(token: &str) -> &str {
+    let t = token.trim_matches(|c: char| {
+        matches!(
+            c,
+            ',' | ';'
+                | ':'
+                | '!'
+                | '?'
+                | '('
+                | ')'
+                | '"'
+                | '\''
+                | '`'
+                | '['
+                | ']'
+                | '{'
+                | '}'
+                | '*'
+                | '<'
+                | '>'
+                | '“'
+                | '”'
+                | '‘'
+                | '’'
+        )
+    });
+    t.strip_suffix('.').unwrap_or(t)
+}
+
+fn is_number(t: &str) -> bool {
+    let t = t.trim_start_matches(['$', '€', '£', '~', '+', '-']);
+    !t.is_empty()
+        && t.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && t.chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+}
+
+/// A number with its unit attached (`30s`, `5GB`, `99%`, `2x`).
+fn is_quantity_token(lower: &str) -> bool {
+    let split = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+        .unwrap_or(lower.len());
+    split > 0
+        && lower[..1].chars().all(|c| c.is_ascii_digit())
+        && split < lower.len()
+        && UNITS.contains(&&lower[split..])
+}
+
+fn is_address(t: &str) -> bool {
+    let core = t.split(['/', ':']).next().unwrap_or(t);
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.chars().all(|c| c.is_ascii_digit()))
+}
+
+fn is_version(t: &str) -> bool {
+    let (prefixed, core) = match t.strip_prefix(['v', 'V']) {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    let core = core.split(['-', '+']).next().unwrap_or(core);
+    let parts: Vec<&str> = core.split('.').collect();
+    let numeric = parts
+        .iter()
+        .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    numeric && (parts.len() >= 3 || (prefixed && !parts.is_empty()))
+}
+
+fn is_hash(t: &str) -> bool {
+    (7..=64).contains(&t.len())
+        && t.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        && t.chars().any(|c| c.is_ascii_digit())
+        && t.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+fn is_path(t: &str) -> bool {
+    let rooted = (t.starts_with('/') && !t.starts_with("//"))
+        || t.starts_with("~/")
+        || t.starts_with("./")
+        || t.starts_with("../");
+    if rooted {
+        return t.len() > 2 && t[1..].contains(['/', '.']);
+    }
+    // A file name with an extension (`config.yaml`, `SKILL.md`).
+    match t.rsplit_once('.') {
+        Some((stem, ext)) => {
+            !stem.is_empty()
+                && stem.chars().any(|c| c.is_ascii_alphabetic())
+                && (2..=5).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_lowercase())
+                && !stem.contains("://")
+                && !stem.chars().all(|c| c.is_ascii_lowercase()) // "e.g", "i.e"
+                || (stem.contains(['/', '_', '-']) && ext.chars().all(|c| c.is_ascii_alphanumeric()))
+        }
+        None => false,
+    }
+}
+
+fn is_date_or_time(t: &str, lower: &str) -> bool {
+    let b = t.as_bytes();
+    // 2026-11-30, 2026-11-30T08:00Z
+    let iso = b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-';
+    // 08:00, 8:30, 02:00-04:00
+    let clock = t.split_once(':').is_some_and(|(h, m)| {
+        !h.is_empty()
+            && h.len() <= 2
+            && h.chars().all(|c| c.is_ascii_digit())
+            && m.chars().take(2).filter(char::is_ascii_digit).count() == 2
+    });
+    iso || clock || WEEKDAYS.contains(&lower) || MONTHS.contains(&lower) || ZONES.contains(&lower)
+}
+
+fn is_identifier(t: &str) -> Option<Entity> {
+    let letters = t.chars().any(|c| c.is_ascii_alphabetic());
+    let digits = t.chars().any(|c| c.is_ascii_digit());
+    let joined = t.contains(['-', '_']) || t.starts_with('#');
+    let upper = t.chars().filter(|c| c.is_ascii_uppercase()).count();
+    let clean = t
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#' | '.' | '/' | '@'));
+    if !clean || !letters || t.len() < 2 {
+        return None;
+    }
+    if digits && (joined || upper >= 1 || t.len() >= 4) {
+        return Some(Entity::Identifier);
+    }
+    if joined && t.len() >= 5 && !t.starts_with('-') && !t.ends_with('-') {
+        return Some(Entity::Name);
+    }
+    if upper >= 2 && upper == t.chars().filter(|c| c.is_ascii_alphabetic()).count() && t.len() <= 6
+    {
+        return Some(Entity::Acronym);
+    }
+    None
+}
+
+fn is_capitalised(t: &str) -> bool {
+    let mut chars = t.chars();
+    chars.next().is_some_and(|c| c.is_uppercase())
+        && t.len() >= 2
+        && chars.all(|c| c.is_lowercase() || c == '\'' || c == '-')
+}
+
+/// The cues and values of one sentence.
+/// The kind of value a single token is, if any (a number followed by its unit is
+/// recognised by [`information`], which sees the next token).
+fn classify(t: &str, l: &str) -> Option<Entity> {
+    // Most tokens are plain words: letters only. They can only be a day, a month or a
+    // time zone, or (all capitals) an acronym.
+    if t.bytes().all(|b| b.is_ascii_alphabetic() || b == b'\'') {
+        return if WEEKDAYS.contains(&l) || MONTHS.contains(&l) || ZONES.contains(&l) {
+            Some(Entity::DateTime)
+        } else if t.as_bytes().get(1).is_some_and(u8::is_ascii_uppercase) {
+            is_identifier(t).filter(|k| *k == Entity::Acronym)
+        } else {
+            None
+        };
+    }
+    if t.contains("://") || l.starts_with("www.") {
+        Some(Entity::Url)
+    } else if is_address(t) {
+        Some(Entity::Address)
+    } else if is_date_or_time(t, l) {
+        Some(Entity::DateTime)
+    } else if is_version(t) {
+        Some(Entity::Version)
+    } else if is_path(t) {
+        Some(Entity::Path)
+    } else if is_hash(t) {
+        Some(Entity::Hash)
+    } else if is_quantity_token(l) {
+        Some(Entity::Quantity)
+    } else if is_number(t) {
+        Some(Entity::Number)
+    } else {
+        is_identifier(t)
+    }
+}
+
+/// The cues and values of one sentence.
+pub(crate) fn information(sentence: &str) -> Information {
+    let mut info = Information::default();
+    // ASCII lower-casing keeps every byte offset, so both splits line up token by token.
+    let lowered = sentence.to_ascii_lowercase();
+    let raw: Vec<&str> = sentence.split_whitespace().collect();
+    let tokens: Vec<&str> = raw.iter().map(|t| trim_token(t)).collect();
+    let lower: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
+    for (i, &l) in lower.iter().enumerate() {
+        if l.len() < 2 || !l.as_bytes()[0].is_ascii_alphabetic() {
+            continue;
+        }
+        let next = lower.get(i + 1).copied().unwrap_or("");
+        let pair = |pairs: &[(&str, &str)]| pairs.iter().any(|(a, b)| l == *a && next == *b);
+        if RULE_WORDS.contains(&l) || pair(RULE_PAIRS) {
+            info.cues |= RULE;
+        }
+        if DECISION_WORDS.contains(&l) || pair(DECISION_PAIRS) {
+            info.cues |= DECISION;
+        }
+        if REQUIREMENT_WORDS.contains(&l) || pair(REQUIREMENT_PAIRS) {
+            info.cues |= REQUIREMENT;
+        }
+    }
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = tokens[i];
+        let l = lower[i];
+        let kind = classify(t, l);
+        if kind == Some(Entity::Number) {
+            let unit = lower.get(i + 1).copied().unwrap_or("");
+            if UNITS.contains(&unit) {
+                info.values.push((Entity::Quantity, format!("{l} {unit}")));
+                i += 2;
+                continue;
+            }
+        }
+        if let Some(kind) = kind {
+            info.values.push((kind, l.to_owned()));
+            i += 1;
+            continue;
+        }
+        // Two or more capitalised words, not opening the sentence with a common word.
+        if is_capitalised(t) && !NOT_PROPER.contains(&t) {
+            let mut j = i + 1;
+            while j < tokens.len() && is_capitalised(tokens[j]) && !NOT_PROPER.contains(&tokens[j])
+            {
+                // A sentence break or a comma ends a name.
+                if raw[j - 1].ends_with(['.', ',', ';', ':']) {
+                    break;
+                }
+                j += 1;
+            }
+            if j - i >= 2 {
+                info.values.push((Entity::Proper, lower[i..j].join(" ")));
+                i = j;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    info
+}
+
+/// Lower-case letters and digits only, spaces collapsed: how filler is recognised.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        let w: String = word
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == '\'')
+            .flat_map(char::to_lowercase)
+            .collect();
+        if !w.is_empty() {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&w);
+        }
+    }
+    out
+}
+
+/// True for an acknowledgement, a greeting, or an announcement of work with nothing in it.
+pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> bool {
+    if !info.is_empty() {
+        return false;
+    }
+    let p = plain(sentence);
+    if p.is_empty() || ACKS.contains(&p.as_str()) {
+        return true;
+    }
+    let words = p.split(' ').count();
+    if words <= 3 {
+        return true;
+    }
+    if sentence.trim_end().ends_with(':') {
+        return true;
+    }
+    assistant && INTENT_OPENINGS.iter().any(|o| p.starts_with(o))
+}
+
+/// The sentence without opening discourse words ("Okay, ...", "btw ...") and without
+/// the clauses after a `;` that hold nothing (the first clause always stays).
+pub(crate) fn compress(sentence: &str) -> String {
+    let mut s = sentence.trim();
+    loop {
+        let first = s.split_whitespace().next().unwrap_or("");
+        let word = first
+            .trim_end_matches([',', ':', '.', '!'])
+            .to_ascii_lowercase();
+        if first.is_empty() || !DISCOURSE.contains(&word.as_str()) || s.len() == first.len() {
+            break;
+        }
+        s = s[first.len()..].trim_start();
+    }
+    let clauses: Vec<&str> = s.split("; ").collect();
+    if clauses.len() == 1 {
+        return s.to_owned();
+    }
+    let mut kept: Vec<&str> = vec![clauses[0]];
+    for c in &clauses[1..] {
+        if !information(c).is_empty() {
+            kept.push(c);
+        }
+    }
+    let mut out = kept.join("; ");
+    if kept.len() < clauses.len() && !out.ends_with(['.', '!', '?']) {
+        out.push('.');
+    }
+    out
+}
+
+/// Sentences of a text: split at line breaks and at `.`, `!`, `?` followed by white
+/// space; list markers removed. Lines inside a fenced code block are skipped (pasted
+/// logs and code are data, not statements).
+pub(crate) fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || line.is_empty() {
+            continue;
+        }
+        let line = strip_marker(line);
+        let mut start = 0;
+        let bytes = line.as_bytes();
+        for (i, c) in line.char_indices() {
+            let end = i + c.len_utf8();
+            if matches!(c, '.' | '!' | '?' | '。' | '！' | '？')
+                && (end == bytes.len() || bytes[end].is_ascii_whitespace())
+            {
+                let s = line[start..end].trim();
+                if !s.is_empty() {
+                    out.push(s);
+                }
+                start = end;
+            }
+        }
+        let rest = line[start..].trim();
+        if !rest.is_empty() {
+            out.push(rest);
+        }
+    }
+    out
+}
+
+fn strip_marker(line: &str) -> &str {
+    for m in ["- ", "* ", "• "] {
+        if let Some(rest) = line.strip_prefix(m) {
+            return rest.trim_start();
+        }
+    }
+    // "1. ", "12) "
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    if digits > 0 && digits <= 2 {
+        let rest = &line[digits..];
+        if let Some(r) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            return r.trim_start();
+        }
+    }
+    line
+}
+
+/// What a statement is about, when it says "<subject> is/=/to <value>": the last
+/// content words of the subject. A newer statement about the same subject replaces an
+/// older one ("the cache TTL is 300 s", later "set the cache TTL to 900 s").
+pub(crate) fn subject(sentence: &str) -> Option<String> {
+    const VERBS: [&str; 6] = [" is ", " are ", " = ", " to ", " was ", " becomes "];
+    if !VERBS.iter().any(|v| sentence.contains(v)) {
+        return None;
+    }
+    let lowered = sentence.to_ascii_lowercase();
+    let words: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
+    let at = words
+        .iter()
+        .position(|w| matches!(*w, "is" | "are" | "=" | "to" | "was" | "becomes"))?;
+    let content: Vec<&str> = words[..at]
+        .iter()
+        .copied()
+        .filter(|w| {
+            !w.is_empty()
+                && !STOPWORDS.contains(w)
+                && !RULE_WORDS.contains(w)
+                && !DECISION_WORDS.contains(w)
+                && !CHANGE_VERBS.contains(w)
+        })
+        .collect();
+    if content.is_empty() {
+        return None;
+    }
+    // The value after the verb must be a value, or this is prose ("is failing").
+    let value = words[at + 1..].iter().take(4).any(|w| {
+        w.bytes().any(|b| b.is_ascii_digit())
+            || classify(w, w).is_some_and(|k| !matches!(k, Entity::Acronym | Entity::Number))
+    });
+    if !value {
+        return None;
+    }
+    let from = content.len().saturating_sub(3);
+    Some(content[from..].join(" "))
+}
+
+/// The text with every digit run replaced: two lines with the same shape are the same
+/// kind of report with other numbers (a status line repeated every few minutes).
+pub(crate) fn shape(text: &str) -> u64 {
+    // FNV-1a: stable across runs and toolchains (only compared within one call).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut in_digits = false;
+    for b in text.bytes() {
+        let b = if b.is_ascii_digit() {
+            if in_digits {
+                continue;
+            }
+            in_digits = true;
+            b'#'
+        } else {
+            in_digits = false;
+            b.to_ascii_lowercase()
+        };
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(s: &str) -> Vec<Entity> {
+        information(s).values.into_iter().map(|(k, _)| k).collect()
+    }
+
+    #[test]
+    fn values_are_recognised() {
+        assert_eq!(kinds("see https://x.example/a"), vec![Entity::Url]);
+        assert_eq!(kinds("allow 10.4.2.19 please"), vec![Entity::Address]);
+        assert_eq!(kinds("at /etc/app/config.toml"), vec![Entity::Path]);
+        assert_eq!(kinds("pinned to 3.14.2"), vec![Entity::Version]);
+        assert_eq!(kinds("commit 9f3ab21c0d"), vec![Entity::Hash]);
+        assert_eq!(kinds("ticket TCK-632."), vec![Entity::Identifier]);
+        assert_eq!(kinds("grows 37 GB a day"), vec![Entity::Quantity]);
+        assert_eq!(kinds("timeout 30s"), vec![Entity::Quantity]);
+        assert_eq!(
+            kinds("window is Sunday 02:00-04:00 UTC"),
+            vec![Entity::DateTime, Entity::DateTime, Entity::DateTime]
+        );
+        assert_eq!(kinds("the owner is Priya Raman."), vec![Entity::Proper]);
+        assert_eq!(kinds("the orders-sync service"), vec![Entity::Name]);
+        assert!(kinds("thanks, that helps").is_empty());
+        // Multi-byte text after a colon is not a time (and never panics).
+        assert!(!kinds("1:€5 ratio").contains(&Entity::DateTime));
+    }
+
+    #[test]
+    fn cues() {
+        assert_eq!(information("Never delete the bucket").cues, RULE);
+        assert_eq!(information("We agreed on SEV-2").cues, DECISION);
+        assert_eq!(information("I prefer email").cues, REQUIREMENT);
+    }
+
+    #[test]
+    fn filler_and_compression() {
+        let f = |s: &str, a| is_filler(s, &information(s), a);
+        assert!(f("Thanks!", false));
+        assert!(f("ok cool", false));
+        assert!(f("Two things stand out:", true));
+        assert!(f("Let me look at the logs.", true));
+        assert!(!f("The ticket is TCK-7.", false));
+        assert_eq!(
+            compress("Okay, decided: the TTL is 300 s; nothing else to add."),
+            "decided: the TTL is 300 s."
+        );
+    }
+
+    #[test]
+    fn subjects() {
+        assert_eq!(
+            subject("we set the cache TTL to 300 seconds").as_deref(),
+            Some("cache ttl")
+        );
+        assert_eq!(
+            subject("The cache TTL is 900 s now").as_deref(),
+            Some("cache ttl")
+        );
+        assert_eq!(subject("The job is failing"), None);
+    }
+
+    #[test]
+    fn sentence_split_skips_fenced_blocks() {
+        let s = sentences("First one. Second!\n```\nlog line. more\n```\n- third");
+        assert_eq!(s, vec!["First one.", "Second!", "third"]);
+    }
+}
