@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the bundled support session `examples/sessions/support-prj123.jsonl`.
 
-The scenario of seed 000 made concrete: a support engineer and an assistant spend an
+The scenario of the Langflow feature request #15799 made concrete: a support engineer and an assistant spend an
 hour on project PRJ-123 on the EU cluster. The first user message names the project and
 the cluster; then 60 exchanges of troubleshooting follow, with tool calls (some of them
 parallel), a pasted error log of several thousand words, skill-file reads under

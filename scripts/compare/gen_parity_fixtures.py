@@ -75,7 +75,7 @@ def run_langchain(messages: list[dict[str, Any]], config: dict[str, Any]) -> dic
         preserved = out[2:]
         kept_ids = [m.id for m in preserved]
         # The summary text is LangChain's business (it may be its "too long to
-        # summarize" placeholder, REFERENCE.md section 4); parity is about the split.
+        # summarize" placeholder, LangChain #39261); parity is about the split.
         assert out[1].content.startswith("Here is a summary of the conversation to date:")
         assert cutoff is not None and kept_ids == ids[cutoff:], "before_model disagrees with _determine_cutoff_index"
         summarized_ids = ids[:cutoff]

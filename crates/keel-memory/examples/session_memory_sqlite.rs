@@ -1,4 +1,4 @@
-//! Session memory on SQLite: the support scenario of seed 000, offline.
+//! Session memory on SQLite: the support scenario of the Langflow feature request #15799, offline.
 //!
 //! The user names project PRJ-123 on the EU cluster, troubleshoots for 30 exchanges, then
 //! asks "Which cluster were we on again?". With `n_messages = 6` the first message left

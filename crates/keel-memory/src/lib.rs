@@ -1,10 +1,10 @@
 //! # keel-memory
 //!
-//! Rolling session memory (seed 000): instead of sending the last 100 stored messages
+//! Rolling session memory (the Langflow feature request #15799): instead of sending the last 100 stored messages
 //! verbatim on every model call, keep a per-session summary with pinned keys
 //! (`project_id`, `customer`, ...) and send `[summary message, *last N]`.
 //!
-//! - [`settings`]: typed, validated settings with the seed's defaults (N = 10, fold
+//! - [`settings`]: typed, validated settings with the feature request's defaults (N = 10, fold
 //!   batch 20, at most 60 messages of at most 4,000 characters per fold, 300 words).
 //! - [`compressor`]: the storage-agnostic per-turn work (load, fold, merge, save with
 //!   compare-and-swap), usable without an agent.

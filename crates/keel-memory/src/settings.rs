@@ -1,4 +1,4 @@
-//! Session-memory settings: typed, with the seed's defaults, validated before use.
+//! Session-memory settings: typed, with the Langflow feature request's (#15799) defaults, validated before use.
 //!
 //! Every setting has a documented range; [`SessionMemorySettings::validate`] rejects a
 //! value outside it with an error naming the field, the value and the allowed range, so

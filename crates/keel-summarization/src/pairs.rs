@@ -1,7 +1,8 @@
 //! Pair protection: an AI message's tool calls and their tool results travel together.
 //!
 //! Providers reject a tool result whose call is missing and a tool call without its
-//! result (HTTP 400). Every peer has shipped that bug at the cut (REFERENCE.md section 3),
+//! result (HTTP 400). Every peer has shipped that bug at the cut (LangChain #34282 and #38352, Semantic Kernel
+//! #12708, Google ADK #4740),
 //! so here it is an *invariant on the final request* ([`check_pairs`]), plus a
 //! [`PairIndex`] that compaction uses to only ever cut or move whole bundles.
 //!

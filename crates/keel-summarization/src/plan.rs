@@ -169,7 +169,7 @@ pub fn langchain_split(
     }
 }
 
-/// Skill-rescue settings (REFERENCE.md section 4).
+/// Skill-rescue settings (DeerFlow's `preserve_recent_skill_*` keys).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SkillRescue {
     /// How many skill files at most (0 disables).

@@ -16,7 +16,7 @@ fn err(yaml: &str) -> ConfigError {
     SummarizationConfig::from_yaml_str(yaml).expect_err("must be rejected")
 }
 
-/// The seed document's examples, verbatim.
+/// DeerFlow's documented example configurations, verbatim.
 const DEERFLOW_FULL: &str = r#"
 summarization:
   enabled: true

@@ -111,7 +111,7 @@ fn keel_split(messages: &[Message], config: &CaseConfig) -> (bool, Vec<String>, 
 }
 
 /// Tool results in `kept` whose call is not made by an earlier kept AI message
-/// (LangChain's orphan, in the loose form REFERENCE.md section 3 states), and calls of
+/// (LangChain's orphan, in the loose form of LangChain #38352), and calls of
 /// kept AI messages whose result is not kept after them.
 fn loose_orphans(kept: &[Message]) -> Vec<String> {
     let mut issued = HashSet::new();
