@@ -144,7 +144,10 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     for (file, expected) in [
         ("missing.jsonl", "missing.jsonl"),
         ("bad.jsonl", "bad.jsonl:2:"),
-        ("orphan.jsonl", "line 2: tool result for call \"c7\""),
+        (
+            "orphan.jsonl",
+            "orphan.jsonl:2: orphan tool result: no assistant message issued tool call \"c7\"",
+        ),
     ] {
         let out = keel(dir.path(), &[file, "--memory", "session"]);
         assert_eq!(out.status.code(), Some(1), "{file}");

@@ -197,6 +197,7 @@ pub struct ReplayEngine {
     thread_id: String,
     profile: ModelProfile,
     tools: Arc<Vec<ToolSpec>>,
+    keep_requests: bool,
 }
 
 impl ReplayEngine {
@@ -209,7 +210,15 @@ impl ReplayEngine {
             thread_id: "replay".to_owned(),
             profile: ModelProfile::new("transcript", "replay"),
             tools: Arc::new(Vec::new()),
+            keep_requests: true,
         }
+    }
+
+    /// Whether [`Replay::requests`] keeps every request (default) or stays empty: the
+    /// observer sees each request either way.
+    pub fn with_kept_requests(mut self, keep: bool) -> Self {
+        self.keep_requests = keep;
+        self
     }
 
     /// The thread id middleware see (summary caches key on it).
@@ -511,7 +520,9 @@ impl<'a> Run<'a> {
         let window = &history[history.len().saturating_sub(BASELINE_WINDOW)..];
         let baseline = self.system_tokens + window.iter().sum::<u64>();
         self.report.push(call, baseline);
-        self.requests.push(request);
+        if self.engine.keep_requests {
+            self.requests.push(request);
+        }
         self.call_index += 1;
     }
 

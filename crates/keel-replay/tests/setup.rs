@@ -70,7 +70,10 @@ async fn bad_transcripts_are_refused_before_the_database_is_opened() {
     )
     .unwrap();
     let err = fails_without_touching_the_database(&orphan, &options, &db).await;
-    assert!(err.contains("line 2") && err.contains("c7"), "{err}");
+    assert!(
+        err.contains("orphan.jsonl:2: ") && err.contains("c7"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
