@@ -115,6 +115,15 @@ pub enum SetupError {
     /// The summary model is misconfigured.
     #[error("--summary-model: {0}")]
     SummaryModel(#[from] keel_openai::ConfigError),
+    /// Session memory needs to write, and the database was opened read-only.
+    #[error(
+        "--db {url}: session memory writes the session to the database, which `mode=ro` \
+         opens read-only; drop `?mode=ro`"
+    )]
+    ReadOnlyForMemory {
+        /// The URL, password hidden.
+        url: String,
+    },
     /// The database could not be opened.
     #[error("--db: {0}")]
     Connect(#[from] ConnectError),
@@ -308,6 +317,15 @@ pub async fn prepare(
         (None, Some(_)) => Some(DEFAULT_DB_URL),
         (None, None) => None,
     };
+    if let (Some(url), Some(_)) = (db_url, &memory_settings)
+        && url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.eq_ignore_ascii_case("mode=ro")))
+    {
+        return Err(SetupError::ReadOnlyForMemory {
+            url: keel_store::error::redact_url(url),
+        });
+    }
     let store = match db_url {
         Some(url) => Some(Arc::new(Store::connect(url).await?)),
         None => None,
