@@ -71,13 +71,12 @@ pub enum LineProblem {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// The file could not be opened or read.
-    #[error("cannot read transcript {}: {}", path.display(), describe_io(source))]
+    #[error("cannot read transcript {}: {}", path.display(), describe_io(error))]
     Io {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// The I/O error (said in words in the message, so not a `source`).
+        error: std::io::Error,
     },
     /// The path names a directory.
     #[error("cannot read transcript {}: it is a directory; name a .jsonl file", path.display())]
@@ -229,9 +228,9 @@ pub fn open(path: &Path, limits: Limits) -> Result<LineReader<BufReader<File>>, 
             path: path.to_owned(),
         });
     }
-    let file = File::open(path).map_err(|source| ReadError::Io {
+    let file = File::open(path).map_err(|error| ReadError::Io {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     Ok(LineReader::new(
         BufReader::with_capacity(64 * 1024, file),
@@ -267,10 +266,10 @@ pub fn scan(
                     break;
                 }
             }
-            Err((_, LineError::Io(source))) => {
+            Err((_, LineError::Io(error))) => {
                 return Err(ReadError::Io {
                     path: path.to_owned(),
-                    source,
+                    error,
                 });
             }
         }
@@ -288,10 +287,10 @@ pub fn read_messages(path: &Path, limits: Limits) -> Result<Vec<(usize, Message)
             Ok((_, text)) if text.trim().is_empty() => continue,
             Ok((line, text)) => (line, parse_message(text)),
             Err((line, LineError::Problem(problem))) => (line, Err(problem)),
-            Err((_, LineError::Io(source))) => {
+            Err((_, LineError::Io(error))) => {
                 return Err(ReadError::Io {
                     path: path.to_owned(),
-                    source,
+                    error,
                 });
             }
         };

@@ -88,6 +88,15 @@ pub enum ConnectError {
 
 /// A driver's message with what to do about the common causes appended.
 pub fn with_hint(detail: &str) -> String {
+    // The OS error number says nothing the words do not.
+    let detail = match detail.find(" (os error ") {
+        Some(at) => {
+            let end = detail[at..].find(')').map_or(detail.len(), |e| at + e + 1);
+            format!("{}{}", &detail[..at], &detail[end..])
+        }
+        None => detail.to_owned(),
+    };
+    let detail = detail.as_str();
     let lower = detail.to_ascii_lowercase();
     let hint = if lower.contains("connection refused") {
         "nothing listens at that host and port: is the server running, and are host and port right?"

@@ -269,7 +269,9 @@ pub enum ConfigError {
 /// The key as the user wrote it: `summarization.<key>`, except for keys of DeerFlow's
 /// other top-level sections (`skills.container_path`).
 fn key_path(key: &str) -> String {
-    if key.starts_with("skills.") {
+    if key == "(root)" {
+        "the document".to_owned()
+    } else if key.starts_with("skills.") {
         key.to_owned()
     } else {
         format!("summarization.{key}")
@@ -933,7 +935,7 @@ impl SummarizationConfig {
             return Err(bad(
                 "summary_max_attempts",
                 self.summary_max_attempts.to_string(),
-                "out of range",
+                "is out of range",
                 "a whole number in [1, 10]",
             ));
         }

@@ -142,11 +142,13 @@ pub(crate) fn parse(text: &str) -> Result<Node, (String, Option<u64>)> {
     // A configuration is a few levels deep and a few dozen values long. Tight limits keep
     // a hostile or mistaken file from exhausting the stack (the tree is built
     // recursively) or memory, and turn it into an error instead.
+    // Non-finite floats reach the key's own check, which names the key and its range.
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_depth: MAX_DEPTH,
             max_nodes: MAX_NODES,
         },
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
     };
     serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| {
         let line = e.location().map(|l| l.line()).filter(|l| *l > 0);

@@ -108,6 +108,10 @@ struct Progress {
 }
 
 impl ReplayObserver for Progress {
+    fn wants_requests(&self) -> bool {
+        self.dump.is_some()
+    }
+
     fn started(&mut self, calls: usize) {
         if let Some(bar) = &self.bar {
             bar.set_length(calls as u64);
