@@ -158,14 +158,14 @@ fn zero_negative_float_boolean_nan_counts() {
         &err("keep: {type: messages, value: true}\n"),
         &["keep.value", "true", "boolean"],
     );
-    // serde-saphyr refuses non-finite floats itself, with the position.
+    // Non-finite floats reach the key's own check: key, value, line and range.
     assert_err(
         &err("trigger: {type: fraction, value: .nan}\n"),
-        &["line 1", ".nan", "non-finite"],
+        &["trigger.value = .nan", "line 1", "not a finite number", "(0, 1]"],
     );
     assert_err(
         &err("trigger: {type: fraction, value: .inf}\n"),
-        &["line 1", "non-finite"],
+        &["line 1", "not a finite number"],
     );
     assert_err(
         &err("trigger: {type: tokens, value: \"4000\"}\n"),
