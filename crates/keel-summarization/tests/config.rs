@@ -161,7 +161,12 @@ fn zero_negative_float_boolean_nan_counts() {
     // Non-finite floats reach the key's own check: key, value, line and range.
     assert_err(
         &err("trigger: {type: fraction, value: .nan}\n"),
-        &["trigger.value = .nan", "line 1", "not a finite number", "(0, 1]"],
+        &[
+            "trigger.value = .nan",
+            "line 1",
+            "not a finite number",
+            "(0, 1]",
+        ],
     );
     assert_err(
         &err("trigger: {type: fraction, value: .inf}\n"),
