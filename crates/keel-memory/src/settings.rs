@@ -1,4 +1,4 @@
-//! Session-memory settings: typed, with the seed's defaults, validated before use.
+//! Session-memory settings: typed, with documented defaults, validated before use.
 //!
 //! Every setting has a documented range; [`SessionMemorySettings::validate`] rejects a
 //! value outside it with an error naming the field, the value and the allowed range, so
@@ -269,7 +269,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_the_seed_values_and_valid() {
+    fn defaults_are_the_documented_values_and_valid() {
         let s = SessionMemorySettings::default();
         assert_eq!(
             (

@@ -33,7 +33,7 @@ use crate::report::{CallReport, ReplayReport};
 use crate::transcript::Transcript;
 
 /// How many trailing messages the baseline sends verbatim: Langflow's default
-/// `n_messages`, the starting point of seed 000.
+/// `n_messages = 100`, the behaviour Langflow feature request #15799 sets out to improve.
 pub const BASELINE_WINDOW: usize = 100;
 
 /// Node name of the model step, as the agent names it in events.
@@ -599,8 +599,8 @@ impl<'a> Run<'a> {
 }
 
 /// True for the summary message a compacting middleware puts in a request: a user-role
-/// message named `summary` or flagged `hide_from_ui` (seed 003's convention, shared by
-/// summarization and session memory).
+/// message named `summary` or flagged `hide_from_ui` (the convention summarization and
+/// session memory share, so a UI can hide it).
 pub fn is_summary(message: &Message) -> bool {
     message.is_human() && (message.name() == Some(SUMMARY_NAME) || message.flag(HIDE_FROM_UI))
 }

@@ -6,8 +6,8 @@
 //! - every request made after the 100th message still carries PRJ-123 and the EU
 //!   cluster, in the summary or in the recent messages.
 //!
-//! The same properties are checked with seed 000's session memory (`--memory session`,
-//! N = 10, extractive folds, SQLite in memory).
+//! The same properties are checked with session memory, as Langflow feature request
+//! #15799 proposes it (`--memory session`, N = 10, extractive folds, SQLite in memory).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
 use std::path::PathBuf;

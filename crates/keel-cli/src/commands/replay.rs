@@ -20,7 +20,8 @@ use super::{Caps, CommandResult, clean_json, clean_lines, print, warn};
 /// Which session memory to replay with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemoryMode {
-    /// Rolling per-session summary with pinned keys plus the last N messages (seed 000).
+    /// Rolling per-session summary with pinned keys plus the last N messages (the design
+    /// asked for in Langflow feature request #15799).
     Session,
 }
 
