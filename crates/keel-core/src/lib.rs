@@ -31,6 +31,7 @@
 //! }
 //! ```
 
+pub mod dangling;
 pub mod message;
 pub mod middleware;
 pub mod model;

@@ -118,6 +118,12 @@ pub fn render_memory(state: &SessionMemoryState, pinned_keys: &[String]) -> Opti
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
+            // One line per key: a value cannot add lines (or fake entries) of its own.
+            let value: String = value
+                .split(|c: char| c.is_control())
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
             pinned.push_str(&format!("- {key}: {value}\n"));
         }
     }

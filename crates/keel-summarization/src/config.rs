@@ -1070,20 +1070,26 @@ impl SummarizationConfig {
         }
 
         let mut warnings = Vec::new();
-        // keep >= trigger of the same kind: after compaction the kept window alone still
-        // reaches the trigger, so LangChain silently never summarizes.
+        // keep >= trigger of the same kind: compaction still runs when the trigger is
+        // reached, but the window keep asks for is already at the trigger on its own.
         for (i, t) in self.trigger.iter().enumerate() {
-            let never = match (self.keep, *t) {
+            let reaches = match (self.keep, *t) {
                 (ContextSize::Messages(k), ContextSize::Messages(t)) => k >= t,
                 (ContextSize::Tokens(k), ContextSize::Tokens(t)) => k >= t,
                 (ContextSize::Fraction(k), ContextSize::Fraction(t)) => k >= t,
                 _ => false,
             };
-            if never {
+            if reaches {
+                let what_happens = match self.stickiness_headroom {
+                    Some(h) => format!(
+                        "when the trigger is reached, stickiness headroom shrinks the kept window toward {h} x the trigger, but never below its floor (half of keep, the newest message with its tool calls, the message before it and the latest user message), so the window stays near the trigger and most later calls compact again"
+                    ),
+                    None => "when the trigger is reached, compaction keeps that window, which alone reaches the trigger again, so every later call compacts again".to_owned(),
+                };
                 warnings.push(ConfigWarning {
                     key: "keep".into(),
                     message: format!(
-                        "keep ({} {}) is not smaller than trigger #{i} ({} {}): summarization can never shrink the context below that trigger, so it will never run for it",
+                        "keep ({} {}) is not smaller than trigger #{i} ({} {}): {what_happens}; set keep to about half of the trigger",
                         self.keep.kind(),
                         show_size(&self.keep),
                         t.kind(),

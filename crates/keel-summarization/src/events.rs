@@ -95,6 +95,10 @@ pub struct ContextCompacted {
     /// Why the model was not used, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Present (`true`) when stickiness headroom could not be met: the fixed part of the
+    /// request and the floor of the recent window are over `headroom` x a trigger.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub headroom_unreachable: bool,
 }
 
 impl ContextCompacted {

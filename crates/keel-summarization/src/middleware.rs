@@ -55,6 +55,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use keel_core::dangling::{Pending, patch_dangling_tool_calls};
 use keel_core::message::Message;
 use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
@@ -76,6 +77,12 @@ use crate::transcript::{DEFAULT_SUMMARY_PROMPT, SummaryPrompt, TranscriptOptions
 
 /// Tokens assumed for a summary not written yet, when planning headroom for a first fold.
 pub const SUMMARY_TOKENS_ESTIMATE: u64 = 500;
+
+/// How many threads the "headroom unreachable" warning remembers.
+const WARNED_THREADS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
 
 /// Resolves `model_name` to a chat model (the application's model registry or factory).
 pub trait ModelRegistry: Send + Sync {
@@ -151,6 +158,11 @@ pub struct CompactionReport {
     pub error: Option<String>,
     /// The summary text sent, if any.
     pub summary: Option<String>,
+    /// Stickiness headroom wanted a smaller window than the floor allows: the fixed part
+    /// of the request (system prompt, tool schemas, rescued skills, the summary) and the
+    /// floor of the recent window are together over `headroom` x a trigger, so a later
+    /// call may compact again. Logged once per thread with the figures.
+    pub headroom_unreachable: bool,
 }
 
 /// A request after the middleware's decision, and what it did.
@@ -320,6 +332,7 @@ impl SummarizationMiddlewareBuilder {
             caller,
             rescue,
             warned_fraction: AtomicBool::new(false),
+            warned_headroom: parking_lot::Mutex::new(lru::LruCache::new(WARNED_THREADS)),
             report_ids: self.report_ids,
         })
     }
@@ -409,6 +422,9 @@ pub struct SummarizationMiddleware {
     cache: Arc<SummaryCache>,
     rescue: RescuePolicy,
     warned_fraction: AtomicBool,
+    /// Threads already warned that headroom is unreachable (bounded: a warning per
+    /// thread, not per call).
+    warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
     report_ids: bool,
     /// Appended to the thread id in the summary cache: a hash of the settings that shape
     /// a summary's text, so a summary made under another prompt or summary model (say,
@@ -499,6 +515,68 @@ impl SummarizationMiddleware {
         }
     }
 
+    /// Once per thread: headroom wanted the window below `headroom` x a trigger, and the
+    /// floor stopped it. Names the figures, so the fix (a larger trigger, a smaller
+    /// system prompt or skill budget) is obvious.
+    fn warn_headroom(
+        &self,
+        thread: &str,
+        headroom: f64,
+        m: &Measured,
+        planner: &Planner<'_>,
+        plan: &plan::Plan,
+        summary_tokens: u64,
+    ) {
+        if self
+            .warned_headroom
+            .lock()
+            .put(thread.to_owned(), ())
+            .is_some()
+        {
+            return;
+        }
+        let (kept_tokens, kept_messages) = planner.kept_size(plan, summary_tokens);
+        let targets: Vec<String> = m
+            .triggers
+            .iter()
+            .map(|t| match *t {
+                Limit::Tokens(n) => format!("{:.0} tokens", headroom * n as f64),
+                Limit::Messages(n) => format!("{:.0} messages", headroom * n as f64),
+            })
+            .collect();
+        tracing::warn!(
+            thread_id = %thread,
+            fixed_tokens = m.fixed,
+            kept_tokens,
+            kept_messages,
+            "summarization: stickiness headroom ({headroom}) wants the request below {} but the system prompt and tool schemas ({} tokens) plus the floor of the recent window (summary, rescued and recent messages: {kept_tokens} tokens in {kept_messages} messages) do not fit; the window stays at its floor and later calls may compact again. Raise the trigger, or shrink the system prompt, tool schemas or skill budgets.",
+            targets.join(" and "),
+            m.fixed,
+        );
+    }
+
+    /// Once per process: a token trigger that the fixed part of the request (system
+    /// prompt and tool schemas) alone nearly fills can never be met by compaction.
+    fn warn_fixed_cost(&self, m: &Measured) {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        let headroom = self.config.stickiness_headroom.unwrap_or(1.0);
+        let too_small = m.triggers.iter().find_map(|t| match *t {
+            Limit::Tokens(n) if m.fixed as f64 >= headroom * n as f64 => Some(n),
+            _ => None,
+        });
+        if let Some(n) = too_small
+            && !WARNED.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                fixed_tokens = m.fixed,
+                trigger_tokens = n,
+                "summarization.trigger: the system prompt and tool schemas alone cost {} tokens, over {headroom} x the {n}-token trigger; compaction cannot bring a request below it, so nearly every call will compact. Raise the trigger well above {:.0} tokens.",
+                m.fixed,
+                m.fixed as f64 / headroom,
+            );
+        }
+    }
+
     fn measure(&self, request: &ModelRequest, counter: &dyn TokenCounter) -> Measured {
         let fixed = request
             .system
@@ -547,6 +625,7 @@ impl SummarizationMiddleware {
                 summary_calls: 0,
                 error,
                 summary: None,
+                headroom_unreachable: false,
             },
         };
         if !self.config.enabled || messages.is_empty() {
@@ -557,6 +636,19 @@ impl SummarizationMiddleware {
         } else if !plan::triggered(&m.triggers, m.total, messages.len()) {
             // Threshold first: no cache lookup, no summary.
             return untouched(Action::PassThrough, &m, None);
+        }
+        self.warn_fixed_cost(&m);
+        // An interrupted run's unanswered calls are answered with a synthetic
+        // "cancelled" result before planning, so the plan never has to cut around them
+        // (and never drops the recent window to get past one).
+        if let Some(patched) = patch_dangling_tool_calls(messages, Pending::Keep) {
+            tracing::warn!(
+                thread_id = %request.runtime.thread_id,
+                patched = patched.len() - messages.len(),
+                "summarization: tool calls without results were answered with a synthetic cancelled result"
+            );
+            let patched = request.with_messages(patched);
+            return Box::pin(self.prepare_inner(&patched, forced)).await;
         }
 
         let thread = request.runtime.thread_id.clone();
@@ -578,6 +670,7 @@ impl SummarizationMiddleware {
                 error,
                 counter.as_ref(),
             )
+            .ok()
         };
         let fits = |p: &Prepared| {
             !plan::triggered(&m.triggers, p.report.tokens_after, p.request.messages.len())
@@ -628,7 +721,9 @@ impl SummarizationMiddleware {
                 Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP)
             }
         };
-        let mut cut = planner.keep_cut(keep);
+        // The floor of the recent window: headroom may shrink what is kept, never empty it.
+        let floor = planner.floor_cut(keep);
+        let mut cut = planner.keep_cut(keep).min(floor);
         if let Some(e) = &cached {
             // What the summary already covers is never sent verbatim again.
             cut = cut.max(planner.pairs().safe_cut_forward(e.boundary));
@@ -637,11 +732,24 @@ impl SummarizationMiddleware {
         let summary_estimate = cached.as_ref().map_or(SUMMARY_TOKENS_ESTIMATE, |e| {
             counter.count_message(&summary_message(&e.summary))
         });
+        let mut headroom_unreachable = false;
         if let Some(h) = self.config.stickiness_headroom {
-            plan =
-                planner.apply_headroom(plan, &m.triggers, h, m.fixed, summary_estimate, &exclude);
+            let reached;
+            (plan, reached) = planner.apply_headroom(
+                plan,
+                &m.triggers,
+                h,
+                m.fixed,
+                summary_estimate,
+                floor.max(cut),
+                &exclude,
+            );
+            if !reached {
+                headroom_unreachable = true;
+                self.warn_headroom(&thread, h, &m, &planner, &plan, summary_estimate);
+            }
         }
-        plan = planner.avoid_task_only(plan, &exclude);
+        plan = planner.avoid_task_only(plan, floor, &exclude);
 
         let evicted: Vec<usize> = plan
             .summarized
@@ -652,7 +760,8 @@ impl SummarizationMiddleware {
         if evicted.is_empty() {
             return match &cached {
                 Some(e) => match reuse(e, SummarySource::Cache, None) {
-                    Some(p) => {
+                    Some(mut p) => {
+                        p.report.headroom_unreachable = headroom_unreachable;
                         self.emit_compacted(request, &p.report);
                         p
                     }
@@ -761,20 +870,19 @@ impl SummarizationMiddleware {
             error,
             counter.as_ref(),
         ) {
-            Some(p) => {
+            Ok(mut p) => {
+                p.report.headroom_unreachable = headroom_unreachable;
                 self.emit_compacted(request, &p.report);
                 p
             }
-            None => untouched(
-                Action::NothingToSummarize,
-                &m,
-                Some("the compacted request failed the pair check".into()),
-            ),
+            Err(why) => untouched(Action::NothingToSummarize, &m, Some(why.into())),
         }
     }
 
-    /// Builds `[summary, *uncovered]` for `entry`; `None` when the result would break the
-    /// pair invariant although the input satisfies it (then the caller sends the original).
+    /// Builds `[summary, *uncovered]` for `entry`. Fails (and the caller sends the
+    /// original) when the result would break the pair invariant although the input
+    /// satisfies it, or would not be smaller than the original: compaction never makes a
+    /// request grow.
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         &self,
@@ -786,7 +894,7 @@ impl SummarizationMiddleware {
         summary_calls: u32,
         error: Option<String>,
         counter: &dyn TokenCounter,
-    ) -> Option<Prepared> {
+    ) -> Result<Prepared, &'static str> {
         let messages: &[Message] = &request.messages;
         let summary = summary_message(&entry.summary);
         let mut out = Vec::with_capacity(messages.len() + 1 - entry.boundary.min(messages.len()));
@@ -825,7 +933,16 @@ impl SummarizationMiddleware {
             && check_pairs(messages).is_ok()
         {
             tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
-            return None;
+            return Err("the compacted request failed the pair check");
+        }
+        // Compaction must shrink what fired: never more tokens when a token trigger was
+        // reached, never as many messages when a message trigger was.
+        let grows = m.triggers.iter().any(|t| match *t {
+            Limit::Tokens(n) => m.total >= n && tokens >= m.total,
+            Limit::Messages(n) => messages.len() as u64 >= n && out.len() >= messages.len(),
+        });
+        if grows {
+            return Err("the compacted request would not be smaller than the original");
         }
         let action = if source == SummarySource::Cache {
             Action::CacheReused
@@ -833,7 +950,7 @@ impl SummarizationMiddleware {
             Action::Compacted
         };
         let messages_after = out.len();
-        Some(Prepared {
+        Ok(Prepared {
             request: request.with_messages(out),
             report: CompactionReport {
                 action,
@@ -851,6 +968,7 @@ impl SummarizationMiddleware {
                 summary_calls,
                 error,
                 summary: Some(entry.summary.clone()),
+                headroom_unreachable: false,
             },
         })
     }
@@ -915,6 +1033,7 @@ impl SummarizationMiddleware {
             kept: report.kept,
             rescued: report.rescued,
             error: report.error.clone(),
+            headroom_unreachable: report.headroom_unreachable,
         }
         .emit(&request.runtime.writer);
     }

@@ -27,6 +27,11 @@ use crate::pairs::PairIndex;
 /// LangChain's fallback when a fraction `keep` cannot be resolved.
 pub const DEFAULT_MESSAGES_TO_KEEP: u64 = 20;
 
+/// The share of `keep` that stickiness headroom may never shrink the kept tail below
+/// (see [`Planner::floor_cut`]): one half.
+pub const KEEP_FLOOR_SHARE: f64 = 1.0 / KEEP_FLOOR_DIVISOR as f64;
+const KEEP_FLOOR_DIVISOR: u64 = 2;
+
 /// A trigger or keep size with fractions resolved against a context window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
@@ -465,18 +470,65 @@ impl<'a> Planner<'a> {
         (tokens, count)
     }
 
+    /// The first index of the bundle `index` belongs to (an AI message with its results
+    /// moves as one).
+    fn bundle_start(&self, index: usize) -> usize {
+        self.pairs
+            .caller_of(index)
+            .unwrap_or(index)
+            .min(self.pairs.safe_cut_back(index))
+    }
+
+    /// The largest cut that keeps the floor of the recent window: the cut may move up to
+    /// here, never past it, whatever stickiness headroom wants.
+    ///
+    /// The floor is the union of
+    /// - the newest message with its whole tool bundle, and the message before it with
+    ///   its bundle (in a tool loop: the results the model just received, and the step
+    ///   before them);
+    /// - the latest real user message, unless rescue keeps it verbatim anyway;
+    /// - [`KEEP_FLOOR_SHARE`] of `keep` (half of `messages: 20` is the last 10 messages;
+    ///   half of `tokens: 3000` is the newest suffix within 1,500 tokens).
+    pub fn floor_cut(&self, keep: Limit) -> usize {
+        let n = self.messages.len();
+        if n == 0 {
+            return 0;
+        }
+        let newest = self.bundle_start(n - 1);
+        let mut floor = if newest > 0 {
+            self.bundle_start(newest - 1)
+        } else {
+            0
+        };
+        let share = match keep {
+            Limit::Messages(k) => Limit::Messages(k.div_ceil(KEEP_FLOOR_DIVISOR)),
+            Limit::Tokens(t) => Limit::Tokens(t / KEEP_FLOOR_DIVISOR),
+        };
+        floor = floor.min(self.pairs.safe_cut_back(keep_cut(share, &self.suffix)));
+        if !self.policy.latest_user_message
+            && let Some(u) = latest_user_message(self.messages)
+        {
+            floor = floor.min(self.pairs.safe_cut_back(u));
+        }
+        floor
+    }
+
     /// Moves the cut forward (whole bundles at a time) until the kept window is below
-    /// `headroom` x every trigger, or nothing more can go. `fixed_tokens` is the system
-    /// prompt and tool schemas; `summary_tokens` the expected summary size.
+    /// `headroom` x every trigger, but never past `floor` (see [`floor_cut`](Self::floor_cut)).
+    /// `fixed_tokens` is the system prompt and tool schemas; `summary_tokens` the expected
+    /// summary size. The flag is false when the floor was reached and the window still
+    /// does not fit: the fixed part (or the floor itself) is too large for headroom.
+    #[allow(clippy::too_many_arguments)]
     pub fn apply_headroom(
         &self,
-        mut plan: Plan,
+        plan: Plan,
         triggers: &[Limit],
         headroom: f64,
         fixed_tokens: u64,
         summary_tokens: u64,
+        floor: usize,
         exclude: &dyn Fn(usize) -> bool,
-    ) -> Plan {
+    ) -> (Plan, bool) {
         let n = self.messages.len();
         let fits = |cut: usize, rescued: &[usize]| {
             let rescued_tokens: u64 = rescued.iter().map(|&i| self.per_message[i]).sum();
@@ -488,25 +540,35 @@ impl<'a> Planner<'a> {
             })
         };
         if fits(plan.cut, &plan.rescued) {
-            return plan;
+            return (plan, true);
         }
         // Only the rescue set is recomputed per step (it depends on the cut); the
         // summarized list is built once at the end, so a long walk stays linear-ish.
         let mut cut = plan.cut;
-        while cut < n {
-            cut = self.pairs.safe_cut_forward(cut + 1);
+        let mut reached = false;
+        while cut < floor {
+            cut = self.pairs.safe_cut_forward(cut + 1).min(floor);
             if fits(cut, &self.rescue(cut, exclude)) {
+                reached = true;
                 break;
             }
         }
-        plan = self.plan_at(cut, exclude);
-        plan
+        if cut == plan.cut {
+            return (plan, reached);
+        }
+        (self.plan_at(cut, exclude), reached)
     }
 
     /// Never summarize only the user's task while keeping its tool outputs: when every
     /// summarized message is a user message and the recent window opens with the tool
-    /// bundle that answers it, move the cut past that bundle.
-    pub fn avoid_task_only(&self, plan: Plan, exclude: &dyn Fn(usize) -> bool) -> Plan {
+    /// bundle that answers it, move the cut past that bundle (unless that would cross
+    /// `floor`).
+    pub fn avoid_task_only(
+        &self,
+        plan: Plan,
+        floor: usize,
+        exclude: &dyn Fn(usize) -> bool,
+    ) -> Plan {
         if plan.summarized.is_empty()
             || !plan.summarized.iter().all(|&i| self.messages[i].is_human())
             || plan.cut >= self.messages.len()
@@ -515,6 +577,9 @@ impl<'a> Planner<'a> {
             return plan;
         }
         let next = self.pairs.safe_cut_forward(plan.cut + 1);
+        if next > floor {
+            return plan;
+        }
         self.plan_at(next, exclude)
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use common::*;
 use keel_core::message::{DYNAMIC_CONTEXT, Message};
+use keel_core::tokens::TokenCounter;
 use keel_summarization::config::ContextSize;
 use keel_summarization::pairs::check_pairs;
 use keel_summarization::plan::latest_user_message;
@@ -198,5 +199,105 @@ proptest! {
         })?;
         prop_assert_eq!(thread, snapshot);
         let _ = Arc::strong_count(&model);
+    }
+}
+
+/// Indices a request must always carry whatever headroom wants: the newest message with
+/// its tool bundle, the message before it with its bundle, and the share of `keep` that
+/// is the floor (half of it).
+fn floor_start(thread: &[Message], keep: ContextSize) -> usize {
+    let n = thread.len();
+    let bundle_start = |i: usize| -> usize {
+        // A tool result belongs to the AI message that opened its run.
+        let mut s = i;
+        while s > 0 && thread[s].is_tool() {
+            s -= 1;
+        }
+        s
+    };
+    let newest = bundle_start(n - 1);
+    let structural = if newest > 0 {
+        bundle_start(newest - 1)
+    } else {
+        0
+    };
+    let share = match keep {
+        ContextSize::Messages(k) => n.saturating_sub(k.div_ceil(2) as usize),
+        ContextSize::Tokens(t) => {
+            let half = t / 2;
+            let mut start = n;
+            let mut used = 0u64;
+            while start > 0 {
+                let c = CharCounter.count_message(&thread[start - 1]);
+                if used + c > half {
+                    break;
+                }
+                used += c;
+                start -= 1;
+            }
+            if start == n { n - 1 } else { start }
+        }
+        ContextSize::Fraction(_) => n,
+    };
+    structural.min(bundle_start(share.min(n - 1)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Headroom may shrink the kept window, never empty it: with a fixed part (system
+    /// prompt) from nothing to twice the trigger, every request keeps the floor, is
+    /// pair-safe and is never larger than the uncompacted request.
+    #[test]
+    fn headroom_keeps_the_floor_whatever_the_fixed_part_costs(
+        turns in prop::collection::vec(turn(), 5..50),
+        trigger in 500u64..5000,
+        keep in prop_oneof![(2u64..30).prop_map(ContextSize::Messages), (100u64..3000).prop_map(ContextSize::Tokens)],
+        headroom in 0.3f64..=1.0,
+        fixed_share in 0.0f64..=2.0,
+        skills in (0u64..6, 0u64..3000, 0u64..1500),
+        latest_user in any::<bool>(),
+    ) {
+        let (thread, calls_at) = build(&turns);
+        let fixed = (trigger as f64 * fixed_share) as usize;
+        let config = config()
+            .trigger(ContextSize::Tokens(trigger))
+            .keep(keep)
+            .stickiness_headroom(Some(headroom))
+            .preserve_latest_user_message(latest_user)
+            .preserve_recent_skill_count(skills.0)
+            .preserve_recent_skill_tokens(skills.1)
+            .preserve_recent_skill_tokens_per_skill(skills.2)
+            .build()
+            .unwrap();
+        let mw = middleware(config).extractive().build().unwrap();
+        let model = SummaryModel::new();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let position: HashMap<&str, usize> = thread.iter().enumerate().map(|(i, m)| (m.id(), i)).collect();
+        rt.block_on(async {
+            let terminal = Terminal::default();
+            for &end in &calls_at {
+                let prefix: Vec<Message> = thread[..end].to_vec();
+                let mut req = request(prefix.clone(), model.clone(), "floor");
+                req.system = (fixed > 0).then(|| Message::system("s".repeat(fixed)));
+                run(&mw, req, &terminal).await.unwrap();
+                let sent = terminal.last();
+                let body: &[Message] = if sent.messages.first().is_some_and(is_summary) { &sent.messages[1..] } else { &sent.messages[..] };
+                if let Err(e) = check_pairs(body) {
+                    return Err(TestCaseError::fail(format!("call at {end}: {e}; sent {:?}", ids(body))));
+                }
+                let sent_at: Vec<usize> = body.iter().map(|m| position[m.id()]).collect();
+                let floor = floor_start(&prefix, keep);
+                for (i, m) in prefix.iter().enumerate().skip(floor) {
+                    prop_assert!(sent_at.contains(&i), "call at {}: floor message {} ({}) missing; sent {:?}", end, i, m.id(), ids(body));
+                }
+                if let Some(u) = latest_user_message(&prefix) {
+                    prop_assert!(sent_at.contains(&u), "latest user message missing at {}", end);
+                }
+                let size = |msgs: &[Message]| -> u64 { msgs.iter().map(|m| CharCounter.count_message(m)).sum() };
+                prop_assert!(size(&sent.messages) <= size(&prefix), "call at {}: the request grew", end);
+            }
+            Ok(())
+        })?;
     }
 }

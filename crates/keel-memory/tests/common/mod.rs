@@ -61,7 +61,8 @@ pub fn cursor(i: usize) -> Cursor {
     stored(i).cursor()
 }
 
-/// The numbers `N` of every `message N` in the fold prompt's new messages block.
+/// The numbers `N` of every `message N` in the fold prompt's new messages block (one
+/// JSON record per line).
 pub fn batch_numbers(prompt: &str) -> Vec<usize> {
     let block = prompt
         .rsplit("<new_messages>")
@@ -69,20 +70,35 @@ pub fn batch_numbers(prompt: &str) -> Vec<usize> {
         .and_then(|s| s.split("</new_messages>").next())
         .unwrap_or("");
     let mut out = Vec::new();
-    for line in block.lines() {
-        let line = line.trim();
-        for prefix in ["user: message ", "assistant: message "] {
-            if let Some(rest) = line.strip_prefix(prefix)
-                && let Ok(n) = rest.trim().parse()
-            {
-                out.push(n);
-            }
+    for line in block.lines().filter(|l| !l.trim().is_empty()) {
+        let record: serde_json::Value =
+            serde_json::from_str(line).expect("one JSON record per line");
+        let role = record["role"].as_str().unwrap_or("");
+        let content = record["content"].as_str().unwrap_or("");
+        if matches!(role, "user" | "assistant")
+            && let Some(n) = content
+                .strip_prefix("message ")
+                .and_then(|r| r.trim().parse().ok())
+        {
+            out.push(n);
         }
-        if line.contains("PRJ-123") && line.starts_with("user:") {
+        if role == "user" && content.contains("PRJ-123") {
             out.push(0);
         }
     }
     out
+}
+
+/// The previous summary in a fold prompt's `<existing_summary>` record ("" before the
+/// first fold).
+pub fn previous_summary(prompt: &str) -> String {
+    prompt
+        .split("<existing_summary>\n")
+        .nth(1)
+        .and_then(|s| s.split("\n</existing_summary>").next())
+        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .and_then(|v| v["summary"].as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// A deterministic fold answer: a function of the prompt only, so a concurrent run and a
@@ -92,13 +108,7 @@ pub fn fold_answer(request: &RecordedRequest) -> String {
     let nums = batch_numbers(&prompt);
     let first = nums.iter().min().copied().unwrap_or(0);
     let last = nums.iter().max().copied().unwrap_or(0);
-    let previous = prompt
-        .split("Summary:\n")
-        .nth(1)
-        .and_then(|s| s.split("\n</existing_summary>").next())
-        .unwrap_or("")
-        .trim()
-        .to_owned();
+    let previous = previous_summary(&prompt);
     let mut summary = previous;
     if !summary.is_empty() {
         summary.push('\n');
