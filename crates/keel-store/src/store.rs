@@ -70,13 +70,15 @@ pub enum Store {
 impl Store {
     /// Opens the store a URL names and runs the migrations:
     ///
-    /// - `sqlite://path/to/keel.db?mode=rwc` (a file, created if missing with
-    ///   `mode=rwc`), `sqlite:keel.db`, or `sqlite::memory:` (feature `sqlite`);
+    /// - `sqlite://path/to/keel.db` (a file, created on first use; `?mode=rw` requires
+    ///   it to exist, `?mode=ro` opens it read-only), `sqlite:keel.db`, or
+    ///   `sqlite::memory:` (feature `sqlite`);
     /// - `postgres://user:password@host:5432/db` or `postgresql://...` (feature `postgres`);
     /// - `memory:` (always available).
     ///
-    /// An unknown scheme is [`ConnectError::UnknownScheme`]; a backend compiled out is
-    /// [`ConnectError::BackendDisabled`], naming the feature to enable.
+    /// A path without a scheme is [`ConnectError::MissingScheme`], with the `sqlite://`
+    /// URL to use; an unknown scheme is [`ConnectError::UnknownScheme`]; a backend
+    /// compiled out is [`ConnectError::BackendDisabled`], naming the feature to enable.
     pub async fn connect(url: &str) -> Result<Store, ConnectError> {
         let Some((scheme, _)) = url.split_once(':').filter(|(s, _)| is_scheme(s)) else {
             return Err(ConnectError::MissingScheme {
