@@ -129,7 +129,7 @@ impl ReplayObserver for Progress {
         }
         if self.lines {
             eprintln!(
-                "keel: call {} (line {}): {} of {} history tokens sent",
+                "keel: call {} (line {}): {} tokens sent, {} in the transcript before it",
                 call.index, call.line, call.request_tokens, call.history_tokens
             );
         }
