@@ -109,7 +109,7 @@ pub fn with_hint(detail: &str) -> String {
     {
         "the host name does not resolve: check the host in the URL"
     } else if lower.contains("database is locked") {
-        "another process held the write lock for more than 5 s; retry, or give each process its own file (or use PostgreSQL)"
+        "another process kept the file locked past the 5 s busy timeout; retry, or give each process its own file (or use PostgreSQL for several writers)"
     } else if lower.contains("unable to open database file") {
         "check that the folder exists and is writable"
     } else if lower.contains("disk is full") || lower.contains("database or disk is full") {

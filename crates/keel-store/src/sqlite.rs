@@ -175,6 +175,35 @@ impl SqliteStore {
     /// Fails with [`ConnectError::ReadOnly`] when the database cannot be written (file
     /// permissions, a read-only mount): a write transaction is begun and rolled back.
     async fn check_writable(&self, url: &str) -> Result<(), ConnectError> {
+        let mut attempt = 1;
+        loop {
+            match self.write_probe().await {
+                Err(e) if attempt < MIGRATE_ATTEMPTS && e.to_string().contains("locked") => {
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                Ok(()) => return Ok(()),
+                Err(e) if is_read_only(&e.to_string()) => {
+                    return Err(ConnectError::ReadOnly {
+                        url: redact_url(url),
+                    });
+                }
+                Err(e) => {
+                    return Err(ConnectError::Connect {
+                        backend: Backend::Sqlite,
+                        url: redact_url(url),
+                        detail: format!(
+                            "checking that the database can be written: {}",
+                            crate::error::with_hint(&e.to_string())
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A write transaction begun and rolled back.
+    async fn write_probe(&self) -> Result<(), sqlx::Error> {
         let probe = async {
             let mut conn = self.pool.acquire().await?;
             sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
@@ -186,17 +215,7 @@ impl SqliteStore {
             sqlx::query("ROLLBACK").execute(&mut *conn).await?;
             write.map(|_| ())
         };
-        match probe.await {
-            Ok(()) => Ok(()),
-            Err(e) if is_read_only(&e.to_string()) => Err(ConnectError::ReadOnly {
-                url: redact_url(url),
-            }),
-            Err(e) => Err(ConnectError::Connect {
-                backend: Backend::Sqlite,
-                url: redact_url(url),
-                detail: crate::error::with_hint(&e.to_string()),
-            }),
-        }
+        probe.await
     }
 
     /// Opens a database from explicit options and runs the migrations. `in_memory`
@@ -234,7 +253,20 @@ impl SqliteStore {
                 SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE),
             )
         };
-        let pool = pool.connect_with(options).await.map_err(|e| {
+        // Switching a brand-new file to WAL needs a moment of exclusive access, and
+        // SQLite reports "database is locked" at once (without its busy wait) to a
+        // process that opens the file in that moment: try again, as for migrations.
+        let mut attempt = 1;
+        let pool = loop {
+            match pool.clone().connect_with(options.clone()).await {
+                Err(e) if attempt < MIGRATE_ATTEMPTS && e.to_string().contains("locked") => {
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
+        let pool = pool.map_err(|e| {
             let detail = e.to_string();
             if is_read_only(&detail) {
                 ConnectError::ReadOnly { url: name.clone() }
