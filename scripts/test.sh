@@ -11,6 +11,26 @@ cargo clippy --workspace --all-targets -- -D warnings
 # keel-store's PostgreSQL backend is an opt-in feature: lint it too.
 cargo clippy -p keel-store --all-features --all-targets -- -D warnings
 
+# Every feature combination a user can pick. The workspace run above unifies features
+# (keel-cli turns on tiktoken, keel-replay both databases), so the paths without them
+# are only built package by package. The facade's code is re-exports, gated by one
+# feature each or by any() of two, so each feature alone, none, and all of them cover
+# every cfg of every crate: dependencies come in the same variants as under
+# `cargo hack --feature-powerset`, without its 128 runs (docs/architecture.md).
+echo "== feature combinations"
+facade_features=(agent summarization tiktoken memory sqlite postgres openai)
+cargo clippy -p keel --no-default-features -- -D warnings
+for feature in "${facade_features[@]}"; do
+    cargo clippy -p keel --no-default-features --features "$feature" -- -D warnings
+done
+cargo clippy -p keel --no-default-features --features summarization,tiktoken -- -D warnings
+# All of them, with the examples (postgres_sessions needs `postgres`) and tests.
+cargo clippy -p keel --all-features --all-targets -- -D warnings
+cargo clippy -p keel-store --no-default-features --all-targets -- -D warnings
+cargo clippy -p keel-store --no-default-features --features postgres --all-targets -- -D warnings
+cargo clippy -p keel-tokens --no-default-features --all-targets -- -D warnings
+cargo clippy -p keel-summarization --all-targets -- -D warnings
+
 # A throwaway PostgreSQL unless KEEL_TEST_POSTGRES_URL names one; stopped on exit.
 echo "== PostgreSQL"
 source scripts/postgres.sh
@@ -20,3 +40,17 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The store conformance suite, migrations and cross-pool tests on PostgreSQL.
 cargo test -p keel-store --features postgres --test postgres
+
+# The top-level examples run as a user would run them (`cargo test` above built the
+# ones the default features allow).
+echo "== examples"
+cargo run -q --example custom_middleware >/dev/null
+yaml_agent_output="$(cargo run -q --example yaml_agent)"
+grep -q "Compacting conversation context" <<<"$yaml_agent_output"
+cargo run -q --features postgres --example postgres_sessions -- "$KEEL_TEST_POSTGRES_URL"
+# Exact token counts in a summarization.yaml reach `keel replay` (the tiktoken feature).
+o200k_config="$(mktemp)"
+sed 's/^  token_counter: approximate$/  token_counter: o200k_base/' examples/summarization.yaml >"$o200k_config"
+grep -q "token_counter: o200k_base" "$o200k_config"
+cargo run -q -p keel-cli -- replay examples/sessions/support-prj123.jsonl --config "$o200k_config" >/dev/null
+rm -f "$o200k_config"

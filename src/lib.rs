@@ -8,6 +8,11 @@
 //! which (defaults: `agent`, `summarization`, `memory`, `sqlite`; opt-in: `tiktoken`,
 //! `postgres`, `openai`).
 //!
+//! The repository's `examples/` walk the whole path through this facade:
+//! `cargo run --example yaml_agent` (summarization from YAML, session memory on SQLite,
+//! streamed events and the `context_compacting` toast, offline by default),
+//! `custom_middleware`, and `postgres_sessions` (feature `postgres`).
+//!
 //! ```
 //! use keel::message::Message;
 //!

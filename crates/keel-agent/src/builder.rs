@@ -4,18 +4,27 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use keel_core::message::Message;
-use keel_core::middleware::Middleware;
+use keel_core::middleware::{Middleware, check_hooks};
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
 use keel_core::store::Checkpointer;
 use keel_core::tool::Tool;
 
-use crate::agent::{Agent, Inner, NodeHook, Pipeline};
+use crate::agent::Agent;
 use crate::checkpointer::InMemoryCheckpointer;
 use crate::error::BuildError;
+use crate::pipeline::Pipeline;
+use crate::run::Inner;
 
 /// Model calls a run may make before it fails with
 /// [`AgentError::RecursionLimit`](crate::AgentError::RecursionLimit).
 pub const DEFAULT_RECURSION_LIMIT: usize = 25;
+
+impl Agent {
+    /// A builder.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder::new()
+    }
+}
 
 /// Builds an [`Agent`]. Middleware are listed outermost first, so the order in code is
 /// the order in which `before_*` hooks run (and the nesting of `wrap_*` hooks).
@@ -107,6 +116,8 @@ impl AgentBuilder {
 
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, m) in self.middleware.iter().enumerate() {
+            // The pipeline trusts hooks(): a hook left out of it would never run.
+            check_hooks(m.as_ref())?;
             if let Some(first) = seen.insert(m.name(), i) {
                 return Err(BuildError::DuplicateMiddleware {
                     name: m.name().to_owned(),
@@ -147,42 +158,5 @@ impl AgentBuilder {
                 .unwrap_or_else(|| Arc::new(InMemoryCheckpointer::new())),
             recursion_limit,
         }))
-    }
-}
-
-impl Pipeline {
-    /// Splits the middleware list into one list per hook, keeping only the middleware
-    /// that implement it: unimplemented hooks then cost nothing per call.
-    fn new(middleware: &[Arc<dyn Middleware>]) -> Self {
-        let node = |hook: NodeHook, reverse: bool| {
-            let mut list: Vec<_> = middleware
-                .iter()
-                .filter(|m| hook.implemented_by(m.hooks()))
-                .map(|m| crate::agent::HookEntry {
-                    node: Arc::from(format!("{}.{}", m.name(), hook.name())),
-                    middleware: m.clone(),
-                })
-                .collect();
-            if reverse {
-                list.reverse();
-            }
-            list
-        };
-        Pipeline {
-            before_agent: node(NodeHook::BeforeAgent, false),
-            before_model: node(NodeHook::BeforeModel, false),
-            after_model: node(NodeHook::AfterModel, true),
-            after_agent: node(NodeHook::AfterAgent, true),
-            wrap_model: middleware
-                .iter()
-                .filter(|m| m.hooks().wrap_model_call)
-                .cloned()
-                .collect(),
-            wrap_tool: middleware
-                .iter()
-                .filter(|m| m.hooks().wrap_tool_call)
-                .cloned()
-                .collect(),
-        }
     }
 }

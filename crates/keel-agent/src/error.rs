@@ -1,6 +1,6 @@
 //! What can go wrong building or running an agent.
 
-use keel_core::middleware::{JumpTarget, MiddlewareError};
+use keel_core::middleware::{JumpTarget, MiddlewareError, UndeclaredHooks};
 use keel_core::model::ModelError;
 use keel_core::state::StateError;
 use keel_core::store::StoreError;
@@ -29,6 +29,10 @@ pub enum BuildError {
         /// The shared name.
         name: String,
     },
+    /// A middleware implements a hook its `hooks()` does not declare, so the agent would
+    /// silently skip it (see `keel_core::middleware::check_hooks`).
+    #[error(transparent)]
+    UndeclaredHooks(#[from] UndeclaredHooks),
     /// The recursion limit must allow at least one model call.
     #[error(
         "recursion_limit = {value} is out of range: it must be at least 1 (model calls per run)"

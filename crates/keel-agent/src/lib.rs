@@ -59,16 +59,28 @@
 //! # }
 //! ```
 
+// Dependencies between modules point one way (each line uses only the lines below it):
+//   builder  → agent, run, pipeline, checkpointer, error
+//   agent    → run, stream, output, error
+//   stream   → output, error
+//   run      → pipeline, output, error
+//   pipeline, output, checkpointer, error, offline → keel-core only
 mod agent;
 mod builder;
 mod checkpointer;
 mod error;
+pub mod offline;
+mod output;
+mod pipeline;
+mod run;
 mod stream;
 
-pub use agent::{Agent, INPUT_NODE, MODEL_NODE, RunOutput, TOOLS_NODE};
+pub use agent::Agent;
 pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
 pub use checkpointer::InMemoryCheckpointer;
 pub use error::{AgentError, BuildError};
+pub use output::RunOutput;
+pub use pipeline::{INPUT_NODE, MODEL_NODE, TOOLS_NODE};
 pub use stream::AgentStream;
 
 // The README's and the middleware guide's examples are compiled and run as doc tests

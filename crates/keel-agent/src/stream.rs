@@ -8,8 +8,8 @@ use futures::Stream;
 use keel_core::stream::StreamEvent;
 use tokio::sync::mpsc;
 
-use crate::agent::{Modes, RunOutput};
 use crate::error::AgentError;
+use crate::output::{Modes, RunOutput};
 
 type RunFuture = Pin<Box<dyn Future<Output = Result<RunOutput, AgentError>> + Send>>;
 

@@ -150,7 +150,8 @@ async fn hook_order_matches_langchain_v1() {
     assert_eq!(out.model_steps, 2);
 }
 
-/// Declares only `before_model`, but would log from every hook if called.
+/// Declares only `before_model`, but implements three more hooks: the trap of a
+/// hand-kept `hooks()`, refused when the agent is built.
 struct OnlyBeforeModel(Log);
 
 #[async_trait]
@@ -198,14 +199,58 @@ impl Middleware for OnlyBeforeModel {
     }
 }
 
+#[test]
+fn hooks_implemented_but_not_declared_are_a_construction_error() {
+    let err = Agent::builder()
+        .model(Arc::new(ScriptedModel::new([Message::ai("hi")])))
+        .middleware(OnlyBeforeModel(Log::default()))
+        .build()
+        .unwrap_err();
+    match err {
+        BuildError::UndeclaredHooks(e) => {
+            assert_eq!(e.middleware, "Only");
+            assert_eq!(e.hooks, ["before_agent", "wrap_model_call", "after_agent"]);
+        }
+        other => panic!("expected UndeclaredHooks, got {other:?}"),
+    }
+}
+
+/// Declares and implements `before_model` only.
+struct BeforeModelOnly(Log);
+
+#[async_trait]
+impl Middleware for BeforeModelOnly {
+    fn name(&self) -> &str {
+        "BeforeModelOnly"
+    }
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            before_model: true,
+            ..Hooks::NONE
+        }
+    }
+    async fn before_model(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        self.0.push("before_model");
+        Ok(HookOutcome::proceed())
+    }
+}
+
 #[tokio::test]
-async fn hooks_a_middleware_does_not_declare_are_skipped() {
+async fn a_middleware_declaring_what_it_implements_runs_only_those_hooks() {
     let log = Log::default();
     let agent = Agent::builder()
         .model(Arc::new(ScriptedModel::new([Message::ai("hi")])))
-        .middleware(OnlyBeforeModel(log.clone()))
+        .middleware(BeforeModelOnly(log.clone()))
         .build()
         .unwrap();
+    assert!(
+        log.take().is_empty(),
+        "building runs no hook of a correct middleware"
+    );
     agent.invoke("t", vec![Message::human("x")]).await.unwrap();
     assert_eq!(log.take(), ["before_model"]);
 }

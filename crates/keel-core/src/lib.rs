@@ -45,7 +45,7 @@ pub mod transcript;
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,
-    Runtime, ToolCallRequest, ToolNext,
+    Runtime, ToolCallRequest, ToolNext, UndeclaredHooks, check_hooks,
 };
 pub use model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
 pub use state::{AgentState, MessageOp, StateUpdate};

@@ -2,15 +2,19 @@
 //!
 //! [`SessionCompressor::prepare`] runs once per turn:
 //!
-//! 1. load the state and the recent window (the last `n_messages` stored messages,
-//!    excluding the current input, trimmed so it never starts or breaks inside a tool
-//!    run);
-//! 2. count the unfolded messages older than the window; while there are at least
+//! 1. load the state and the last `n_messages` stored messages (excluding the current
+//!    input): the first of them is the boundary between "recent" and "older";
+//! 2. count the unfolded messages older than the boundary; while there are at least
 //!    `fold_batch` of them (and at most `max_folds_per_turn` times), fold up to
-//!    `max_batch_messages` of them with one internal model call;
+//!    `max_batch_messages` of them with one internal model call (a batch never ends
+//!    inside a tool run);
 //! 3. merge the answer, save with compare-and-swap; on a lost race, reload and use the
 //!    winner's state and stop folding for this turn (no second model call);
-//! 4. return `[summary message, *recent]` for the model.
+//! 4. return `[summary message, *recent]` for the model, where `recent` is every stored
+//!    message after the fold cursor: the last N plus the older messages not folded yet
+//!    (fewer than `fold_batch` when folds succeed). Summary and window together cover
+//!    the whole session, as the Langflow feature request (#15799) asks: no message is
+//!    in neither. Dangling tool calls in the window get a synthetic cancelled result.
 //!
 //! A failed fold (model error, unparseable answer, storage error while saving) is an
 //! event, never an error: the turn runs with the previous state.
@@ -39,7 +43,7 @@ use crate::fold::merge::{count_words, merge};
 use crate::fold::parse::{FoldOutput, parse_fold_output};
 use crate::fold::{fold_prompt, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
-use crate::window::pair_safe_start;
+use crate::window::provider_safe_rows;
 
 /// What one fold attempt did.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +78,9 @@ pub enum FoldOutcome {
 pub struct TurnMemory {
     /// The state after this turn's folds (or the winner's, after a lost race).
     pub state: SessionMemoryState,
-    /// The recent window, oldest first, pair-safe, without the current input.
+    /// The recent window, oldest first, provider-safe, without the current input: every
+    /// stored message after the fold cursor (at most [`window_cap`] of them), with a
+    /// synthetic "cancelled" result (sent, never stored) after each dangling tool call.
     pub recent: Vec<StoredMessage>,
     /// What each fold attempt of this turn did, in order.
     pub folds: Vec<FoldOutcome>,
@@ -159,6 +165,17 @@ pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The most messages the recent window holds: `n_messages` plus the unfolded older
+/// messages, which stay below `fold_batch` while folds succeed (one turn may add up to
+/// `max_batch_messages` more before its folds run). Past this, folds have been failing
+/// for a while: the oldest unfolded messages are left out, with a warning.
+pub fn window_cap(settings: &SessionMemorySettings) -> usize {
+    settings
+        .n_messages
+        .saturating_add(settings.fold_batch)
+        .saturating_add(settings.max_batch_messages)
 }
 
 /// The storage-agnostic session compressor. See the [module docs](self).
@@ -275,7 +292,7 @@ impl SessionCompressor {
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
         let mut state = self.states.get_state(scope).await?.unwrap_or_default();
-        let (recent, boundary) = self
+        let (fetched, boundary) = self
             .recent_window(scope, &current_ids, state.covered_until.as_ref())
             .await?;
         let models = match &self.summary_model {
@@ -294,14 +311,15 @@ impl SessionCompressor {
             let limit = usize::try_from(eligible)
                 .unwrap_or(usize::MAX)
                 .min(self.settings.max_batch_messages);
-            let batch: Vec<StoredMessage> = self
-                .history
-                .after(scope, state.covered_until.as_ref(), limit)
-                .await?
-                .into_iter()
-                .filter(|m| boundary.as_ref().is_none_or(|b| m.cursor() < *b))
-                .filter(|m| !current_ids.contains(m.message.id()))
-                .collect();
+            let batch = self
+                .batch(
+                    scope,
+                    state.covered_until.as_ref(),
+                    boundary.as_ref(),
+                    &current_ids,
+                    limit,
+                )
+                .await?;
             if batch.len() < self.settings.fold_batch {
                 break;
             }
@@ -332,13 +350,22 @@ impl SessionCompressor {
             }
         }
 
-        // A winner with other settings (a smaller N) may have folded into our window.
-        let mut recent = recent;
-        if let Some(c) = &state.covered_until {
-            recent.retain(|m| m.cursor() > *c);
-            let messages: Vec<Message> = recent.iter().map(|m| m.message.clone()).collect();
-            recent.drain(..pair_safe_start(&messages));
+        // Everything after the (possibly moved) cursor is sent verbatim: what this turn
+        // or a winner with other settings folded is not.
+        let mut window: Vec<StoredMessage> = fetched
+            .into_iter()
+            .filter(|m| state.covered_until.as_ref().is_none_or(|c| m.cursor() > *c))
+            .collect();
+        let cap = window_cap(&self.settings);
+        if window.len() > cap {
+            tracing::warn!(
+                left_out = window.len() - cap,
+                cap,
+                "session memory: more unfolded messages than the window holds (are folds failing?); the oldest are left out until a fold absorbs them"
+            );
+            window.drain(..window.len() - cap);
         }
+        let recent = provider_safe_rows(window);
         let summary =
             render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
         Ok(TurnMemory {
@@ -349,10 +376,10 @@ impl SessionCompressor {
         })
     }
 
-    /// The last `n_messages` stored messages without the current input and after the
-    /// cursor (a folded message is never also sent verbatim), trimmed at the front until
-    /// the window is pair-safe, plus the boundary: the first position that is not "older"
-    /// (the window's first message, else the first stored current message).
+    /// The stored messages after the cursor, without the current input (the newest
+    /// [`window_cap`] + 1 of them: the extra one tells whether the cap cut anything),
+    /// and the boundary: the first of the last `n_messages` of them (else the first
+    /// stored current message). Older than the boundary means eligible for folding.
     async fn recent_window(
         &self,
         scope: &SessionScope,
@@ -360,27 +387,94 @@ impl SessionCompressor {
         covered_until: Option<&Cursor>,
     ) -> Result<(Vec<StoredMessage>, Option<Cursor>), StoreError> {
         let n = self.settings.n_messages;
-        let fetched = self
-            .history
-            .last_n(scope, n.saturating_add(current_ids.len()))
-            .await?;
+        let want = window_cap(&self.settings)
+            .saturating_add(1)
+            .saturating_add(current_ids.len());
+        let fetched = self.history.last_n(scope, want).await?;
         let first_current = fetched
             .iter()
             .find(|m| current_ids.contains(m.message.id()))
             .map(StoredMessage::cursor);
-        let mut window: Vec<StoredMessage> = fetched
+        let window: Vec<StoredMessage> = fetched
             .into_iter()
             .filter(|m| !current_ids.contains(m.message.id()))
             .filter(|m| covered_until.is_none_or(|c| m.cursor() > *c))
             .collect();
-        if window.len() > n {
-            window.drain(..window.len() - n);
-        }
-        // Messages cut here count as older, so the next fold absorbs them.
-        let messages: Vec<Message> = window.iter().map(|m| m.message.clone()).collect();
-        window.drain(..pair_safe_start(&messages));
-        let boundary = window.first().map(StoredMessage::cursor).or(first_current);
+        let boundary = window
+            .get(window.len().saturating_sub(n))
+            .map(StoredMessage::cursor)
+            .or(first_current);
         Ok((window, boundary))
+    }
+
+    /// Up to `limit` messages after the cursor and before the boundary, oldest first,
+    /// never ending inside a tool run: a batch that would end between an AI message's
+    /// calls and their results ends before that AI message instead (or, when the batch
+    /// is all one run, takes the rest of the run).
+    async fn batch(
+        &self,
+        scope: &SessionScope,
+        cursor: Option<&Cursor>,
+        boundary: Option<&Cursor>,
+        current_ids: &HashSet<&str>,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let mut fetched = self
+            .history
+            .after(scope, cursor, limit.saturating_add(1))
+            .await?
+            .into_iter();
+        let mut batch: Vec<StoredMessage> = Vec::with_capacity(limit);
+        let mut next = None;
+        for m in fetched.by_ref() {
+            if batch.len() < limit
+                && boundary.is_none_or(|b| m.cursor() < *b)
+                && !current_ids.contains(m.message.id())
+            {
+                batch.push(m);
+            } else {
+                next = Some(m);
+                break;
+            }
+        }
+        if !next.as_ref().is_some_and(|m| m.message.is_tool()) {
+            return Ok(batch);
+        }
+        // The message after the batch continues a tool run opened inside the batch.
+        let mut k = batch.len();
+        while k > 0 && batch[k - 1].message.is_tool() {
+            k -= 1;
+        }
+        if k > 0 && batch[k - 1].message.tool_calls().is_empty() {
+            // Results without their call (an old, split history): nothing to keep together.
+            return Ok(batch);
+        }
+        let run_start = k.saturating_sub(1);
+        if run_start > 0 {
+            batch.truncate(run_start);
+            return Ok(batch);
+        }
+        // All one run: take the rest of it, past the boundary if need be, but only once
+        // it is closed (a later message that is not a result): results still to come
+        // would otherwise land after the cursor without their call.
+        let mut pending = next;
+        while let Some(m) = pending.take() {
+            if !m.message.is_tool() {
+                return Ok(batch);
+            }
+            let from = m.cursor();
+            batch.push(m);
+            pending = fetched.next();
+            if pending.is_none() {
+                fetched = self
+                    .history
+                    .after(scope, Some(&from), 64)
+                    .await?
+                    .into_iter();
+                pending = fetched.next();
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// Unfolded messages strictly between the cursor and the boundary.

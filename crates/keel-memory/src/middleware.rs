@@ -234,7 +234,7 @@ impl SessionMemoryMiddleware {
         }
         let Some(compressor) = &self.compressor else {
             self.log_fallback_once();
-            return Ok(last_n_pair_safe(&request.messages[..start], n).to_vec());
+            return Ok(last_n_pair_safe(&request.messages[..start], n));
         };
         let run_id = request.runtime.run_id.to_string();
         let cached = self.runs.lock().get(&run_id).cloned();

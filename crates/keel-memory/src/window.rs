@@ -1,14 +1,22 @@
-//! The recent window: a suffix of the history that a provider will accept.
+//! The recent window: a run of the history that a provider will accept.
 //!
-//! A suffix can start inside a tool run (its first messages are results whose call lies
-//! before it) or hold a call whose result never came (an interrupted turn). Either is an
-//! HTTP 400 at the provider, so the window's start moves forward until the suffix passes
-//! keel-summarization's strict pair check. What is cut off counts as older history.
+//! A window can start inside a tool run (its first messages are results whose call was
+//! folded or lies before it) or hold a call whose result never came (an interrupted
+//! turn: a crash, a cancelled run). A leading result is dropped (its call is older
+//! history). A dangling call is answered with a synthetic "cancelled" result, as
+//! LangChain's deepagents `PatchToolCallsMiddleware` does (keel-core's
+//! [`dangling`](keel_core::dangling) module), so the messages before it stay in the
+//! window instead of being cut off. Whatever is still invalid after that (a duplicated
+//! result, an orphan in the middle) moves the window's start forward past it, as a last
+//! resort, with a warning.
 
+use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::message::Message;
+use keel_core::store::StoredMessage;
 use keel_summarization::pairs::{PairViolation, check_pairs_strict};
 
-/// The first index from which `messages[index..]` passes the strict pair check.
+/// The first index from which `messages[index..]` passes the strict pair check
+/// (dangling calls included: patch them first with [`provider_safe`] to keep them).
 pub fn pair_safe_start(messages: &[Message]) -> usize {
     let mut start = 0;
     loop {
@@ -28,10 +36,61 @@ pub fn pair_safe_start(messages: &[Message]) -> usize {
     }
 }
 
-/// The last `n` of `messages`, moved forward to a pair-safe start (the no-store fallback).
-pub fn last_n_pair_safe(messages: &[Message], n: usize) -> &[Message] {
-    let tail = &messages[messages.len().saturating_sub(n)..];
-    &tail[pair_safe_start(tail)..]
+/// `messages` made acceptable to a provider: leading results dropped, dangling calls
+/// answered with a synthetic cancelled result, anything still invalid cut off the front.
+pub fn provider_safe(messages: &[Message]) -> Vec<Message> {
+    let lead = messages.iter().take_while(|m| m.is_tool()).count();
+    let rest = &messages[lead..];
+    let mut out = match patch_dangling_tool_calls(rest, Pending::Patch) {
+        Some(patched) => patched,
+        None => rest.to_vec(),
+    };
+    let start = pair_safe_start(&out);
+    out.drain(..start);
+    out
+}
+
+/// The last `n` of `messages`, made provider-safe (the no-store fallback).
+pub fn last_n_pair_safe(messages: &[Message], n: usize) -> Vec<Message> {
+    provider_safe(&messages[messages.len().saturating_sub(n)..])
+}
+
+/// [`provider_safe`] for stored rows: a synthetic result is a row that is sent, never
+/// stored, with the timestamp of the call it answers.
+pub fn provider_safe_rows(mut rows: Vec<StoredMessage>) -> Vec<StoredMessage> {
+    let lead = rows.iter().take_while(|m| m.message.is_tool()).count();
+    rows.drain(..lead);
+    let messages: Vec<Message> = rows.iter().map(|r| r.message.clone()).collect();
+    let dangling = dangling_tool_calls(&messages, Pending::Patch);
+    if !dangling.is_empty() {
+        tracing::warn!(
+            calls = dangling.len(),
+            "session memory: tool calls without results (an interrupted turn) are sent with a synthetic cancelled result"
+        );
+        let mut patched = Vec::with_capacity(rows.len() + dangling.len());
+        let mut next = dangling.iter().peekable();
+        for (i, row) in rows.into_iter().enumerate() {
+            while let Some(d) = next.next_if(|d| d.insert_at == i) {
+                patched.push(synthetic(d, &patched));
+            }
+            patched.push(row);
+        }
+        for d in next {
+            let row = synthetic(d, &patched);
+            patched.push(row);
+        }
+        rows = patched;
+    }
+    let messages: Vec<Message> = rows.iter().map(|r| r.message.clone()).collect();
+    rows.drain(..pair_safe_start(&messages));
+    rows
+}
+
+fn synthetic(call: &keel_core::dangling::DanglingCall, before: &[StoredMessage]) -> StoredMessage {
+    StoredMessage {
+        timestamp_ms: before.last().map_or(0, |r| r.timestamp_ms),
+        message: keel_core::dangling::cancelled_result(call),
+    }
 }
 
 #[cfg(test)]
@@ -49,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn leading_results_and_dangling_calls_are_cut() {
+    fn leading_results_are_dropped_and_dangling_calls_patched() {
         let msgs = vec![
             Message::human("q"),
             call(&["a", "b"]),
@@ -60,8 +119,13 @@ mod tests {
             Message::human("next"),
             Message::ai("ok"),
         ];
+        // The strict check alone would cut everything before the interrupted call.
         assert_eq!(pair_safe_start(&msgs), 6);
-        assert_eq!(pair_safe_start(&msgs[..5]), 0);
+        let safe = provider_safe(&msgs);
+        assert_eq!(safe.len(), 9, "nothing dropped, one synthetic result added");
+        assert_eq!(safe[6].tool_call_id(), Some("c"));
+        assert!(safe[6].flag(keel_core::dangling::PATCHED));
+        assert!(check_pairs_strict(&safe).is_ok());
         assert_eq!(
             last_n_pair_safe(&msgs[..5], 3).len(),
             1,
@@ -69,5 +133,27 @@ mod tests {
         );
         assert_eq!(last_n_pair_safe(&msgs[..5], 4).len(), 4);
         assert!(last_n_pair_safe(&msgs[2..4], 2).is_empty());
+    }
+
+    #[test]
+    fn rows_get_synthetic_results_that_are_not_stored_rows() {
+        let rows: Vec<StoredMessage> = [
+            Message::tool("x", "orphan"),
+            Message::human("deploy"),
+            call(&["d"]),
+            Message::human("still there?"),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| StoredMessage {
+            timestamp_ms: 10 + i as i64,
+            message: m,
+        })
+        .collect();
+        let safe = provider_safe_rows(rows);
+        assert_eq!(safe.len(), 4);
+        assert!(safe[0].message.is_human());
+        assert_eq!(safe[2].message.id(), "cancelled-d");
+        assert_eq!(safe[2].timestamp_ms, 12);
     }
 }

@@ -1,0 +1,428 @@
+//! One run of the agent loop: before_agent → (before_model → model → after_model →
+//! tools)* → after_agent, with every step checkpointed and streamed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use keel_core::message::{Message, MessageBody, ToolCall, new_id};
+use keel_core::middleware::{
+    HookOutcome, JumpTarget, Middleware, MiddlewareError, ModelHandler, ModelRequest,
+    ModelResponse, Next, Runtime, ToolCallRequest, ToolHandler, ToolNext,
+};
+use keel_core::model::{
+    ChatChunk, ChatModel, ChunkAggregator, ModelError, ModelSettings, ToolChoice,
+};
+use keel_core::state::{AgentState, MessageOp, StateUpdate};
+use keel_core::store::{Checkpoint, Checkpointer};
+use keel_core::stream::{StreamEvent, StreamWriter};
+use keel_core::tool::{Tool, ToolError, ToolSpec};
+use serde_json::Value;
+
+use crate::error::AgentError;
+use crate::output::{Modes, RunOutput};
+use crate::pipeline::{INPUT_NODE, MODEL_NODE, NodeHook, Pipeline, TOOLS_NODE};
+
+/// Everything an agent is made of, shared by its runs (built by
+/// [`AgentBuilder`](crate::AgentBuilder)).
+pub(crate) struct Inner {
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
+    pub(crate) tool_specs: Arc<Vec<ToolSpec>>,
+    pub(crate) tool_names: String,
+    pub(crate) system: Option<Message>,
+    pub(crate) settings: ModelSettings,
+    pub(crate) tool_choice: Option<ToolChoice>,
+    pub(crate) middleware: Vec<Arc<dyn Middleware>>,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) checkpointer: Arc<dyn Checkpointer>,
+    pub(crate) recursion_limit: usize,
+}
+
+/// Where the loop goes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    BeforeModel,
+    Model,
+    AfterModel,
+    Tools,
+    AfterAgent,
+}
+
+impl From<JumpTarget> for Phase {
+    fn from(t: JumpTarget) -> Self {
+        match t {
+            JumpTarget::Model => Phase::BeforeModel,
+            JumpTarget::Tools => Phase::Tools,
+            JumpTarget::End => Phase::AfterAgent,
+        }
+    }
+}
+
+/// One run's mutable facts.
+pub(crate) struct Run {
+    thread_id: Arc<str>,
+    run_id: Arc<str>,
+    writer: StreamWriter,
+    modes: Modes,
+    state: Arc<AgentState>,
+    /// Calls that reached the model (every attempt of a retrying wrap hook counts).
+    calls: AtomicU64,
+    model_steps: usize,
+}
+
+impl Run {
+    pub(crate) fn new(thread_id: &str, writer: StreamWriter, modes: Modes) -> Self {
+        Run {
+            thread_id: Arc::from(thread_id),
+            run_id: Arc::from(new_id().as_str()),
+            writer,
+            modes,
+            state: Arc::new(AgentState::default()),
+            calls: AtomicU64::new(0),
+            model_steps: 0,
+        }
+    }
+
+    pub(crate) async fn execute(
+        mut self,
+        inner: Arc<Inner>,
+        input: Vec<Message>,
+    ) -> Result<RunOutput, AgentError> {
+        let inner = &*inner;
+        if let Some(cp) = inner
+            .checkpointer
+            .latest(&self.thread_id)
+            .await
+            .map_err(|source| self.store_error(source))?
+        {
+            self.state = Arc::new(AgentState {
+                messages: Arc::new(cp.messages),
+                values: cp.values,
+            });
+        }
+        if !input.is_empty() {
+            self.commit(inner, INPUT_NODE, StateUpdate::messages(input), false)
+                .await?;
+        }
+
+        let mut phase = match self.node_hooks(inner, NodeHook::BeforeAgent).await? {
+            Some(jump) => Phase::from(jump),
+            None => Phase::BeforeModel,
+        };
+        loop {
+            phase = match phase {
+                Phase::BeforeModel => match self.node_hooks(inner, NodeHook::BeforeModel).await? {
+                    Some(jump) => Phase::from(jump),
+                    None => Phase::Model,
+                },
+                Phase::Model => {
+                    self.model_step(inner).await?;
+                    Phase::AfterModel
+                }
+                Phase::AfterModel => match self.node_hooks(inner, NodeHook::AfterModel).await? {
+                    Some(jump) => Phase::from(jump),
+                    None if pending_tool_calls(&self.state.messages).is_empty() => {
+                        Phase::AfterAgent
+                    }
+                    None => Phase::Tools,
+                },
+                Phase::Tools => {
+                    self.tools_step(inner).await?;
+                    Phase::BeforeModel
+                }
+                Phase::AfterAgent => break,
+            };
+        }
+        // after_agent ends the run: `end` is the only jump that makes sense there.
+        if let Some(jump) = self.node_hooks(inner, NodeHook::AfterAgent).await?
+            && jump != JumpTarget::End
+        {
+            return Err(AgentError::JumpAfterEnd { target: jump });
+        }
+
+        let state = Arc::try_unwrap(self.state).unwrap_or_else(|shared| (*shared).clone());
+        Ok(RunOutput {
+            state,
+            run_id: self.run_id.to_string(),
+            model_steps: self.model_steps,
+        })
+    }
+
+    fn runtime(&self, node: &str) -> Runtime {
+        Runtime {
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+            // Labelling costs an allocation; skip it when nobody listens.
+            writer: if self.writer.is_connected() {
+                self.writer.for_node(node)
+            } else {
+                StreamWriter::disconnected()
+            },
+            model_call_index: self.calls.load(Ordering::Relaxed),
+        }
+    }
+
+    fn store_error(&self, source: keel_core::store::StoreError) -> AgentError {
+        AgentError::Checkpoint {
+            thread_id: self.thread_id.to_string(),
+            source,
+        }
+    }
+
+    /// Applies an update, announces it, checkpoints the new state.
+    async fn commit(
+        &mut self,
+        inner: &Inner,
+        node: &str,
+        update: StateUpdate,
+        announce: bool,
+    ) -> Result<(), AgentError> {
+        let event = (announce && self.modes.updates).then(|| update.clone());
+        Arc::make_mut(&mut self.state)
+            .apply(update)
+            .map_err(|source| AgentError::State {
+                node: node.to_owned(),
+                source,
+            })?;
+        if let Some(update) = event {
+            self.writer.send(StreamEvent::Updates {
+                node: node.to_owned(),
+                update,
+            });
+        }
+        let checkpoint = Checkpoint {
+            seq: 0,
+            run_id: self.run_id.to_string(),
+            node: node.to_owned(),
+            messages: self.state.messages.to_vec(),
+            values: self.state.values.clone(),
+            created_at_ms: now_ms(),
+        };
+        inner
+            .checkpointer
+            .put(&self.thread_id, checkpoint)
+            .await
+            .map_err(|source| self.store_error(source))?;
+        self.emit_values();
+        Ok(())
+    }
+
+    fn emit_values(&self) {
+        if self.modes.values {
+            self.writer.send(StreamEvent::Values {
+                state: self.state.clone(),
+            });
+        }
+    }
+
+    /// Runs one node hook of every middleware that implements it, in the hook's order.
+    /// A jump skips the remaining middleware of the same hook, as a graph edge would.
+    async fn node_hooks(
+        &mut self,
+        inner: &Inner,
+        hook: NodeHook,
+    ) -> Result<Option<JumpTarget>, AgentError> {
+        let list = inner.pipeline.node_hooks(hook);
+        // Without a consumer the node label is never read: one runtime serves every hook.
+        let shared = (!self.writer.is_connected()).then(|| self.runtime(""));
+        for entry in list {
+            let labelled;
+            let runtime = match &shared {
+                Some(runtime) => runtime,
+                None => {
+                    labelled = self.runtime(&entry.node);
+                    &labelled
+                }
+            };
+            let m = &entry.middleware;
+            let outcome: Result<HookOutcome, MiddlewareError> = match hook {
+                NodeHook::BeforeAgent => m.before_agent(&self.state, runtime).await,
+                NodeHook::BeforeModel => m.before_model(&self.state, runtime).await,
+                NodeHook::AfterModel => m.after_model(&self.state, runtime).await,
+                NodeHook::AfterAgent => m.after_agent(&self.state, runtime).await,
+            };
+            let HookOutcome { update, jump } = outcome?;
+            if !update.is_empty() {
+                self.commit(inner, &entry.node, update, true).await?;
+            } else {
+                self.emit_values();
+            }
+            if let Some(target) = jump {
+                let declared = m.jump_targets();
+                if !declared.contains(&target) {
+                    return Err(AgentError::UndeclaredJump {
+                        middleware: m.name().to_owned(),
+                        hook: hook.name(),
+                        target,
+                        declared: declared.to_vec(),
+                    });
+                }
+                return Ok(Some(target));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn model_step(&mut self, inner: &Inner) -> Result<(), AgentError> {
+        if self.model_steps >= inner.recursion_limit {
+            return Err(AgentError::RecursionLimit {
+                limit: inner.recursion_limit,
+            });
+        }
+        self.model_steps += 1;
+        let call_index = self.calls.load(Ordering::Relaxed);
+        let request = ModelRequest {
+            messages: self.state.messages.clone(),
+            system: inner.system.clone(),
+            tools: inner.tool_specs.clone(),
+            tool_choice: inner.tool_choice.clone(),
+            settings: inner.settings.clone(),
+            model: inner.model.clone(),
+            state: self.state.clone(),
+            runtime: self.runtime(MODEL_NODE),
+        };
+        let terminal = AgentModel {
+            writer: self.modes.messages.then(|| self.writer.clone()),
+            calls: &self.calls,
+        };
+        let response = Next::new(&inner.pipeline.wrap_model, &terminal)
+            .run(request)
+            .await
+            .map_err(|source| AgentError::Model { call_index, source })?;
+        // The wrap hooks' update goes first: if it rebuilds the list, the answer follows it.
+        let mut update = response.update;
+        update.messages.push(MessageOp::Upsert {
+            message: response.message,
+        });
+        self.commit(inner, MODEL_NODE, update, true).await
+    }
+
+    async fn tools_step(&mut self, inner: &Inner) -> Result<(), AgentError> {
+        let calls = pending_tool_calls(&self.state.messages);
+        if calls.is_empty() {
+            // A `tools` jump with nothing pending: no step, no checkpoint.
+            return Ok(());
+        }
+        let terminal = AgentTool {
+            available: &inner.tool_names,
+        };
+        let runtime = self.runtime(TOOLS_NODE);
+        let chain = &inner.pipeline.wrap_tool;
+        // Polled together (not spawned): the calls overlap without needing a runtime handle.
+        let results = futures::future::join_all(calls.into_iter().map(|call| {
+            let request = ToolCallRequest {
+                tool: inner.tools.get(&call.name).cloned(),
+                call,
+                state: self.state.clone(),
+                runtime: runtime.clone(),
+            };
+            let terminal = &terminal;
+            async move {
+                let id = request.call.id.clone();
+                let name = request.call.name.clone();
+                match ToolNext::new(chain, terminal).run(request).await {
+                    Ok(message) => message,
+                    Err(e) => Message::tool_error(id, e.to_string()).with_name(name),
+                }
+            }
+        }))
+        .await;
+        self.commit(inner, TOOLS_NODE, StateUpdate::messages(results), true)
+            .await
+    }
+}
+
+/// Tool calls of the last AI message that have no result after it yet.
+pub(crate) fn pending_tool_calls(messages: &[Message]) -> Vec<ToolCall> {
+    let Some(i) = messages.iter().rposition(Message::is_ai) else {
+        return Vec::new();
+    };
+    let calls = messages[i].tool_calls();
+    if calls.is_empty() {
+        return Vec::new();
+    }
+    let answered: HashSet<&str> = messages[i + 1..]
+        .iter()
+        .filter_map(Message::tool_call_id)
+        .collect();
+    calls
+        .iter()
+        .filter(|c| !answered.contains(c.id.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The innermost model call of the agent: streams the model, forwards each chunk to the
+/// `messages` stream, and assembles the answer. Middleware that call a [`ChatModel`]
+/// themselves (a summary call) bypass this handler, so their tokens never reach users.
+struct AgentModel<'a> {
+    writer: Option<StreamWriter>,
+    calls: &'a AtomicU64,
+}
+
+#[async_trait]
+impl ModelHandler for AgentModel<'_> {
+    async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let call_index = self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut stream = request.model.stream(request.chat_request()).await?;
+        let mut aggregator = ChunkAggregator::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk: ChatChunk = chunk?;
+            aggregator.push(&chunk);
+            // The whole answer repeats the pieces already streamed; `updates` and
+            // `values` carry it.
+            if matches!(chunk, ChatChunk::Complete { .. }) {
+                continue;
+            }
+            if let Some(writer) = &self.writer {
+                writer.send(StreamEvent::Messages {
+                    chunk,
+                    node: MODEL_NODE.to_owned(),
+                    call_index,
+                });
+            }
+        }
+        let mut message = aggregator.finish()?;
+        if let MessageBody::Ai(ai) = message.body_mut() {
+            let profile = request.model.profile();
+            ai.response_metadata
+                .entry("provider")
+                .or_insert_with(|| Value::String(profile.provider.clone()));
+            ai.response_metadata
+                .entry("model")
+                .or_insert_with(|| Value::String(profile.name.clone()));
+        }
+        Ok(ModelResponse::new(message))
+    }
+}
+
+/// The innermost tool call: an unknown tool or a tool failure is a [`ToolError`], which
+/// the tools step turns into an error tool message.
+struct AgentTool<'a> {
+    available: &'a str,
+}
+
+#[async_trait]
+impl ToolHandler for AgentTool<'_> {
+    async fn call(&self, request: ToolCallRequest) -> Result<Message, ToolError> {
+        let ToolCallRequest { call, tool, .. } = request;
+        let Some(tool) = tool else {
+            return Err(ToolError::Unknown {
+                name: call.name,
+                available: self.available.to_owned(),
+            });
+        };
+        let content = tool.call(call.args).await?;
+        Ok(Message::tool(call.id, content).with_name(call.name))
+    }
+}

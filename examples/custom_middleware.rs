@@ -1,0 +1,129 @@
+//! Middleware written from scratch: the README's example, runnable.
+//!
+//! ```sh
+//! cargo run --example custom_middleware
+//! ```
+//!
+//! `Temperature` sets the temperature of every model call and `LastN` keeps only the
+//! last message in what the model is sent (state keeps everything). A third middleware,
+//! `ShowRequest`, innermost, prints what actually reaches the model, so you can see the
+//! other two at work. Middleware are added outermost first: `before_*` hooks run in that
+//! order, `after_*` in reverse, and wrap hooks nest (docs/writing-middleware.md).
+//!
+//! The model is `keel::agent::offline::OfflineModel`, which runs without a server; swap
+//! in `keel::openai::OpenAiConfig::from_env()?.build()?` (feature `openai`) for a real
+//! one.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel::agent::Agent;
+use keel::agent::offline::OfflineModel;
+use keel::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel::{Message, ModelError};
+
+/// Sets the temperature of every model call.
+struct Temperature(f32);
+
+#[async_trait]
+impl Middleware for Temperature {
+    fn name(&self) -> &str {
+        "Temperature"
+    }
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            wrap_model_call: true,
+            ..Hooks::NONE
+        }
+    }
+    async fn wrap_model_call(
+        &self,
+        mut request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        request.settings.temperature = Some(self.0);
+        next.run(request).await
+    }
+}
+
+/// Keeps only the last `n` messages in what the model is sent (state keeps everything).
+struct LastN(usize);
+
+#[async_trait]
+impl Middleware for LastN {
+    fn name(&self) -> &str {
+        "LastN"
+    }
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            wrap_model_call: true,
+            ..Hooks::NONE
+        }
+    }
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let skip = request.messages.len().saturating_sub(self.0);
+        let recent = request.messages[skip..].to_vec();
+        next.run(request.with_messages(recent)).await
+    }
+}
+
+/// Prints what reaches the model and what it answers.
+struct ShowRequest;
+
+#[async_trait]
+impl Middleware for ShowRequest {
+    fn name(&self) -> &str {
+        "ShowRequest"
+    }
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            wrap_model_call: true,
+            ..Hooks::NONE
+        }
+    }
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        println!(
+            "model sees {} message(s) at temperature {:?}, starting with {:?}",
+            request.messages.len(),
+            request.settings.temperature,
+            request.messages.first().map(|m| m.text().into_owned()),
+        );
+        let response = next.run(request).await?;
+        println!("model answers: {}", response.message.text());
+        Ok(response)
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let agent = Agent::builder()
+        .model(Arc::new(OfflineModel::new()))
+        .system_prompt("You are a helpful assistant.")
+        .middleware(Temperature(0.2)) // outermost
+        .middleware(LastN(1))
+        .middleware(ShowRequest) // innermost: closest to the model
+        .build()?;
+
+    let history = vec![
+        Message::human("hello"),
+        Message::ai("hello!"),
+        Message::human("hi"),
+    ];
+    let out = agent.invoke("thread-1", history).await?;
+    println!(
+        "state keeps all {} messages; the last one: {}",
+        out.state.messages.len(),
+        out.last_message()
+            .map(|m| m.text().into_owned())
+            .unwrap_or_default()
+    );
+    Ok(())
+}
