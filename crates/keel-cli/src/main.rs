@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    caps: commands::Caps,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,15 +46,18 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::CheckTranscript(args) => commands::check_transcript::run(args),
-        Command::Tokens(args) => commands::tokens::run(args),
-        Command::Compact(args) => commands::compact::run(args),
-        Command::Replay(args) => commands::replay::run(args),
+        Command::CheckTranscript(args) => commands::check_transcript::run(args, &cli.caps),
+        Command::Tokens(args) => commands::tokens::run(args, &cli.caps),
+        Command::Compact(args) => commands::compact::run(args, &cli.caps),
+        Command::Replay(args) => commands::replay::run(args, &cli.caps),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("keel: error: {}", commands::describe(&*error));
+            eprintln!(
+                "keel: error: {}",
+                commands::clean(&commands::describe(&*error))
+            );
             ExitCode::FAILURE
         }
     }

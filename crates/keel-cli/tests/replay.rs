@@ -144,7 +144,10 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     for (file, expected) in [
         ("missing.jsonl", "missing.jsonl"),
         ("bad.jsonl", "bad.jsonl:2:"),
-        ("orphan.jsonl", "line 2: tool result for call \"c7\""),
+        (
+            "orphan.jsonl",
+            "orphan.jsonl:2: orphan tool result: no assistant message issued tool call \"c7\"",
+        ),
     ] {
         let out = keel(dir.path(), &[file, "--memory", "session"]);
         assert_eq!(out.status.code(), Some(1), "{file}");
@@ -156,5 +159,45 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
             !dir.path().join("keel.db").exists(),
             "{file} created a database"
         );
+    }
+}
+
+#[test]
+fn two_processes_replay_into_one_session_and_progress_can_be_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("shared.db").display());
+    // A second transcript with other ids (ids are unique per session).
+    let copy = dir.path().join("copy.jsonl");
+    let text = std::fs::read_to_string(session()).unwrap();
+    std::fs::write(&copy, text.replace("\"prj123-", "\"copy-prj123-")).unwrap();
+    let copy = copy.display().to_string();
+    let spawn = |transcript: &str| {
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .current_dir(dir.path())
+            .args([
+                "replay",
+                transcript,
+                "--memory",
+                "session",
+                "--db",
+                &db,
+                "--session",
+                "shared",
+                "--progress",
+                "lines",
+                "--json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(&session()), spawn(&copy));
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("keel: call 1 (line 3): "), "{err}");
+        assert_eq!(err.matches("keel: call ").count(), 102, "{err}");
     }
 }

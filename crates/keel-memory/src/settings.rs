@@ -1,4 +1,4 @@
-//! Session-memory settings: typed, with the Langflow feature request's (#15799) defaults, validated before use.
+//! Session-memory settings: typed, with documented defaults, validated before use.
 //!
 //! Every setting has a documented range; [`SessionMemorySettings::validate`] rejects a
 //! value outside it with an error naming the field, the value and the allowed range, so
@@ -50,7 +50,7 @@ pub enum SettingsError {
         field: &'static str,
         /// The value given.
         value: usize,
-        /// The allowed range, as text (`1..=500`, `fold_batch..=500`).
+        /// The allowed range, as text (`a whole number in [1, 500]`).
         range: String,
     },
     /// A pinned key that cannot be used.
@@ -141,7 +141,7 @@ fn in_range(
         Err(SettingsError::OutOfRange {
             field,
             value,
-            range: format!("{}..={}", range.start(), range.end()),
+            range: format!("a whole number in [{}, {}]", range.start(), range.end()),
         })
     }
 }
@@ -207,9 +207,9 @@ impl SessionMemorySettings {
                 field: "max_batch_messages",
                 value: self.max_batch_messages,
                 range: format!(
-                    "fold_batch..={} (fold_batch is {})",
+                    "a whole number in [{}, {}] (at least fold_batch)",
+                    self.fold_batch,
                     MAX_BATCH_MESSAGES_RANGE.end(),
-                    self.fold_batch
                 ),
             });
         }
@@ -269,7 +269,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_the_seed_values_and_valid() {
+    fn defaults_are_the_documented_values_and_valid() {
         let s = SessionMemorySettings::default();
         assert_eq!(
             (
@@ -292,7 +292,7 @@ mod tests {
         };
         let e = s.validate().unwrap_err().to_string();
         assert!(
-            e.contains("summary_word_budget") && e.contains('3') && e.contains("10..=5000"),
+            e.contains("summary_word_budget") && e.contains('3') && e.contains("[10, 5000]"),
             "{e}"
         );
 

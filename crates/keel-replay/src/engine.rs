@@ -9,6 +9,7 @@
 //! hooks are applied as the agent applies them, so a middleware that rewrites state sees
 //! the consequences on the next call, exactly as it would live.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use keel_core::message::{HIDE_FROM_UI, Message};
@@ -32,7 +33,7 @@ use crate::report::{CallReport, ReplayReport};
 use crate::transcript::Transcript;
 
 /// How many trailing messages the baseline sends verbatim: Langflow's default
-/// `n_messages`, the starting point of seed 000.
+/// `n_messages = 100`, the behaviour Langflow feature request #15799 sets out to improve.
 pub const BASELINE_WINDOW: usize = 100;
 
 /// Node name of the model step, as the agent names it in events.
@@ -173,6 +174,12 @@ pub trait ReplayObserver: Send {
     fn started(&mut self, _calls: usize) {}
     /// One call is done.
     fn call_done(&mut self, _call: &CallReport, _request: Option<&SentRequest>) {}
+    /// Whether `call_done` needs the request's messages. When it does not and the
+    /// engine keeps no requests, a request the stack left untouched (the whole history)
+    /// is not held past its counting, so appending the answer never copies the history.
+    fn wants_requests(&self) -> bool {
+        true
+    }
 }
 
 /// An observer that ignores everything.
@@ -197,6 +204,7 @@ pub struct ReplayEngine {
     thread_id: String,
     profile: ModelProfile,
     tools: Arc<Vec<ToolSpec>>,
+    keep_requests: bool,
 }
 
 impl ReplayEngine {
@@ -209,7 +217,15 @@ impl ReplayEngine {
             thread_id: "replay".to_owned(),
             profile: ModelProfile::new("transcript", "replay"),
             tools: Arc::new(Vec::new()),
+            keep_requests: true,
         }
+    }
+
+    /// Whether [`Replay::requests`] keeps every request (default) or stays empty: the
+    /// observer sees each request either way.
+    pub fn with_kept_requests(mut self, keep: bool) -> Self {
+        self.keep_requests = keep;
+        self
     }
 
     /// The thread id middleware see (summary caches key on it).
@@ -237,6 +253,7 @@ impl ReplayEngine {
         observer: &mut dyn ReplayObserver,
     ) -> Result<Replay, ReplayError> {
         let mut run = Run::new(self, transcript);
+        run.observer_wants_requests = observer.wants_requests();
         observer.started(transcript.model_calls());
         for position in 0..transcript.messages().len() {
             let message = &transcript.messages()[position];
@@ -266,9 +283,18 @@ struct Run<'a> {
     turns: u64,
     calls_in_turn: u64,
     call_index: usize,
-    /// Tokens of each transcript message, counted once.
-    message_tokens: Vec<u64>,
+    /// `prefix_tokens[i]`: tokens of the first `i` transcript messages, each counted
+    /// once, so a call's history and baseline cost O(1) instead of a sum over the
+    /// history (which made a replay quadratic).
+    prefix_tokens: Vec<u64>,
     system_tokens: u64,
+    /// Ids that hooks upserted into state. A transcript message with one of these ids
+    /// replaces it (as `MessageOp::Upsert` does); any other transcript message is new
+    /// (the shared check makes transcript ids unique) and is appended without the scan
+    /// by id that `AgentState::apply` does for an upsert.
+    hook_ids: HashSet<String>,
+    /// See [`ReplayObserver::wants_requests`].
+    observer_wants_requests: bool,
     report: ReplayReport,
     requests: Vec<Option<SentRequest>>,
 }
@@ -298,11 +324,14 @@ impl<'a> Run<'a> {
             turns: 0,
             calls_in_turn: 0,
             call_index: 0,
-            message_tokens: transcript
-                .messages()
-                .iter()
-                .map(|m| counter.count_message(m))
+            prefix_tokens: std::iter::once(0)
+                .chain(transcript.messages().iter().scan(0u64, |sum, m| {
+                    *sum += counter.count_message(m);
+                    Some(*sum)
+                }))
                 .collect(),
+            hook_ids: HashSet::new(),
+            observer_wants_requests: true,
             report: ReplayReport {
                 counter: counter.name().to_owned(),
                 ..Default::default()
@@ -332,7 +361,22 @@ impl<'a> Run<'a> {
             // ended without a final answer.
             self.end_turn(position).await?;
         }
-        self.apply(position, "input", StateUpdate::messages([message]))
+        self.append_transcript_message(position, "input", message)
+    }
+
+    /// Appends a transcript message to the history, in O(1) unless a hook put a message
+    /// with its id there first.
+    fn append_transcript_message(
+        &mut self,
+        position: usize,
+        node: &str,
+        message: Message,
+    ) -> Result<(), ReplayError> {
+        if self.hook_ids.contains(message.id()) {
+            return self.apply(position, node, StateUpdate::messages([message]));
+        }
+        Arc::make_mut(&mut Arc::make_mut(&mut self.state).messages).push(message);
+        Ok(())
     }
 
     fn apply(
@@ -343,6 +387,11 @@ impl<'a> Run<'a> {
     ) -> Result<(), ReplayError> {
         if update.is_empty() {
             return Ok(());
+        }
+        for op in &update.messages {
+            if let MessageOp::Upsert { message } = op {
+                self.hook_ids.insert(message.id().to_owned());
+            }
         }
         Arc::make_mut(&mut self.state)
             .apply(update)
@@ -453,9 +502,40 @@ impl<'a> Run<'a> {
 
         // As the agent does: the wrap hooks' update first, then the answer, which is the
         // transcript's message (the history must stay the recorded one).
-        let mut update = response.update;
-        update.messages.push(MessageOp::Upsert { message: answer });
-        self.apply(position, MODEL_NODE, update)?;
+        let history_tokens = self.system_tokens + self.prefix_tokens[position];
+        // A request the stack left untouched is the history itself: its count is known.
+        let untouched = sent.as_ref().is_some_and(|s| {
+            Arc::ptr_eq(&s.messages, &self.state.messages)
+                && Arc::ptr_eq(&s.tools, &self.engine.tools)
+                && s.system == self.system
+        });
+        let request_tokens = match &sent {
+            Some(_) if untouched => history_tokens,
+            Some(s) => self
+                .engine
+                .counter
+                .count_request(s.system.as_ref(), &s.messages, &s.tools),
+            None => 0,
+        };
+        let pair_violation = match &sent {
+            // The history passed the shared check, so its pairs are sound.
+            Some(_) if untouched => None,
+            Some(s) => check_pairs(&s.messages).err().map(|v| v.to_string()),
+            None => None,
+        };
+        // Once counted, an untouched request shares nothing the state needs: give the
+        // history back so appending the answer does not copy it.
+        let sent = sent.map(|mut s| {
+            if untouched && !self.engine.keep_requests && !self.observer_wants_requests {
+                s.messages = Arc::new(Vec::new());
+            }
+            s
+        });
+
+        // As the agent does: the wrap hooks' update first, then the answer, which is the
+        // transcript's message (the history must stay the recorded one).
+        self.apply(position, MODEL_NODE, response.update)?;
+        self.append_transcript_message(position, MODEL_NODE, answer)?;
         self.node_hooks(position, NodeHook::AfterModel).await?;
         if self.transcript.messages()[position].tool_calls().is_empty() {
             self.end_turn(position).await?;
@@ -469,16 +549,10 @@ impl<'a> Run<'a> {
         }
         let (summary_runs, cache_event) = classify(&events);
         self.report.totals.summary_calls += summary_runs;
-        let (request_messages, request_tokens, carries_summary, pair_violation) = match &sent {
-            Some(s) => (
-                s.messages.len(),
-                self.engine
-                    .counter
-                    .count_request(s.system.as_ref(), &s.messages, &s.tools),
-                s.messages.iter().any(is_summary),
-                check_pairs(&s.messages).err().map(|v| v.to_string()),
-            ),
-            None => (0, 0, false, None),
+        let (request_messages, carries_summary) = match &sent {
+            Some(_) if untouched => (position, false),
+            Some(s) => (s.messages.len(), s.messages.iter().any(is_summary)),
+            None => (0, false),
         };
         if let Some(s) = &sent
             && let Some(summary) = s.messages.iter().find(|m| is_summary(m))
@@ -490,12 +564,11 @@ impl<'a> Run<'a> {
                 .trim_start();
             self.report.summary = Some(body.to_owned());
         }
-        let history = &self.message_tokens[..position];
         let report = CallReport {
             index: call,
             line,
             history_messages: position,
-            history_tokens: self.system_tokens + history.iter().sum::<u64>(),
+            history_tokens,
             request_messages,
             request_tokens,
             summary_call: summary_runs > 0,
@@ -507,11 +580,13 @@ impl<'a> Run<'a> {
     }
 
     fn finish_call(&mut self, call: CallReport, request: Option<SentRequest>) {
-        let history = &self.message_tokens[..call.history_messages];
-        let window = &history[history.len().saturating_sub(BASELINE_WINDOW)..];
-        let baseline = self.system_tokens + window.iter().sum::<u64>();
+        let h = call.history_messages;
+        let baseline = self.system_tokens + self.prefix_tokens[h]
+            - self.prefix_tokens[h.saturating_sub(BASELINE_WINDOW)];
         self.report.push(call, baseline);
-        self.requests.push(request);
+        if self.engine.keep_requests {
+            self.requests.push(request);
+        }
         self.call_index += 1;
     }
 
@@ -524,8 +599,8 @@ impl<'a> Run<'a> {
 }
 
 /// True for the summary message a compacting middleware puts in a request: a user-role
-/// message named `summary` or flagged `hide_from_ui` (seed 003's convention, shared by
-/// summarization and session memory).
+/// message named `summary` or flagged `hide_from_ui` (the convention summarization and
+/// session memory share, so a UI can hide it).
 pub fn is_summary(message: &Message) -> bool {
     message.is_human() && (message.name() == Some(SUMMARY_NAME) || message.flag(HIDE_FROM_UI))
 }

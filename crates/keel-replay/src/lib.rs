@@ -51,7 +51,9 @@
 //! ```
 
 pub mod answer;
+pub mod check;
 pub mod engine;
+pub mod input;
 pub mod report;
 pub mod setup;
 pub mod transcript;
@@ -61,8 +63,10 @@ pub use engine::{
     BASELINE_WINDOW, Quiet, Replay, ReplayEngine, ReplayError, ReplayObserver, SentRequest,
     classify, is_summary,
 };
+pub use input::Limits;
 pub use report::{CallReport, ReplayReport, Totals};
 pub use setup::{
-    DEFAULT_DB_URL, FinishError, MemoryOptions, Prepared, ReplayOptions, SetupError, prepare,
+    DEFAULT_DB_URL, FinishError, MemoryOptions, Prepared, ReplayOptions, SetupError,
+    load_summarization, prepare, transcript_warnings,
 };
 pub use transcript::{InvalidTranscript, LoadError, Transcript};

@@ -44,7 +44,7 @@ pub struct Totals {
     /// Tokens the middleware stack sent, over all calls.
     pub sent_tokens: u64,
     /// Tokens of sending the system prompt plus the last 100 messages verbatim on every
-    /// call (Langflow's default `n_messages = 100`, the starting point of seed 000).
+    /// call (Langflow's default `n_messages = 100`; Langflow feature request #15799).
     pub baseline_last100_tokens: u64,
     /// Tokens of sending the whole history verbatim on every call.
     pub full_history_tokens: u64,

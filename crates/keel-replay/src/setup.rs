@@ -23,6 +23,7 @@ use keel_summarization::middleware::{BuildError, SummarizationMiddleware};
 use keel_tokens::{ApproximateCounter, CachedCounter};
 
 use crate::engine::{Replay, ReplayEngine, ReplayError, ReplayObserver};
+use crate::input::Limits;
 use crate::transcript::{LoadError, Transcript};
 
 /// The database used when session memory needs one and no URL is given: `./keel.db`,
@@ -60,6 +61,17 @@ pub struct ReplayOptions {
     pub summary_model: Option<String>,
     /// The answering model's context window, for `fraction` triggers and keeps.
     pub context_window: Option<u64>,
+    /// The session id (and thread id) to replay into. Default: a new id per run, so
+    /// replays never mix; give the same id to several replays to share one session.
+    pub session: Option<String>,
+    /// Caps on what is read from the transcript and the configuration.
+    pub limits: Limits,
+    /// The largest configuration file accepted, in bytes.
+    pub max_config_bytes: Option<u64>,
+    /// Do not keep each request in [`Replay::requests`]: a caller that handles them as
+    /// they come (a dump written by a [`ReplayObserver`]) keeps memory flat on a long
+    /// transcript.
+    pub discard_requests: bool,
 }
 
 /// A replay that could not start. Nothing was written.
@@ -69,12 +81,25 @@ pub enum SetupError {
     #[error(transparent)]
     Transcript(#[from] LoadError),
     /// The summarization configuration is invalid.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", config_error(path, source))]
     Config {
         /// The YAML file.
         path: PathBuf,
         /// What is wrong, with the key.
-        source: ConfigError,
+        source: Box<ConfigError>,
+    },
+    /// A `fraction` size needs the model's context window, which a replay cannot know.
+    #[error(
+        "{}: summarization.{key} is a fraction of the model's context window, which keel \
+         cannot know offline; pass --context-window TOKENS (the answering model's input \
+         limit, for example 128000) or use a `tokens` size",
+        path.display()
+    )]
+    NeedsContextWindow {
+        /// The YAML file.
+        path: PathBuf,
+        /// The key (`trigger[0]`, `keep`).
+        key: String,
     },
     /// The summarization middleware could not be built from a valid configuration.
     #[error("{}: {source}", path.display())]
@@ -82,7 +107,7 @@ pub enum SetupError {
         /// The YAML file.
         path: PathBuf,
         /// What is wrong.
-        source: BuildError,
+        source: Box<BuildError>,
     },
     /// A session-memory setting is out of range.
     #[error("--memory session: {0}")]
@@ -90,6 +115,15 @@ pub enum SetupError {
     /// The summary model is misconfigured.
     #[error("--summary-model: {0}")]
     SummaryModel(#[from] keel_openai::ConfigError),
+    /// Session memory needs to write, and the database was opened read-only.
+    #[error(
+        "--db {url}: session memory writes the session to the database, which `mode=ro` \
+         opens read-only; drop `?mode=ro`"
+    )]
+    ReadOnlyForMemory {
+        /// The URL, password hidden.
+        url: String,
+    },
     /// The database could not be opened.
     #[error("--db: {0}")]
     Connect(#[from] ConnectError),
@@ -140,20 +174,99 @@ pub enum FinishError {
     Store(#[from] StoreError),
 }
 
+/// A configuration error with its file named once.
+fn config_error(path: &Path, e: &ConfigError) -> String {
+    match e {
+        // These name the file already.
+        ConfigError::Io { .. } | ConfigError::TooLarge { .. } => e.to_string(),
+        _ => format!("{}: {e}", path.display()),
+    }
+}
+
+/// The transcript's warnings as `FILE:LINE: message` lines.
+pub fn transcript_warnings(path: &Path, transcript: &Transcript) -> Vec<String> {
+    transcript
+        .warnings()
+        .iter()
+        .map(|f| format!("{}:{}: {}", path.display(), f.line, f.problem))
+        .collect()
+}
+
+/// Loads a `summarization.yaml` the way every `keel` command does: the same checks, the
+/// same warnings (an empty file, `enabled: false`, an unused `model_name`), and a
+/// `fraction` size refused when the context window is unknown.
+pub fn load_summarization(
+    path: &Path,
+    context_window: Option<u64>,
+    summary_model: Option<&str>,
+    max_bytes: Option<u64>,
+) -> Result<(SummarizationConfig, Vec<String>), SetupError> {
+    let cap = max_bytes.unwrap_or(keel_summarization::config::MAX_CONFIG_BYTES);
+    let loaded = SummarizationConfig::from_yaml_file_with_cap(path, cap).map_err(|source| {
+        SetupError::Config {
+            path: path.to_owned(),
+            source: Box::new(source),
+        }
+    })?;
+    let config = loaded.config;
+    let mut warnings: Vec<String> = loaded
+        .warnings
+        .iter()
+        .map(|w| format!("{}: {w}", path.display()))
+        .collect();
+    if !config.enabled {
+        let why = if loaded.empty {
+            "the file sets nothing, and summarization.enabled defaults to false"
+        } else {
+            "summarization.enabled is false"
+        };
+        warnings.push(format!(
+            "{}: {why}, so requests pass through unchanged; set `enabled: true` and a \
+             trigger to compact",
+            path.display()
+        ));
+        return Ok((config, warnings));
+    }
+    if context_window.is_none()
+        && let Err(keel_summarization::config::ConfigError::Invalid { key, .. }) =
+            config.check_context_window(None)
+    {
+        return Err(SetupError::NeedsContextWindow {
+            path: path.to_owned(),
+            key: key.trim_end_matches(".value").to_owned(),
+        });
+    }
+    if let Some(name) = &config.model_name {
+        warnings.push(format!(
+            "{}: summarization.model_name = {name:?} is not used by keel; summaries come \
+             from {}",
+            path.display(),
+            summary_model.map_or_else(
+                || "the built-in extractive summarizer".to_owned(),
+                |m| format!("--summary-model {m}")
+            )
+        ));
+    }
+    Ok((config, warnings))
+}
+
 /// Checks every input, then builds the middleware stack and opens the database.
 pub async fn prepare(
     transcript: impl AsRef<Path>,
     options: &ReplayOptions,
 ) -> Result<Prepared, SetupError> {
     let transcript_path = transcript.as_ref();
-    let transcript = Transcript::read(transcript_path)?;
+    let transcript = Transcript::read_for_replay(transcript_path, options.limits)?;
     let stem = transcript_path
         .file_stem()
         .map_or_else(|| "transcript".into(), |s| s.to_string_lossy().into_owned());
-    let thread_id = format!("replay-{stem}-{}", new_id());
+    let thread_id = match &options.session {
+        Some(id) => id.clone(),
+        None => format!("replay-{stem}-{}", new_id()),
+    };
     let mut profile = ModelProfile::new("transcript", "replay");
     profile.max_input_tokens = options.context_window;
-    let mut warnings = Vec::new();
+    let mut warnings = transcript_warnings(transcript_path, &transcript);
 
     // 1. Everything that needs no database, so a bad input fails before any write.
     let summary_model: Option<Arc<dyn ChatModel>> = match &options.summary_model {
@@ -166,29 +279,14 @@ pub async fn prepare(
     };
     let summarization = match &options.config {
         Some(path) => {
-            let loaded =
-                SummarizationConfig::from_yaml_file(path).map_err(|source| SetupError::Config {
-                    path: path.clone(),
-                    source,
-                })?;
-            warnings.extend(loaded.warnings.iter().map(ToString::to_string));
-            if let Some(name) = &loaded.config.model_name {
-                warnings.push(format!(
-                    "summarization.model_name = {name:?} is not used by keel replay; \
-                     summaries come from {}",
-                    options.summary_model.as_deref().map_or_else(
-                        || "the built-in extractive summarizer".to_owned(),
-                        |m| format!("--summary-model {m}")
-                    )
-                ));
-            }
-            if !loaded.config.enabled {
-                warnings.push(format!(
-                    "{}: summarization.enabled is false, so requests pass through unchanged",
-                    path.display()
-                ));
-            }
-            Some((path.clone(), loaded.config))
+            let (config, config_warnings) = load_summarization(
+                path,
+                options.context_window,
+                options.summary_model.as_deref(),
+                options.max_config_bytes,
+            )?;
+            warnings.extend(config_warnings);
+            Some((path.clone(), config))
         }
         None => None,
     };
@@ -220,6 +318,15 @@ pub async fn prepare(
         (None, Some(_)) => Some(DEFAULT_DB_URL),
         (None, None) => None,
     };
+    if let (Some(url), Some(_)) = (db_url, &memory_settings)
+        && url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.eq_ignore_ascii_case("mode=ro")))
+    {
+        return Err(SetupError::ReadOnlyForMemory {
+            url: keel_store::error::redact_url(url),
+        });
+    }
     let store = match db_url {
         Some(url) => Some(Arc::new(Store::connect(url).await?)),
         None => None,
@@ -256,7 +363,10 @@ pub async fn prepare(
         };
         let middleware = builder
             .build()
-            .map_err(|source| SetupError::Summarization { path, source })?;
+            .map_err(|source| SetupError::Summarization {
+                path,
+                source: Box::new(source),
+            })?;
         // Figures are counted the way the middleware counts: one set of numbers.
         counter = Some(middleware.counter_for(&profile));
         stack.push(Arc::new(middleware));
@@ -266,6 +376,7 @@ pub async fn prepare(
 
     let engine = ReplayEngine::new(stack, counter)
         .with_thread_id(thread_id.clone())
+        .with_kept_requests(!options.discard_requests)
         .with_model_profile(profile);
     Ok(Prepared {
         transcript,

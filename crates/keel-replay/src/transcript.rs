@@ -2,200 +2,182 @@
 //!
 //! A replay must not start on input that a live agent could never have produced: a tool
 //! result that answers no call, a call that never got its result, two messages with one
-//! id. [`Transcript::new`] finds these up front and names the line, so a failed replay
-//! never gets as far as writing to a database.
+//! id. [`Transcript::new`] runs the [shared check](crate::check) up front and names the
+//! line, so a failed replay never gets as far as writing to a database.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use keel_core::message::{Message, Role};
-use keel_core::transcript::{TranscriptError, read_jsonl};
-use keel_summarization::pairs::{PairViolation, check_pairs};
 
-/// Why a transcript cannot be replayed. Line numbers are 1-based lines of the source file.
+use crate::check::{Finding, Problem, Severity, check, derived_id};
+use crate::input::{Limits, ReadError, read_messages};
+
+/// Why a transcript cannot be used: the first error found, at its line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidTranscript {
-    /// No message at all.
-    #[error("the transcript is empty: expected one JSON message per line")]
-    Empty,
-    /// No assistant message, so there is no model call to replay.
-    #[error(
-        "the transcript has no assistant message, so there is no model call to replay; each \
-         `\"role\": \"assistant\"` line is one model call"
-    )]
-    NoModelCalls,
-    /// Two messages share an id.
-    #[error(
-        "line {line}: message id {id:?} is already used on line {first_line}; ids must be unique"
-    )]
-    DuplicateId {
-        /// The line of the second message.
-        line: usize,
-        /// The id.
-        id: String,
-        /// The line of the first message with that id.
-        first_line: usize,
-    },
-    /// A tool result that answers no tool call of the assistant message before it.
-    #[error(
-        "line {line}: tool result for call {tool_call_id:?} matches no tool call of the \
-         assistant message before it"
-    )]
-    UnmatchedToolResult {
-        /// The line of the tool message.
-        line: usize,
-        /// The call id it claims to answer.
-        tool_call_id: String,
-    },
-    /// A tool call whose result never follows.
-    #[error("line {line}: tool call {tool_call_id:?} has no tool result after it")]
-    MissingToolResult {
-        /// The line of the assistant message.
-        line: usize,
-        /// The unanswered call id.
-        tool_call_id: String,
-    },
-    /// A second result for the same call.
-    #[error("line {line}: tool call {tool_call_id:?} is answered a second time")]
-    DuplicateToolResult {
-        /// The line of the second result.
-        line: usize,
-        /// The call id.
-        tool_call_id: String,
-    },
+#[error("{}{problem}{}", at_line(*line), more_errors(*more))]
+pub struct InvalidTranscript {
+    /// 1-based line of the problem (0 for the whole file).
+    pub line: usize,
+    /// What is wrong.
+    pub problem: Problem,
+    /// How many more errors the file has (all listed by `keel check-transcript`).
+    pub more: usize,
 }
 
-/// A transcript file that could not be replayed.
+fn at_line(line: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!("line {line}: ")
+    }
+}
+
+/// `FILE:LINE: problem`, as compilers and `keel check-transcript` print it.
+fn located(path: &Path, e: &InvalidTranscript) -> String {
+    let line = if e.line == 0 {
+        String::new()
+    } else {
+        format!(":{}", e.line)
+    };
+    format!(
+        "{}{line}: {}{}",
+        path.display(),
+        e.problem,
+        more_errors(e.more)
+    )
+}
+
+fn more_errors(more: usize) -> String {
+    if more == 0 {
+        String::new()
+    } else {
+        format!(" ({more} more error(s); `keel check-transcript` lists them all)")
+    }
+}
+
+/// A transcript file that could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// Missing, unreadable, or a line that is not a message (with its line number).
     #[error(transparent)]
-    Read(#[from] TranscriptError),
+    Read(#[from] ReadError),
     /// Every line is a message, but together they are not a conversation an agent could
     /// have had.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", located(path, invalid))]
     Invalid {
         /// The file.
         path: PathBuf,
         /// What is wrong, with the line.
-        source: InvalidTranscript,
+        invalid: InvalidTranscript,
+    },
+    /// No assistant message, so there is no model call to replay.
+    #[error(
+        "{}: the transcript has no assistant message, so there is no model call to replay; \
+         each `\"role\": \"assistant\"` line is one model call",
+        path.display()
+    )]
+    NoModelCalls {
+        /// The file.
+        path: PathBuf,
     },
 }
 
-/// A conversation ready to replay: an optional system prompt (the first line, when it is
-/// a system message) and the history, each message with the source line it came from.
+/// A conversation ready to use: an optional system prompt (the first line, when it is
+/// a system message) and the history, each message with the source line it came from,
+/// plus what the check found worth a warning.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transcript {
     system: Option<Message>,
+    system_line: usize,
     messages: Vec<Message>,
     lines: Vec<usize>,
+    warnings: Vec<Finding>,
+}
+
+/// Decides what `replay`, `compact` and `tokens` do with the findings of the shared
+/// check: refuse on the first error, go on with the warnings. Unanswered tool calls are
+/// findings like the others ([`Problem::UnansweredCall`]); this is the one place where
+/// the commands that run middleware decide about them.
+fn triage(findings: Vec<Finding>) -> Result<Vec<Finding>, InvalidTranscript> {
+    let (mut errors, warnings): (Vec<Finding>, Vec<Finding>) = findings
+        .into_iter()
+        .partition(|f| f.severity == Severity::Error);
+    if errors.is_empty() {
+        return Ok(warnings);
+    }
+    let more = errors.len() - 1;
+    let first = errors.swap_remove(0);
+    Err(InvalidTranscript {
+        line: first.line,
+        problem: first.problem,
+        more,
+    })
 }
 
 impl Transcript {
     /// Checks `(line, message)` pairs, in file order, and builds a transcript.
     ///
     /// A leading system message becomes the system prompt of every request. A message
-    /// without an id gets `line-<n>`, so ids are stable across replays of the same file.
-    pub fn new(
-        entries: impl IntoIterator<Item = (usize, Message)>,
-    ) -> Result<Self, InvalidTranscript> {
+    /// without an id gets `line-<n>` (and a warning), so ids are stable across replays
+    /// of the same file.
+    pub fn new(entries: Vec<(usize, Message)>) -> Result<Self, InvalidTranscript> {
+        let report = check(entries.iter().map(|(line, m)| (*line, m)));
+        let warnings = triage(report.findings)?;
         let mut entries = entries.into_iter().peekable();
         let mut system = None;
+        let mut system_line = 0;
         if let Some((_, first)) = entries.peek()
             && first.role() == Role::System
         {
-            system = entries.next().map(|(line, m)| with_stable_id(m, line));
+            system = entries.next().map(|(line, m)| {
+                system_line = line;
+                with_stable_id(m, line)
+            });
         }
-        let mut messages = Vec::new();
-        let mut lines = Vec::new();
-        for (line, message) in entries {
-            messages.push(with_stable_id(message, line));
-            lines.push(line);
-        }
-        if messages.is_empty() && system.is_none() {
-            return Err(InvalidTranscript::Empty);
-        }
-        if !messages.iter().any(Message::is_ai) {
-            return Err(InvalidTranscript::NoModelCalls);
-        }
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        if let Some(s) = &system {
-            seen.insert(s.id(), 1);
-        }
-        for (m, &line) in messages.iter().zip(&lines) {
-            if let Some(&first_line) = seen.get(m.id()) {
-                return Err(InvalidTranscript::DuplicateId {
-                    line,
-                    id: m.id().to_owned(),
-                    first_line,
-                });
-            }
-            seen.insert(m.id(), line);
-        }
-        check_pairs(&messages).map_err(|v| match v {
-            PairViolation::OrphanResult {
-                index,
-                tool_call_id,
-            } => InvalidTranscript::UnmatchedToolResult {
-                line: lines[index],
-                tool_call_id,
-            },
-            PairViolation::MissingResult {
-                index,
-                tool_call_id,
-            } => InvalidTranscript::MissingToolResult {
-                line: lines[index],
-                tool_call_id,
-            },
-            PairViolation::DuplicateResult {
-                index,
-                tool_call_id,
-            } => InvalidTranscript::DuplicateToolResult {
-                line: lines[index],
-                tool_call_id,
-            },
-        })?;
+        let (lines, messages) = entries
+            .map(|(line, m)| (line, with_stable_id(m, line)))
+            .unzip();
         Ok(Transcript {
             system,
+            system_line,
             messages,
             lines,
+            warnings,
         })
     }
 
     /// Reads and checks a JSONL transcript file (one message per line, blank lines
     /// skipped), through the reader every `keel` command shares.
-    pub fn read(path: impl AsRef<Path>) -> Result<Self, LoadError> {
+    pub fn read(path: impl AsRef<Path>, limits: Limits) -> Result<Self, LoadError> {
         let path = path.as_ref();
-        let messages = read_jsonl(path)?;
-        // The shared reader skips blank lines; find each message's real line so errors
-        // point at it. If the file changed in between, fall back to positions.
-        let lines: Vec<usize> = std::fs::read_to_string(path)
-            .map(|text| {
-                text.lines()
-                    .enumerate()
-                    .filter(|(_, l)| !l.trim().is_empty())
-                    .map(|(i, _)| i + 1)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let numbered: Vec<(usize, Message)> = if lines.len() == messages.len() {
-            lines.into_iter().zip(messages).collect()
-        } else {
-            messages
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| (i + 1, m))
-                .collect()
-        };
-        Self::new(numbered).map_err(|source| LoadError::Invalid {
+        let entries = read_messages(path, limits)?;
+        Self::new(entries).map_err(|invalid| LoadError::Invalid {
             path: path.to_owned(),
-            source,
+            invalid,
         })
+    }
+
+    /// Like [`Transcript::read`], and refuses a transcript without a model call.
+    pub fn read_for_replay(path: impl AsRef<Path>, limits: Limits) -> Result<Self, LoadError> {
+        let path = path.as_ref();
+        let transcript = Self::read(path, limits)?;
+        if transcript.model_calls() == 0 {
+            return Err(LoadError::NoModelCalls {
+                path: path.to_owned(),
+            });
+        }
+        Ok(transcript)
     }
 
     /// Builds a transcript from messages alone, numbering them as lines 1, 2, ...
     pub fn from_messages(messages: Vec<Message>) -> Result<Self, InvalidTranscript> {
-        Self::new(messages.into_iter().enumerate().map(|(i, m)| (i + 1, m)))
+        Self::new(
+            messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| (i + 1, m))
+                .collect(),
+        )
     }
 
     /// The system prompt, if the transcript starts with one.
@@ -208,9 +190,24 @@ impl Transcript {
         &self.messages
     }
 
+    /// Every message in file order, the system prompt first (ids filled in).
+    pub fn into_all_messages(self) -> Vec<Message> {
+        self.system.into_iter().chain(self.messages).collect()
+    }
+
     /// The source line of `messages()[index]`.
     pub fn line(&self, index: usize) -> usize {
         self.lines.get(index).copied().unwrap_or(0)
+    }
+
+    /// The source line of the system prompt (0 without one).
+    pub fn system_line(&self) -> usize {
+        self.system_line
+    }
+
+    /// What the check found worth a warning (in line order).
+    pub fn warnings(&self) -> &[Finding] {
+        &self.warnings
     }
 
     /// How many model calls a replay makes: one per assistant message.
@@ -221,7 +218,7 @@ impl Transcript {
 
 fn with_stable_id(message: Message, line: usize) -> Message {
     if message.id().is_empty() {
-        message.with_id(format!("line-{line}"))
+        message.with_id(derived_id(line))
     } else {
         message
     }
@@ -273,9 +270,12 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err,
-            InvalidTranscript::UnmatchedToolResult {
+            InvalidTranscript {
                 line: 4,
-                tool_call_id: "c9".into()
+                problem: Problem::OrphanResult {
+                    tool_call_id: "c9".into()
+                },
+                more: 0,
             }
         );
         assert!(err.to_string().starts_with("line 4:"), "{err}");
@@ -293,7 +293,7 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            matches!(err, InvalidTranscript::MissingToolResult { line: 2, .. }),
+            matches!(err.problem, Problem::UnansweredCall { .. }) && err.line == 2,
             "{err}"
         );
 
@@ -303,9 +303,8 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(
-            err,
-            InvalidTranscript::DuplicateId {
-                line: 2,
+            err.problem,
+            Problem::DuplicateId {
                 id: "1".into(),
                 first_line: 1
             }
@@ -323,30 +322,46 @@ mod tests {
              {\"role\":\"assistant\",\"content\":\"ok\",\"id\":\"3\"}\n",
         )
         .unwrap();
-        let err = Transcript::read(&path).unwrap_err();
-        assert!(err.to_string().ends_with("t.jsonl: line 3: tool result for call \"c9\" matches no tool call of the assistant message before it"), "{err}");
-
-        std::fs::write(&path, "{\"role\":\"user\",\"content\":\"hi\"}\n{oops\n").unwrap();
-        let err = Transcript::read(&path).unwrap_err();
+        let err = Transcript::read(&path, Limits::default()).unwrap_err();
         assert!(
-            matches!(err, LoadError::Read(TranscriptError::Line { line: 2, .. })),
+            err.to_string().ends_with(
+                "t.jsonl:3: orphan tool result: no assistant message issued tool call \"c9\""
+            ),
             "{err}"
         );
 
-        let err = Transcript::read(dir.path().join("missing.jsonl")).unwrap_err();
-        assert!(err.to_string().contains("missing.jsonl"), "{err}");
+        std::fs::write(&path, "{\"role\":\"user\",\"content\":\"hi\"}\n{oops\n").unwrap();
+        let err = Transcript::read(&path, Limits::default()).unwrap_err();
+        assert!(
+            matches!(err, LoadError::Read(ReadError::Line { line: 2, .. })),
+            "{err}"
+        );
+
+        let err =
+            Transcript::read(dir.path().join("missing.jsonl"), Limits::default()).unwrap_err();
+        assert!(
+            err.to_string().contains("missing.jsonl: no such file"),
+            "{err}"
+        );
     }
 
     #[test]
     fn nothing_to_replay_is_an_error() {
         assert_eq!(
-            Transcript::from_messages(vec![]),
-            Err(InvalidTranscript::Empty)
+            Transcript::from_messages(vec![]).unwrap_err().problem,
+            Problem::Empty
         );
-        assert_eq!(
-            Transcript::from_messages(vec![Message::human("hi").with_id("1")]),
-            Err(InvalidTranscript::NoModelCalls)
-        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(
+            &path,
+            "{\"role\":\"user\",\"content\":\"hi\",\"id\":\"1\"}\n",
+        )
+        .unwrap();
+        assert!(matches!(
+            Transcript::read_for_replay(&path, Limits::default()),
+            Err(LoadError::NoModelCalls { .. })
+        ));
     }
 
     #[test]
@@ -359,5 +374,6 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(t.model_calls(), 1);
+        assert_eq!(t.warnings().len(), 1);
     }
 }

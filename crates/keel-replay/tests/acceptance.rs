@@ -8,8 +8,8 @@
 //!   messages; with session memory, the older messages not folded yet are sent
 //!   verbatim, so nothing falls between the window and the summary.
 //!
-//! The same properties are checked with session memory from the Langflow feature request (#15799) (`--memory session`,
-//! N = 10, extractive folds, SQLite in memory).
+//! The same properties are checked with session memory, as Langflow feature request
+//! #15799 proposes it (`--memory session`, N = 10, extractive folds, SQLite in memory).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
 use std::path::PathBuf;

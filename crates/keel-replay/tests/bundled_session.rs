@@ -1,6 +1,6 @@
 //! The bundled session `examples/sessions/support-prj123.jsonl`: it is in Keel's message
 //! shape, byte for byte, it is what its generator produces, and it has the shape of the
-//! scenario in seed 000.
+//! support scenario it stands for (one project, one cluster, a long troubleshooting hour).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
 use std::path::PathBuf;
@@ -59,7 +59,7 @@ fn it_is_a_valid_transcript_with_stable_unique_ids() {
 }
 
 #[test]
-fn it_has_the_shape_of_seed_000() {
+fn it_has_the_shape_of_the_support_scenario() {
     let msgs = messages();
     let users: Vec<&Message> = msgs.iter().filter(|m| m.is_human()).collect();
     assert_eq!(users.len(), 60, "60 exchanges");
@@ -118,7 +118,7 @@ fn it_has_the_shape_of_seed_000() {
             "decision {decision:?} is in the session"
         );
     }
-    // The facts seed 000 is about are stated once, at the start: after the first
+    // The facts the scenario is about are stated once, at the start: after the first
     // exchange, only summaries can carry the cluster.
     let mentions = msgs[..msgs.len() - 1]
         .iter()

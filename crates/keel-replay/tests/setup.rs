@@ -70,7 +70,10 @@ async fn bad_transcripts_are_refused_before_the_database_is_opened() {
     )
     .unwrap();
     let err = fails_without_touching_the_database(&orphan, &options, &db).await;
-    assert!(err.contains("line 2") && err.contains("c7"), "{err}");
+    assert!(
+        err.contains("orphan.jsonl:2: ") && err.contains("c7"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -143,4 +146,68 @@ async fn without_session_memory_or_db_no_database_is_needed() {
         !Path::new("keel.db").exists(),
         "no default database without session memory"
     );
+}
+
+/// `--session ID`: two replays running at once into one session of one SQLite file, each
+/// with its own connection pool (as two processes would have), both finish and the
+/// session holds every message of both (issue 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_replays_on_one_session_lose_nothing() {
+    use keel_core::store::{ChatHistoryStore, SessionMemoryStore, SessionScope};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    // The bundled session, and a copy with every id renamed (ids are unique per scope).
+    let copy = dir.path().join("copy.jsonl");
+    let text = std::fs::read_to_string(session()).unwrap();
+    let renamed: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let id = format!("b-{}", v["id"].as_str().unwrap());
+            v["id"] = id.into();
+            if let Some(c) = v.get("tool_call_id").and_then(|c| c.as_str()) {
+                v["tool_call_id"] = format!("b-{c}").into();
+            }
+            if let Some(calls) = v.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+                for call in calls {
+                    let id = format!("b-{}", call["id"].as_str().unwrap());
+                    call["id"] = id.into();
+                }
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&copy, renamed.join("\n") + "\n").unwrap();
+
+    let mut options = with_memory(&db);
+    options.db = Some(format!("sqlite://{}", db.display()));
+    options.session = Some("shared-session".into());
+    let runs = [session(), copy.clone()].map(|path| {
+        let options = options.clone();
+        tokio::spawn(async move {
+            let prepared = prepare(&path, &options).await.unwrap();
+            prepared.run(&mut Quiet).await.unwrap().report.totals.calls
+        })
+    });
+    let mut calls = 0;
+    for run in runs {
+        calls += run.await.unwrap();
+    }
+    assert_eq!(calls, 2 * 102);
+
+    let store = keel_store::Store::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let scope = SessionScope::new(
+        keel_replay::setup::REPLAY_FLOW_ID,
+        keel_replay::setup::REPLAY_USER_ID,
+        "shared-session",
+        "",
+    );
+    let stored = store.last_n(&scope, 10_000).await.unwrap();
+    let messages = text.lines().count() - 1; // the system prompt is not history
+    assert_eq!(stored.len(), 2 * messages);
+    let state = store.get_state(&scope).await.unwrap().unwrap();
+    assert!(state.version >= 2, "both replays folded into one state");
 }

@@ -16,6 +16,35 @@ pub enum ConnectError {
         /// The URL, with any password replaced by `***`.
         url: String,
     },
+    /// A path with no `scheme:` in front.
+    #[error(
+        "{url:?} is not a database URL (it has no scheme); did you mean {suggestion}? \
+         PostgreSQL URLs look like postgres://user:password@host:5432/db"
+    )]
+    MissingScheme {
+        /// What was given, with any password replaced by `***`.
+        url: String,
+        /// The SQLite URL for that path, in the user's spelling.
+        suggestion: String,
+    },
+    /// The path of a SQLite database cannot hold one.
+    #[error("cannot open sqlite database {url:?}: {problem}")]
+    Path {
+        /// The URL.
+        url: String,
+        /// What is wrong with the path and what to do.
+        problem: String,
+    },
+    /// The database opened but cannot be written.
+    #[error(
+        "the sqlite database {url:?} is read-only (file or folder permissions, or a \
+         read-only disk), and keel writes sessions and summaries to it; make the file and \
+         its folder writable, or choose another file. To only read it, add ?mode=ro"
+    )]
+    ReadOnly {
+        /// The URL.
+        url: String,
+    },
     /// The URL names a backend this build of `keel-store` does not contain.
     #[error(
         "the {backend} backend is not compiled into keel-store; enable its cargo feature \
@@ -55,6 +84,42 @@ pub enum ConnectError {
         /// What the migrator said.
         detail: String,
     },
+}
+
+/// A driver's message with what to do about the common causes appended.
+pub fn with_hint(detail: &str) -> String {
+    // The OS error number says nothing the words do not.
+    let detail = match detail.find(" (os error ") {
+        Some(at) => {
+            let end = detail[at..].find(')').map_or(detail.len(), |e| at + e + 1);
+            format!("{}{}", &detail[..at], &detail[end..])
+        }
+        None => detail.to_owned(),
+    };
+    let detail = detail.as_str();
+    let lower = detail.to_ascii_lowercase();
+    let hint = if lower.contains("connection refused") {
+        "nothing listens at that host and port: is the server running, and are host and port right?"
+    } else if lower.contains("password authentication failed") {
+        "check the user name and password in the URL"
+    } else if lower.contains("does not exist") && lower.contains("database") {
+        "create the database first (createdb NAME) or name an existing one"
+    } else if lower.contains("failed to lookup address")
+        || lower.contains("name or service not known")
+    {
+        "the host name does not resolve: check the host in the URL"
+    } else if lower.contains("database is locked") {
+        "another process kept the file locked past the 5 s busy timeout; retry, or give each process its own file (or use PostgreSQL for several writers)"
+    } else if lower.contains("unable to open database file") {
+        "check that the folder exists and is writable"
+    } else if lower.contains("disk is full") || lower.contains("database or disk is full") {
+        "free disk space"
+    } else if lower.contains("pool timed out") {
+        "no connection became free in time: is the database reachable and not overloaded?"
+    } else {
+        return detail.to_owned();
+    };
+    format!("{detail} ({hint})")
 }
 
 /// The URL with the password of its user-info part (`user:password@`) replaced by `***`,

@@ -9,7 +9,7 @@
 //! | backend | feature | URL | use it for |
 //! | --- | --- | --- | --- |
 //! | [`memory::MemoryStore`] | always | `memory:` | tests; the fallback with no database |
-//! | `sqlite::SqliteStore` | `sqlite` (default) | `sqlite://path.db?mode=rwc`, `sqlite::memory:` | one process, no server to run |
+//! | `sqlite::SqliteStore` | `sqlite` (default) | `sqlite://path.db` (created on first use), `sqlite::memory:` | one process, no server to run |
 //! | `postgres::PostgresStore` | `postgres` | `postgres://user:pw@host/db` | several agent processes sharing sessions |
 //!
 //! [`Store::connect`] picks the backend from the URL, runs the embedded migrations and

@@ -5,6 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use keel_core::store::StoreError;
+use sqlx::ConnectOptions as _;
+use sqlx::Connection as _;
 use sqlx::SqlSafeStr as _;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -106,15 +108,32 @@ impl PostgresStore {
         pool: PgPoolOptions,
         name: String,
     ) -> Result<Self, ConnectError> {
+        // One direct connection first: the pool retries a refused or failing connection
+        // until its acquire timeout and then only says "pool timed out"; a single attempt
+        // fails at once with the real cause.
+        let first = tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect()).await;
+        let failed = |detail: String| ConnectError::Connect {
+            backend: Backend::Postgres,
+            url: name.clone(),
+            detail: crate::error::with_hint(&detail),
+        };
+        match first {
+            Err(_) => {
+                return Err(failed(format!(
+                    "no answer within {} s",
+                    ACQUIRE_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Err(e)) => return Err(failed(e.to_string())),
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+            }
+        }
         let pool = pool
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await
-            .map_err(|e| ConnectError::Connect {
-                backend: Backend::Postgres,
-                url: name,
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| failed(e.to_string()))?;
         migrator()
             .run(&pool)
             .await

@@ -1,6 +1,7 @@
 //! The SQLite backend (feature `sqlite`): an embedded database in one file, in WAL mode,
 //! or in memory. See the [crate docs](crate) for the schema and when to prefer PostgreSQL.
 
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -83,6 +84,51 @@ fn migrator() -> Migrator {
     )])
 }
 
+/// True for SQLite's "cannot write" errors.
+fn is_read_only(text: &str) -> bool {
+    text.contains("readonly") || text.contains("read-only") || text.contains("read only")
+}
+
+/// Names what is wrong with a database path before SQLite reports "unable to open
+/// database file" for all of these alike.
+fn check_path(path: &Path, url: &str, mode: Option<&str>) -> Result<(), ConnectError> {
+    let problem = |problem: String| ConnectError::Path {
+        url: redact_url(url),
+        problem,
+    };
+    if path.is_dir() {
+        return Err(problem(format!(
+            "{} is a folder; name a database file inside it, for example sqlite://{}",
+            path.display(),
+            path.join("keel.db").display()
+        )));
+    }
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(problem(if parent.exists() {
+            format!("{} is not a folder", parent.display())
+        } else {
+            format!(
+                "the folder {} does not exist; create it (mkdir -p {}) or choose another path",
+                parent.display(),
+                parent.display()
+            )
+        }));
+    }
+    if !path.exists() && matches!(mode, Some("ro" | "rw")) {
+        return Err(problem(format!(
+            "{} does not exist, and mode={} does not create it; drop `?mode=...` to create \
+             it on first use",
+            path.display(),
+            mode.unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
 /// A store on SQLite. Cheap to clone (clones share the pool).
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -90,18 +136,86 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens `url` (`sqlite://path.db?mode=rwc` creates the file if missing;
-    /// `sqlite::memory:` is a private in-memory database) and runs the migrations. A file
-    /// database is put in WAL mode with `synchronous = NORMAL` and a 5 s busy timeout.
+    /// Opens `url` and runs the migrations. `sqlite://path.db` creates the file if it is
+    /// missing (as `?mode=rwc` does); `?mode=rw` requires it to exist; `?mode=ro` opens
+    /// it read-only; `sqlite::memory:` is a private in-memory database. A file database
+    /// is put in WAL mode with `synchronous = NORMAL` and a 5 s busy timeout.
+    ///
+    /// Problems with the path are named before SQLite is asked: a directory, a folder
+    /// that does not exist, a missing file with `mode=ro`. A database that cannot be
+    /// written is found here, not at its first write ([`ConnectError::ReadOnly`]).
     pub async fn connect(url: &str) -> Result<Self, ConnectError> {
-        let options =
+        let mut options =
             SqliteConnectOptions::from_str(url).map_err(|e| ConnectError::InvalidUrl {
                 backend: Backend::Sqlite,
                 url: redact_url(url),
                 detail: e.to_string(),
             })?;
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        Self::open(options, in_memory, redact_url(url)).await
+        let mode = url.split_once('?').and_then(|(_, query)| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("mode="))
+                .map(str::to_ascii_lowercase)
+        });
+        if mode.is_none() {
+            options = options.create_if_missing(true);
+        }
+        let read_only = mode.as_deref() == Some("ro");
+        if !in_memory {
+            check_path(options.get_filename(), url, mode.as_deref())?;
+        }
+        let store = Self::open(options, in_memory, redact_url(url)).await?;
+        if !in_memory && !read_only {
+            store.check_writable(url).await?;
+        }
+        Ok(store)
+    }
+
+    /// Fails with [`ConnectError::ReadOnly`] when the database cannot be written (file
+    /// permissions, a read-only mount): a write transaction is begun and rolled back.
+    async fn check_writable(&self, url: &str) -> Result<(), ConnectError> {
+        let mut attempt = 1;
+        loop {
+            match self.write_probe().await {
+                Err(e) if attempt < MIGRATE_ATTEMPTS && e.to_string().contains("locked") => {
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                Ok(()) => return Ok(()),
+                Err(e) if is_read_only(&e.to_string()) => {
+                    return Err(ConnectError::ReadOnly {
+                        url: redact_url(url),
+                    });
+                }
+                Err(e) => {
+                    return Err(ConnectError::Connect {
+                        backend: Backend::Sqlite,
+                        url: redact_url(url),
+                        detail: format!(
+                            "checking that the database can be written: {}",
+                            crate::error::with_hint(&e.to_string())
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A write transaction begun and rolled back.
+    async fn write_probe(&self) -> Result<(), sqlx::Error> {
+        let probe = async {
+            let mut conn = self.pool.acquire().await?;
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+            let write = sqlx::query(
+                "DELETE FROM summary_cache WHERE key = 'keel: write probe, never a real key'",
+            )
+            .execute(&mut *conn)
+            .await;
+            sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+            write.map(|_| ())
+        };
+        probe.await
     }
 
     /// Opens a database from explicit options and runs the migrations. `in_memory`
@@ -139,20 +253,42 @@ impl SqliteStore {
                 SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE),
             )
         };
-        let pool = pool
-            .connect_with(options)
-            .await
-            .map_err(|e| ConnectError::Connect {
-                backend: Backend::Sqlite,
-                url: name,
-                detail: e.to_string(),
-            })?;
-        run_migrations(&pool)
-            .await
-            .map_err(|e| ConnectError::Migrate {
-                backend: Backend::Sqlite,
-                detail: e.to_string(),
-            })?;
+        // Switching a brand-new file to WAL needs a moment of exclusive access, and
+        // SQLite reports "database is locked" at once (without its busy wait) to a
+        // process that opens the file in that moment: try again, as for migrations.
+        let mut attempt = 1;
+        let pool = loop {
+            match pool.clone().connect_with(options.clone()).await {
+                Err(e) if attempt < MIGRATE_ATTEMPTS && e.to_string().contains("locked") => {
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
+        let pool = pool.map_err(|e| {
+            let detail = e.to_string();
+            if is_read_only(&detail) {
+                ConnectError::ReadOnly { url: name.clone() }
+            } else {
+                ConnectError::Connect {
+                    backend: Backend::Sqlite,
+                    url: name.clone(),
+                    detail: crate::error::with_hint(&detail),
+                }
+            }
+        })?;
+        run_migrations(&pool).await.map_err(|e| {
+            let detail = e.to_string();
+            if is_read_only(&detail) {
+                ConnectError::ReadOnly { url: name.clone() }
+            } else {
+                ConnectError::Migrate {
+                    backend: Backend::Sqlite,
+                    detail: crate::error::with_hint(&detail),
+                }
+            }
+        })?;
         Ok(SqliteStore { pool })
     }
 

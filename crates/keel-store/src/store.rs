@@ -70,25 +70,28 @@ pub enum Store {
 impl Store {
     /// Opens the store a URL names and runs the migrations:
     ///
-    /// - `sqlite://path/to/keel.db?mode=rwc` (a file, created if missing with
-    ///   `mode=rwc`), `sqlite:keel.db`, or `sqlite::memory:` (feature `sqlite`);
+    /// - `sqlite://path/to/keel.db` (a file, created on first use; `?mode=rw` requires
+    ///   it to exist, `?mode=ro` opens it read-only), `sqlite:keel.db`, or
+    ///   `sqlite::memory:` (feature `sqlite`);
     /// - `postgres://user:password@host:5432/db` or `postgresql://...` (feature `postgres`);
     /// - `memory:` (always available).
     ///
-    /// An unknown scheme is [`ConnectError::UnknownScheme`]; a backend compiled out is
-    /// [`ConnectError::BackendDisabled`], naming the feature to enable.
+    /// A path without a scheme is [`ConnectError::MissingScheme`], with the `sqlite://`
+    /// URL to use; an unknown scheme is [`ConnectError::UnknownScheme`]; a backend
+    /// compiled out is [`ConnectError::BackendDisabled`], naming the feature to enable.
     pub async fn connect(url: &str) -> Result<Store, ConnectError> {
-        let scheme = url
-            .split(':')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        match scheme.as_str() {
+        let Some((scheme, _)) = url.split_once(':').filter(|(s, _)| is_scheme(s)) else {
+            return Err(ConnectError::MissingScheme {
+                url: redact_url(url),
+                suggestion: format!("sqlite://{url}"),
+            });
+        };
+        match scheme.to_ascii_lowercase().as_str() {
             "memory" => Ok(Store::Memory(MemoryStore::new())),
             "sqlite" => Self::connect_sqlite(url).await,
             "postgres" | "postgresql" => Self::connect_postgres(url).await,
-            _ => Err(ConnectError::UnknownScheme {
-                scheme,
+            other => Err(ConnectError::UnknownScheme {
+                scheme: other.to_owned(),
                 url: redact_url(url),
             }),
         }
@@ -128,6 +131,15 @@ impl Store {
             feature: "postgres",
         })
     }
+}
+
+/// True when `s` can be a URL scheme (RFC 3986: a letter, then letters, digits, `+`,
+/// `-`, `.`); a single letter is a Windows drive (`C:`), not a scheme.
+fn is_scheme(s: &str) -> bool {
+    s.len() > 1
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// Runs `$call` on whichever backend `$self` holds.

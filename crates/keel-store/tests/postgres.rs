@@ -238,3 +238,33 @@ async fn concurrent_cas_across_two_pools() {
     let last = a.get_state(&scope).await.unwrap().unwrap();
     assert_eq!((last.version, last.absorbed_count), (64, 64));
 }
+
+/// Nothing listens on the port: the error comes from the first attempt (not the pool's
+/// timeout), names the cause, and hides the password. Needs no server.
+#[tokio::test]
+async fn connection_refused_fails_fast_naming_the_url() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://keel:s3cret@127.0.0.1:{port}/keel");
+    let err = keel_store::Store::connect(&url)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "cannot connect to postgres at \"postgres://keel:***@127.0.0.1:{port}/keel\": "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("nothing listens at that host and port"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("s3cret") && !err.contains("timed out"),
+        "{err}"
+    );
+}

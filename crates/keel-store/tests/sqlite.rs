@@ -104,15 +104,78 @@ async fn a_missing_directory_is_a_connect_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            keel_store::ConnectError::Connect {
-                backend: Backend::Sqlite,
-                ..
-            }
-        ),
+        matches!(err, keel_store::ConnectError::Path { .. }),
         "{err:?}"
     );
+    assert!(
+        err.to_string()
+            .contains("the folder /nonexistent-dir/x does not exist; create it"),
+        "{err}"
+    );
+}
+
+/// What a user types for `--db` and what they are told (issue 12).
+#[tokio::test]
+async fn database_paths_are_checked_and_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().display().to_string();
+
+    // A path without a scheme: the suggestion keeps the user's spelling.
+    let err = Store::connect(&format!("{base}/My.DB")).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "\"{base}/My.DB\" is not a database URL (it has no scheme); did you mean \
+             sqlite://{base}/My.DB? PostgreSQL URLs look like postgres://user:password@host:5432/db"
+        )
+    );
+    assert!(!dir.path().join("My.DB").exists());
+
+    // A folder.
+    let err = Store::connect(&format!("sqlite://{base}"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().ends_with(&format!(
+        "{base} is a folder; name a database file inside it, for example sqlite://{base}/keel.db"
+    )), "{err}");
+
+    // No mode: created on first use.
+    let url = format!("sqlite://{base}/new.db");
+    Store::connect(&url).await.unwrap();
+    assert!(dir.path().join("new.db").exists());
+
+    // mode=ro does not create, and says so; on an existing file it opens.
+    let err = Store::connect(&format!("sqlite://{base}/other.db?mode=ro"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("mode=ro does not create it"),
+        "{err}"
+    );
+    Store::connect(&format!("{url}?mode=ro")).await.unwrap();
+}
+
+/// A database file that cannot be written is found when it is opened. Root ignores file
+/// permissions, so the test only runs for other users.
+#[tokio::test]
+async fn a_read_only_database_is_detected_at_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.db");
+    let url = format!("sqlite://{}", path.display());
+    drop(Store::connect(&url).await.unwrap());
+    for p in [path.clone(), dir.path().to_owned()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let writable = std::fs::OpenOptions::new().append(true).open(&path).is_ok();
+    if !writable {
+        let err = Store::connect(&url).await.unwrap_err();
+        assert!(
+            matches!(err, keel_store::ConnectError::ReadOnly { .. }),
+            "{err:?}"
+        );
+    }
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// Several processes starting at once on a brand-new database file: each opens its own

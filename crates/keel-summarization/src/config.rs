@@ -88,6 +88,20 @@ impl TokenCounterKind {
         "cl100k_base",
     ];
 
+    /// The name as written in YAML (`o200k_base`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Approximate => "approximate",
+            Self::ApproximateScript => "approximate_script",
+            Self::O200kBase => "o200k_base",
+            Self::Cl100kBase => "cl100k_base",
+        }
+    }
+
+    fn needs_tiktoken(self) -> bool {
+        matches!(self, Self::O200kBase | Self::Cl100kBase)
+    }
+
     fn parse(s: &str) -> Option<Self> {
         match s.replace('-', "_").as_str() {
             "approximate" => Some(Self::Approximate),
@@ -212,6 +226,17 @@ pub enum ConfigError {
         /// The OS error.
         message: String,
     },
+    /// The file is larger than the cap.
+    #[error(
+        "{path} is larger than {cap} bytes, the cap on a configuration file; is it the right \
+         file? If so, raise the cap (keel: --max-config-bytes BYTES or KEEL_MAX_CONFIG_BYTES)"
+    )]
+    TooLarge {
+        /// The path.
+        path: String,
+        /// The cap, in bytes.
+        cap: u64,
+    },
     /// The text is not valid YAML.
     #[error("invalid YAML{}: {message}", at(*line))]
     Syntax {
@@ -221,7 +246,7 @@ pub enum ConfigError {
         line: Option<u64>,
     },
     /// A key has a value outside its allowed range or of the wrong type.
-    #[error("summarization.{key} = {value}{}: {problem}; allowed: {allowed}", at(*line))]
+    #[error("{} = {value}{}: {problem}; allowed: {allowed}", key_path(key), at(*line))]
     Invalid {
         /// The key path (`trigger[1].value`).
         key: String,
@@ -246,10 +271,36 @@ pub enum ConfigError {
     },
 }
 
+/// The key as the user wrote it: `summarization.<key>`, except for keys of DeerFlow's
+/// other top-level sections (`skills.container_path`).
+fn key_path(key: &str) -> String {
+    if key == "(root)" {
+        "the document".to_owned()
+    } else if key.starts_with("skills.") {
+        key.to_owned()
+    } else {
+        format!("summarization.{key}")
+    }
+}
+
 fn at(line: Option<u64>) -> String {
     line.filter(|l| *l > 0)
         .map(|l| format!(" (line {l})"))
         .unwrap_or_default()
+}
+
+/// An I/O error in words, without the OS error number.
+fn describe_io(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::NotFound => "no such file".to_owned(),
+        ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        ErrorKind::IsADirectory => "it is a directory; name a YAML file".to_owned(),
+        _ => {
+            let text = error.to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_owned()
+        }
+    }
 }
 
 /// A configuration that loads but deserves attention.
@@ -282,7 +333,32 @@ pub struct LoadedConfig {
     pub config: SummarizationConfig,
     /// Things that load but deserve attention (keep >= trigger, ...).
     pub warnings: Vec<ConfigWarning>,
+    /// True when the document set no summarization key at all (an empty file, or a
+    /// `summarization:` section with nothing in it): everything is a default, and
+    /// `enabled` defaults to false.
+    pub empty: bool,
 }
+
+/// The largest configuration file [`SummarizationConfig::from_yaml_file`] reads: 1 MiB.
+/// A real `summarization.yaml` is a few hundred bytes; the cap keeps a wrong path (a
+/// log, `/dev/zero`) from being read whole.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// The largest token or message count a size or budget accepts: 10^9. Far above any
+/// context window, and small enough that sums of them never overflow.
+pub const MAX_COUNT: u64 = 1_000_000_000;
+
+const WHOLE_1: &str = "a whole number in [1, 1000000000]";
+const WHOLE_0: &str = "a whole number in [0, 1000000000]";
+
+/// The longest `summary_timeout_seconds`: one day.
+pub const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+
+/// The longest `circuit_breaker_cooldown_seconds`: 30 days.
+pub const MAX_COOLDOWN_SECONDS: u64 = 30 * 86_400;
+
+/// The largest `cache_capacity`: 10^7 threads.
+pub const MAX_CACHE_CAPACITY: u64 = 10_000_000;
 
 const KEYS: &[&str] = &[
     "enabled",
@@ -363,6 +439,17 @@ impl Ctx<'_> {
             Yaml::Float(f) if !f.is_finite() => {
                 Err(self.invalid("is not a finite number", allowed))
             }
+            Yaml::Float(f) if f.fract() == 0.0 && *f > 0.0 => {
+                Err(self.invalid("is too large", allowed))
+            }
+            Yaml::Float(f) if f.fract() == 0.0 => Err(self.invalid(
+                if min == 0 {
+                    "must not be negative"
+                } else {
+                    "must be positive"
+                },
+                allowed,
+            )),
             Yaml::Float(_) => Err(self.invalid("must be a whole number", allowed)),
             Yaml::Str(_) => Err(self.invalid("is a string, not a number", allowed)),
             _ => Err(self.invalid("must be a number", allowed)),
@@ -444,8 +531,8 @@ fn context_size(
         node: value,
     };
     match kind.as_str() {
-        "tokens" => Ok(ContextSize::Tokens(ctx.int(1, "a whole number >= 1")?)),
-        "messages" => Ok(ContextSize::Messages(ctx.int(1, "a whole number >= 1")?)),
+        "tokens" => Ok(ContextSize::Tokens(ctx.int(1, WHOLE_1)?)),
+        "messages" => Ok(ContextSize::Messages(ctx.int(1, WHOLE_1)?)),
         "fraction" => Ok(ContextSize::Fraction(ctx.number("a number in (0, 1]")?)),
         other => Err(ConfigError::Invalid {
             key: format!("{key}.type"),
@@ -468,12 +555,46 @@ impl SummarizationConfig {
         }
     }
 
-    /// Reads and validates a YAML file.
+    /// Reads and validates a YAML file of at most [`MAX_CONFIG_BYTES`].
     pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<LoadedConfig, ConfigError> {
+        Self::from_yaml_file_with_cap(path, MAX_CONFIG_BYTES)
+    }
+
+    /// Reads and validates a YAML file, refusing one larger than `cap` bytes without
+    /// reading past the cap.
+    pub fn from_yaml_file_with_cap(
+        path: impl AsRef<Path>,
+        cap: u64,
+    ) -> Result<LoadedConfig, ConfigError> {
+        use std::io::Read as _;
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+        let io = |message: String| ConfigError::Io {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message,
+        };
+        if path.is_dir() {
+            return Err(io("it is a directory; name a YAML file".into()));
+        }
+        let file = std::fs::File::open(path).map_err(|e| io(describe_io(&e)))?;
+        let mut bytes = Vec::new();
+        file.take(cap.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| io(describe_io(&e)))?;
+        if bytes.len() as u64 > cap {
+            return Err(ConfigError::TooLarge {
+                path: path.display().to_string(),
+                cap,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let bytes = e.as_bytes();
+            let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+            io(format!(
+                "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
+                 as UTF-8",
+                bytes[at]
+            ))
         })?;
         Self::from_yaml_str(&text)
     }
@@ -523,7 +644,7 @@ impl SummarizationConfig {
         let mut keys: HashMap<String, u64> = HashMap::new();
         if let Some((path, line)) = container_from_skills {
             config.skills_container_path = path;
-            keys.insert("skills_container_path".into(), line);
+            keys.insert("skills.container_path".into(), line);
         }
         match section.as_ref().map(|n| &n.value) {
             None | Some(Yaml::Null) => {}
@@ -552,22 +673,20 @@ impl SummarizationConfig {
                             config.trim_tokens_to_summarize = match node.value {
                                 Yaml::Null => None,
                                 _ => Some(
-                                    ctx.int(1, "a whole number >= 1, or null for no trimming")?,
+                                    ctx.int(1, "a whole number in [1, 1000000000], or null for no trimming")?,
                                 ),
                             }
                         }
                         "summary_prompt" => config.summary_prompt = ctx.opt_string()?,
                         "preserve_recent_skill_count" => {
                             config.preserve_recent_skill_count =
-                                ctx.int(0, "a whole number >= 0")?
+                                ctx.int(0, WHOLE_0)?
                         }
                         "preserve_recent_skill_tokens" => {
-                            config.preserve_recent_skill_tokens =
-                                ctx.int(0, "a whole number >= 0")?
+                            config.preserve_recent_skill_tokens = ctx.int(0, WHOLE_0)?
                         }
                         "preserve_recent_skill_tokens_per_skill" => {
-                            config.preserve_recent_skill_tokens_per_skill =
-                                ctx.int(0, "a whole number >= 0")?
+                            config.preserve_recent_skill_tokens_per_skill = ctx.int(0, WHOLE_0)?
                         }
                         "skill_file_read_tool_names" => {
                             config.skill_file_read_tool_names = match &node.value {
@@ -590,7 +709,11 @@ impl SummarizationConfig {
                                 }
                             }
                         }
-                        "skills_container_path" => config.skills_container_path = ctx.string()?,
+                        "skills_container_path" => {
+                            // This key wins over DeerFlow's top-level one.
+                            keys.remove("skills.container_path");
+                            config.skills_container_path = ctx.string()?
+                        }
                         "preserve_latest_user_message" => {
                             config.preserve_latest_user_message = ctx.bool()?
                         }
@@ -605,7 +728,7 @@ impl SummarizationConfig {
                         }
                         "cache_capacity" => {
                             config.cache_capacity =
-                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                                usize::try_from(ctx.int(1, "a whole number in [1, 10000000]")?)
                                     .unwrap_or(usize::MAX)
                         }
                         "token_counter" => {
@@ -617,6 +740,12 @@ impl SummarizationConfig {
                                         &TokenCounterKind::NAMES.join(", "),
                                     )
                                 })?;
+                            if config.token_counter.needs_tiktoken() && !cfg!(feature = "tiktoken") {
+                                return Err(ctx.invalid(
+                                    "exact counting needs keel-summarization's `tiktoken` feature",
+                                    "approximate or approximate_script (or build with --features tiktoken)",
+                                ));
+                            }
                         }
                         "compacting_message" => config.compacting_message = ctx.string()?,
                         "summary_max_attempts" => {
@@ -626,15 +755,14 @@ impl SummarizationConfig {
                         }
                         "summary_timeout_seconds" => {
                             config.summary_timeout_seconds =
-                                ctx.number("a number of seconds > 0")?
+                                ctx.number("a number of seconds in (0, 86400]")?
                         }
                         "summary_deadline_seconds" => {
                             config.summary_deadline_seconds =
                                 ctx.number("a number of seconds in (0, 86400]")?
                         }
                         "max_summary_chars" => {
-                            config.max_summary_chars =
-                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                            config.max_summary_chars = usize::try_from(ctx.int(1, WHOLE_1)?)
                                     .unwrap_or(usize::MAX)
                         }
                         "summary_max_tokens" => {
@@ -656,21 +784,20 @@ impl SummarizationConfig {
                         }
                         "max_chars_per_message" => {
                             config.max_chars_per_message =
-                                usize::try_from(ctx.int(0, "a whole number >= 0 (0: no cap)")?)
+                                usize::try_from(ctx.int(0, "a whole number in [0, 1000000000] (0: no cap)")?)
                                     .unwrap_or(usize::MAX)
                         }
                         "circuit_breaker_failures" => {
                             config.circuit_breaker_failures =
-                                u32::try_from(ctx.int(1, "a whole number >= 1")?)
+                                u32::try_from(ctx.int(1, "a whole number in [1, 1000000]")?)
                                     .unwrap_or(u32::MAX)
                         }
                         "circuit_breaker_cooldown_seconds" => {
                             config.circuit_breaker_cooldown_seconds =
-                                ctx.int(0, "a whole number >= 0")?
+                                ctx.int(0, "a whole number in [0, 2592000]")?
                         }
                         "extractive_word_budget" => {
-                            config.extractive_word_budget =
-                                usize::try_from(ctx.int(1, "a whole number >= 1")?)
+                            config.extractive_word_budget = usize::try_from(ctx.int(1, WHOLE_1)?)
                                     .unwrap_or(usize::MAX)
                         }
                         other => {
@@ -697,7 +824,16 @@ impl SummarizationConfig {
         for w in &warnings {
             tracing::warn!("{w}");
         }
-        Ok(LoadedConfig { config, warnings })
+        let empty = match section.as_ref().map(|n| &n.value) {
+            None | Some(Yaml::Null) => true,
+            Some(Yaml::Map(entries)) => entries.is_empty(),
+            Some(_) => false,
+        };
+        Ok(LoadedConfig {
+            config,
+            warnings,
+            empty,
+        })
     }
 
     /// Checks ranges and consistency; returns warnings. Used by YAML loading and the builder.
@@ -729,7 +865,13 @@ impl SummarizationConfig {
                     &format!("{key}.value"),
                     "0".into(),
                     &format!("a {} count must be positive", size.kind()),
-                    "a whole number >= 1",
+                    WHOLE_1,
+                )),
+                ContextSize::Tokens(n) | ContextSize::Messages(n) if n > MAX_COUNT => Err(bad(
+                    &format!("{key}.value"),
+                    n.to_string(),
+                    "is too large",
+                    &format!("a whole number in [1, {MAX_COUNT}]"),
                 )),
                 _ => Ok(()),
             }
@@ -780,7 +922,7 @@ impl SummarizationConfig {
                 "trim_tokens_to_summarize",
                 "0".into(),
                 "must be positive",
-                "a whole number >= 1, or null for no trimming",
+                "a whole number in [1, 1000000000], or null for no trimming",
             ));
         }
         if self.summary_max_tokens == Some(0) {
@@ -796,23 +938,100 @@ impl SummarizationConfig {
                 "cache_capacity",
                 "0".into(),
                 "must be positive",
-                "a whole number >= 1",
+                "a whole number in [1, 10000000]",
             ));
         }
         if !(1..=10).contains(&self.summary_max_attempts) {
             return Err(bad(
                 "summary_max_attempts",
                 self.summary_max_attempts.to_string(),
-                "out of range",
+                "is out of range",
                 "a whole number in [1, 10]",
             ));
         }
-        if !(self.summary_timeout_seconds.is_finite() && self.summary_timeout_seconds > 0.0) {
+        if !(self.summary_timeout_seconds.is_finite()
+            && self.summary_timeout_seconds > 0.0
+            && self.summary_timeout_seconds <= MAX_TIMEOUT_SECONDS)
+        {
             return Err(bad(
                 "summary_timeout_seconds",
                 self.summary_timeout_seconds.to_string(),
-                "must be positive",
-                "a number of seconds > 0",
+                "is out of range",
+                "a number of seconds in (0, 86400]",
+            ));
+        }
+        let counts: [(&str, u64, u64, u64); 9] = [
+            (
+                "trim_tokens_to_summarize",
+                self.trim_tokens_to_summarize.unwrap_or(1),
+                1,
+                MAX_COUNT,
+            ),
+            (
+                "preserve_recent_skill_count",
+                self.preserve_recent_skill_count,
+                0,
+                MAX_COUNT,
+            ),
+            (
+                "preserve_recent_skill_tokens",
+                self.preserve_recent_skill_tokens,
+                0,
+                MAX_COUNT,
+            ),
+            (
+                "preserve_recent_skill_tokens_per_skill",
+                self.preserve_recent_skill_tokens_per_skill,
+                0,
+                MAX_COUNT,
+            ),
+            (
+                "cache_capacity",
+                self.cache_capacity as u64,
+                1,
+                MAX_CACHE_CAPACITY,
+            ),
+            (
+                "max_summary_chars",
+                self.max_summary_chars as u64,
+                1,
+                MAX_COUNT,
+            ),
+            (
+                "max_chars_per_message",
+                self.max_chars_per_message as u64,
+                0,
+                MAX_COUNT,
+            ),
+            (
+                "circuit_breaker_cooldown_seconds",
+                self.circuit_breaker_cooldown_seconds,
+                0,
+                MAX_COOLDOWN_SECONDS,
+            ),
+            (
+                "extractive_word_budget",
+                self.extractive_word_budget as u64,
+                1,
+                MAX_COUNT,
+            ),
+        ];
+        for (key, value, min, max) in counts {
+            if value > max {
+                return Err(bad(
+                    key,
+                    value.to_string(),
+                    "is too large",
+                    &format!("a whole number in [{min}, {max}]"),
+                ));
+            }
+        }
+        if self.circuit_breaker_failures > 1_000_000 {
+            return Err(bad(
+                "circuit_breaker_failures",
+                self.circuit_breaker_failures.to_string(),
+                "is too large",
+                "a whole number in [1, 1000000]",
             ));
         }
         if !(self.summary_deadline_seconds.is_finite()
@@ -831,7 +1050,7 @@ impl SummarizationConfig {
                 "circuit_breaker_failures",
                 "0".into(),
                 "must be positive",
-                "a whole number >= 1",
+                "a whole number in [1, 1000000]",
             ));
         }
         if self.extractive_word_budget == 0 || self.max_summary_chars == 0 {
@@ -840,16 +1059,15 @@ impl SummarizationConfig {
             } else {
                 "max_summary_chars"
             };
-            return Err(bad(
-                key,
-                "0".into(),
-                "must be positive",
-                "a whole number >= 1",
-            ));
+            return Err(bad(key, "0".into(), "must be positive", WHOLE_1));
         }
         if !self.skills_container_path.starts_with('/') {
             return Err(bad(
-                "skills_container_path",
+                if lines.contains_key("skills.container_path") {
+                    "skills.container_path"
+                } else {
+                    "skills_container_path"
+                },
                 format!("{:?}", self.skills_container_path),
                 "must be an absolute path",
                 "an absolute path such as /mnt/skills",
@@ -863,14 +1081,10 @@ impl SummarizationConfig {
                 "a non-empty string",
             ));
         }
-        if matches!(
-            self.token_counter,
-            TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase
-        ) && !cfg!(feature = "tiktoken")
-        {
+        if self.token_counter.needs_tiktoken() && !cfg!(feature = "tiktoken") {
             return Err(bad(
                 "token_counter",
-                format!("{:?}", self.token_counter),
+                format!("{:?}", self.token_counter.name()),
                 "exact counting needs keel-summarization's `tiktoken` feature",
                 "approximate or approximate_script (or build with --features tiktoken)",
             ));

@@ -124,16 +124,117 @@ impl<'de> Deserialize<'de> for Yaml {
     }
 }
 
-/// Parses a YAML document into a line-aware tree. Errors carry the line.
+/// The deepest nesting a configuration may have.
+const MAX_DEPTH: usize = 16;
+/// The most values (mappings, lists, scalars) a configuration may have.
+const MAX_NODES: usize = 20_000;
+
+/// Parses a YAML document into a line-aware tree. Errors carry the line and are said in
+/// words a person editing the file can act on, not in the parser's API terms.
 pub(crate) fn parse(text: &str) -> Result<Node, (String, Option<u64>)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
         return Ok(Node {
             value: Yaml::Null,
             line: 1,
         });
     }
-    serde_saphyr::from_str::<Node>(text).map_err(|e| {
-        let line = e.location().map(|l| l.line());
-        (e.to_string(), line)
+    // A configuration is a few levels deep and a few dozen values long. Tight limits keep
+    // a hostile or mistaken file from exhausting the stack (the tree is built
+    // recursively) or memory, and turn it into an error instead.
+    // Non-finite floats reach the key's own check, which names the key and its range.
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_DEPTH,
+            max_nodes: MAX_NODES,
+        },
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
+    };
+    serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|e| {
+        let line = e.location().map(|l| l.line()).filter(|l| *l > 0);
+        (human(&e), line)
     })
+}
+
+/// The parser's error for people.
+fn human(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error;
+    use serde_saphyr::budget::BudgetBreach;
+    match e.without_snippet() {
+        Error::DuplicateMappingKey { key: Some(k), .. } => {
+            format!("the key `{k}` appears twice in one mapping; keep one")
+        }
+        Error::DuplicateMappingKey { key: None, .. } => {
+            "a key appears twice in one mapping; keep one".to_owned()
+        }
+        Error::MultipleDocuments { .. } => {
+            "the file holds more than one YAML document (a second `---`); a configuration \
+             is one document"
+                .to_owned()
+        }
+        Error::RecursiveReferencesRequireWeakTypes { .. } => {
+            "an alias refers to the anchor it is inside (`&a [*a]`); a configuration cannot \
+             contain itself"
+                .to_owned()
+        }
+        Error::Budget { breach, .. } => match breach {
+            BudgetBreach::Depth { .. } => format!(
+                "the document is nested more than {MAX_DEPTH} levels deep, too deep for a \
+                 configuration file"
+            ),
+            BudgetBreach::Aliases { .. } | BudgetBreach::Anchors { .. } => {
+                "the document uses too many anchors or aliases for a configuration file".to_owned()
+            }
+            _ => format!(
+                "the document has more than {MAX_NODES} values, too many for a \
+                 configuration file; is it the right file?"
+            ),
+        },
+        other => {
+            // The remaining messages are the YAML grammar's own ("did not find expected
+            // key"); keep the message, drop the position prefix and the snippet (the line
+            // is reported separately).
+            let text = other.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            let first = match first.find(": ") {
+                Some(at) if first.starts_with("line ") => &first[at + 2..],
+                _ => first,
+            };
+            if first.contains("Options") || first.contains("from_str") || first.contains("weak") {
+                "the file is not a valid configuration document".to_owned()
+            } else {
+                first.to_owned()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        match parse(text) {
+            Ok(_) => "ok".to_owned(),
+            Err((m, _)) => m,
+        }
+    }
+
+    #[test]
+    fn parser_errors_are_said_in_plain_words() {
+        assert_eq!(
+            err("enabled: true\nenabled: false\n"),
+            "the key `enabled` appears twice in one mapping; keep one"
+        );
+        assert!(err("a: 1\n---\nb: 2\n").starts_with("the file holds more than one YAML document"));
+        assert!(err("a: &a [*a]\n").starts_with("an alias refers to the anchor"));
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let m = err(&deep);
+        assert!(!m.contains("budget") && !m.contains("Depth"), "{m}");
+        for m in [err("a: [1, 2\n"), err("a: b: c\n"), err("\t- x\n")] {
+            assert!(!m.contains("-->") && !m.contains("Options"), "{m}");
+        }
+        assert_eq!(err("\u{feff}a: 1\n"), "ok");
+    }
 }

@@ -142,7 +142,10 @@ fn fraction_out_of_range() {
 #[test]
 fn zero_negative_float_boolean_nan_counts() {
     let e = err("trigger:\n  - type: tokens\n    value: 4000\n  - type: messages\n    value: 0\n");
-    assert_err(&e, &["trigger[1].value", "= 0", "line 5", ">= 1"]);
+    assert_err(
+        &e,
+        &["trigger[1].value", "= 0", "line 5", "[1, 1000000000]"],
+    );
     assert_err(
         &err("keep: {type: tokens, value: -5}\n"),
         &["keep.value", "-5", "positive"],
@@ -155,14 +158,19 @@ fn zero_negative_float_boolean_nan_counts() {
         &err("keep: {type: messages, value: true}\n"),
         &["keep.value", "true", "boolean"],
     );
-    // serde-saphyr refuses non-finite floats itself, with the position.
+    // Non-finite floats reach the key's own check: key, value, line and range.
     assert_err(
         &err("trigger: {type: fraction, value: .nan}\n"),
-        &["line 1", ".nan", "non-finite"],
+        &[
+            "trigger.value = .nan",
+            "line 1",
+            "not a finite number",
+            "(0, 1]",
+        ],
     );
     assert_err(
         &err("trigger: {type: fraction, value: .inf}\n"),
-        &["line 1", "non-finite"],
+        &["line 1", "not a finite number"],
     );
     assert_err(
         &err("trigger: {type: tokens, value: \"4000\"}\n"),
@@ -171,7 +179,12 @@ fn zero_negative_float_boolean_nan_counts() {
     assert_err(&err("enabled: yes please\n"), &["enabled", "boolean"]);
     assert_err(
         &err("preserve_recent_skill_count: -1\n"),
-        &["preserve_recent_skill_count", "-1", ">= 0", "line 1"],
+        &[
+            "preserve_recent_skill_count",
+            "-1",
+            "[0, 1000000000]",
+            "line 1",
+        ],
     );
 }
 
@@ -309,4 +322,64 @@ fn bundled_example_loads() {
     let loaded = SummarizationConfig::from_yaml_file(path).unwrap_or_else(|e| panic!("{e}"));
     assert!(loaded.config.enabled);
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn every_number_has_an_upper_bound_and_the_message_says_so() {
+    let err = |yaml: &str| {
+        SummarizationConfig::from_yaml_str(yaml)
+            .unwrap_err()
+            .to_string()
+    };
+    let base = "enabled: true\ntrigger: {type: messages, value: 4}\n";
+    assert_eq!(
+        err(&format!("{base}summary_timeout_seconds: 1e20\n")),
+        "summarization.summary_timeout_seconds = 100000000000000000000 (line 3): is out of \
+         range; allowed: a number of seconds in (0, 86400]"
+    );
+    assert_eq!(
+        err("enabled: true\ntrigger: {type: messages, value: 99999999999999999999999}\n"),
+        "summarization.trigger.value = 100000000000000000000000 (line 2): is too large; \
+         allowed: a whole number in [1, 1000000000]"
+    );
+    assert!(
+        err(&format!(
+            "{base}circuit_breaker_cooldown_seconds: 18446744073709551615\n"
+        ))
+        .contains("is too large; allowed: a whole number in [0, 2592000]")
+    );
+    assert!(err(&format!("{base}cache_capacity: 100000000\n")).contains("[1, 10000000]"));
+}
+
+#[test]
+fn keys_are_named_as_written() {
+    let e = SummarizationConfig::from_yaml_str(
+        "summarization:\n  enabled: true\n  trigger: {type: messages, value: 4}\nskills:\n  container_path: rel\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("skills.container_path = \"rel\" (line 5)"),
+        "{e}"
+    );
+    let e = SummarizationConfig::builder()
+        .trigger(ContextSize::Messages(4))
+        .token_counter(TokenCounterKind::O200kBase)
+        .build();
+    if let Err(e) = e {
+        assert!(e.to_string().contains("\"o200k_base\""), "{e}");
+    }
+}
+
+#[test]
+fn a_file_over_the_cap_is_refused_without_reading_it_whole() {
+    let err = SummarizationConfig::from_yaml_file_with_cap("/dev/zero", 1024)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "/dev/zero is larger than 1024 bytes, the cap on a configuration file; is it the \
+         right file? If so, raise the cap (keel: --max-config-bytes BYTES or \
+         KEEL_MAX_CONFIG_BYTES)"
+    );
 }

@@ -24,13 +24,13 @@ use keel_core::model::{
 };
 use keel_core::state::AgentState;
 use keel_core::stream::{StreamEvent, StreamWriter};
-use keel_core::transcript::read_jsonl;
+use keel_replay::{Transcript, load_summarization, transcript_warnings};
 use keel_summarization::cache::SummaryCache;
 use keel_summarization::config::SummarizationConfig;
 use keel_summarization::middleware::{CompactionReport, SummarizationMiddleware};
 use serde_json::{Value, json};
 
-use super::{CommandResult, print};
+use super::{Caps, CommandResult, clean, clean_json, print, warn};
 
 /// Arguments of `keel compact`.
 #[derive(Debug, clap::Args)]
@@ -48,8 +48,14 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub summary_model: Option<String>,
     /// The model's context window in tokens (resolves `fraction` triggers and decides
-    /// whether an uncompressed request fits).
-    #[arg(long, value_name = "TOKENS")]
+    /// whether an uncompressed request fits). Also spelled `--context-window`, as in
+    /// `keel replay`.
+    #[arg(
+        long,
+        visible_alias = "context-window",
+        value_name = "TOKENS",
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
     pub max_input_tokens: Option<u64>,
     /// A system prompt to count with the request (the trigger counts the whole request);
     /// by default a system message on the transcript's first line is the system prompt.
@@ -82,7 +88,7 @@ pub struct Outcome {
     pub report: CompactionReport,
     /// Custom stream events, in order.
     pub events: Vec<Value>,
-    /// Configuration warnings.
+    /// Transcript and configuration warnings (also printed on stderr).
     pub warnings: Vec<String>,
 }
 
@@ -171,9 +177,6 @@ fn one_line(text: &str, max: usize) -> String {
 pub fn render_plain(o: &Outcome) -> String {
     let r = &o.report;
     let mut out = String::new();
-    for w in &o.warnings {
-        let _ = writeln!(out, "warning: {w}");
-    }
     let _ = writeln!(
         out,
         "request ({} messages, {} tokens):",
@@ -196,8 +199,8 @@ pub fn render_plain(o: &Outcome) -> String {
             out,
             "  {:<9} {}{tag}: {}{calls}",
             m.role().as_str(),
-            m.id(),
-            one_line(&m.text(), 100)
+            clean(m.id()),
+            clean(&one_line(&m.text(), 100))
         );
     }
     let action = serde_json::to_value(r.action)
@@ -226,26 +229,26 @@ pub fn render_plain(o: &Outcome) -> String {
         out,
         "  summarized: {} {}",
         r.summarized_ids.len(),
-        r.summarized_ids.join(" ")
+        clean(&r.summarized_ids.join(" "))
     );
     let _ = writeln!(
         out,
         "  rescued:    {} {}",
         r.rescued_ids.len(),
-        r.rescued_ids.join(" ")
+        clean(&r.rescued_ids.join(" "))
     );
     let _ = writeln!(
         out,
         "  kept:       {} {}",
         r.kept_ids.len(),
-        r.kept_ids.join(" ")
+        clean(&r.kept_ids.join(" "))
     );
     if let Some(e) = &r.error {
-        let _ = writeln!(out, "  error:      {e}");
+        let _ = writeln!(out, "  error:      {}", clean(e));
     }
     let _ = writeln!(out, "  events:     {}", o.events.len());
     for e in &o.events {
-        let _ = writeln!(out, "    {e}");
+        let _ = writeln!(out, "    {}", clean_json(e.to_string()));
     }
     out
 }
@@ -259,15 +262,26 @@ pub fn render_json(o: &Outcome) -> Result<String, serde_json::Error> {
     }
     let request = json!({"messages": o.messages});
     // By hand so that `request` comes first (serde_json sorts keys).
-    Ok(format!("{{\"request\":{request},\"report\":{report}}}\n"))
+    Ok(clean_json(format!(
+        "{{\"request\":{request},\"report\":{report}}}\n"
+    )))
 }
 
 /// Runs the command.
-pub fn run(args: Args) -> CommandResult {
-    let messages = read_jsonl(&args.file)?;
-    let loaded = SummarizationConfig::from_yaml_file(&args.config)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
+pub fn run(args: Args, caps: &Caps) -> CommandResult {
+    let transcript = Transcript::read(&args.file, caps.limits())?;
+    let mut warnings = transcript_warnings(&args.file, &transcript);
+    let (config, config_warnings) = load_summarization(
+        &args.config,
+        args.max_input_tokens,
+        args.summary_model.as_deref(),
+        Some(caps.max_config_bytes),
+    )?;
+    warnings.extend(config_warnings);
+    for w in &warnings {
+        warn(w);
+    }
+    let messages = transcript.into_all_messages();
     let model = args
         .summary_model
         .as_deref()
@@ -283,7 +297,7 @@ pub fn run(args: Args) -> CommandResult {
         .build()?;
     let outcome = runtime.block_on(compact(
         messages,
-        loaded.config,
+        config,
         warnings,
         model,
         args.max_input_tokens,

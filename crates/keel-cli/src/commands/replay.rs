@@ -5,22 +5,37 @@
 //! goes through the configured stack (summarization from `--config`, session memory with
 //! `--memory session`) exactly as in a live agent; the request that reaches the model is
 //! recorded, and the transcript's message is the answer (the answering model is never
-//! called). The engine is `keel-replay`; this module parses flags, shows progress and
-//! prints the report.
+//! called). The engine is `keel-replay`; this module parses flags, shows progress, writes
+//! request dumps as the replay goes, and prints the report.
 
-use std::path::PathBuf;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use keel_replay::{CallReport, MemoryOptions, ReplayObserver, ReplayOptions, SentRequest};
 
-use super::{CommandResult, print};
+use super::{Caps, CommandResult, clean_json, clean_lines, print, warn};
 
 /// Which session memory to replay with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemoryMode {
-    /// Rolling per-session summary with pinned keys plus the last N messages (seed 000).
+    /// Rolling per-session summary with pinned keys plus the last N messages (the design
+    /// asked for in Langflow feature request #15799).
     Session,
+}
+
+/// How progress is shown on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal, nothing otherwise.
+    Auto,
+    /// A bar.
+    Bar,
+    /// One line per model call (for logs and CI).
+    Lines,
+    /// Nothing.
+    None,
 }
 
 /// Arguments of `keel replay`.
@@ -41,16 +56,25 @@ pub struct Args {
     /// Session memory: keys the summary keeps for the whole session, comma-separated.
     #[arg(long, value_name = "K1,K2", value_delimiter = ',', requires = "memory")]
     pub pinned_keys: Vec<String>,
-    /// Database URL: sqlite://path.db?mode=rwc or postgres://user:pw@host/db (default
-    /// with session memory: ./keel.db, created on first use).
+    /// Database URL: sqlite://path.db (created on first use; `?mode=ro` opens it
+    /// read-only) or postgres://user:pw@host/db (default with session memory: ./keel.db).
     #[arg(long, value_name = "URL")]
     pub db: Option<String>,
+    /// Replay into this session (and thread) id instead of a new one per run: replays
+    /// given the same id share one session memory, in one database.
+    #[arg(long, value_name = "ID", value_parser = session_id)]
+    pub session: Option<String>,
     /// Summaries by this OpenAI-compatible model (OPENAI_BASE_URL, OPENAI_API_KEY)
     /// instead of the built-in extractive summarizer.
     #[arg(long, value_name = "NAME")]
     pub summary_model: Option<String>,
     /// The answering model's context window in tokens, for `fraction` triggers.
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(
+        long,
+        visible_alias = "max-input-tokens",
+        value_name = "TOKENS",
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
     pub context_window: Option<u64>,
     /// Print one JSON object (`calls`, `totals`, `pinned`, `summary`) instead of tables.
     #[arg(long)]
@@ -58,29 +82,105 @@ pub struct Args {
     /// Write each request exactly as it would be sent to DIR/0001.json, DIR/0002.json, ...
     #[arg(long, value_name = "DIR")]
     pub dump_requests: Option<PathBuf>,
+    /// With --dump-requests: replace the dumps a folder already holds.
+    #[arg(long, requires = "dump_requests")]
+    pub force: bool,
+    /// Progress on stderr: a bar on a terminal (auto), a bar, one line per model call,
+    /// or none.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressMode,
 }
 
-/// A progress bar on stderr; indicatif draws nothing when stderr is not a terminal.
+fn session_id(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 200 || text.chars().any(char::is_control) {
+        Err("a session id is 1 to 200 printable characters".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
+}
+
+/// Shows progress and writes request dumps as calls finish, so a long replay holds no
+/// request it does not need.
 struct Progress {
-    bar: ProgressBar,
+    bar: Option<ProgressBar>,
+    lines: bool,
+    dump: Option<PathBuf>,
+    error: Option<String>,
 }
 
 impl ReplayObserver for Progress {
-    fn started(&mut self, calls: usize) {
-        self.bar.set_length(calls as u64);
+    fn wants_requests(&self) -> bool {
+        self.dump.is_some()
     }
 
-    fn call_done(&mut self, call: &CallReport, _request: Option<&SentRequest>) {
-        self.bar.set_message(format!(
-            "{} tokens sent, {} in history",
-            call.request_tokens, call.history_tokens
-        ));
-        self.bar.inc(1);
+    fn started(&mut self, calls: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(calls as u64);
+        }
+    }
+
+    fn call_done(&mut self, call: &CallReport, request: Option<&SentRequest>) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "{} tokens sent, {} in history",
+                call.request_tokens, call.history_tokens
+            ));
+            bar.inc(1);
+        }
+        if self.lines {
+            eprintln!(
+                "keel: call {} (line {}): {} tokens sent, {} in the transcript before it",
+                call.index, call.line, call.request_tokens, call.history_tokens
+            );
+        }
+        if let (Some(dir), Some(request), None) = (&self.dump, request, &self.error) {
+            let path = dir.join(format!("{:04}.json", request.index));
+            let body = serde_json::to_string_pretty(&request.to_json())
+                .map(|b| b + "\n")
+                .map_err(|e| e.to_string());
+            if let Err(e) = body.and_then(|b| std::fs::write(&path, b).map_err(|e| e.to_string())) {
+                self.error = Some(format!(
+                    "--dump-requests: cannot write {}: {e}",
+                    path.display()
+                ));
+            }
+        }
     }
 }
 
+/// Creates the dump folder, refusing to mix with earlier dumps unless `force`.
+fn prepare_dump_dir(dir: &Path, force: bool) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "--dump-requests: {} is a file, not a folder",
+            dir.display()
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("--dump-requests: cannot create {}: {e}", dir.display()))?;
+    let existing = std::fs::read_dir(dir)
+        .map_err(|e| format!("--dump-requests: cannot read {}: {e}", dir.display()))?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.len() >= 9
+                && name.ends_with(".json")
+                && name[..name.len() - 5].bytes().all(|b| b.is_ascii_digit())
+        })
+        .count();
+    if existing > 0 && !force {
+        return Err(format!(
+            "--dump-requests: {} already holds {existing} request dump(s) (0001.json, ...) \
+             from an earlier replay; choose an empty folder, or pass --force to overwrite them",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the command.
-pub fn run(args: Args) -> CommandResult {
+pub fn run(args: Args, caps: &Caps) -> CommandResult {
     let options = ReplayOptions {
         config: args.config,
         memory: args.memory.map(|MemoryMode::Session| MemoryOptions {
@@ -90,6 +190,10 @@ pub fn run(args: Args) -> CommandResult {
         db: args.db,
         summary_model: args.summary_model,
         context_window: args.context_window,
+        session: args.session,
+        limits: caps.limits(),
+        max_config_bytes: Some(caps.max_config_bytes),
+        discard_requests: true,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -97,33 +201,42 @@ pub fn run(args: Args) -> CommandResult {
     runtime.block_on(async {
         let prepared = keel_replay::prepare(&args.transcript, &options).await?;
         for warning in &prepared.warnings {
-            eprintln!("keel: warning: {warning}");
+            warn(warning);
         }
         if let Some(dir) = &args.dump_requests {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("--dump-requests: cannot create {}: {e}", dir.display()))?;
+            prepare_dump_dir(dir, args.force)?;
         }
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} model calls  {msg}",
-        )?);
-        let mut progress = Progress { bar };
-        let replay = prepared.run(&mut progress).await?;
-        progress.bar.finish_and_clear();
-
-        if let Some(dir) = &args.dump_requests {
-            for request in replay.requests.iter().flatten() {
-                let path = dir.join(format!("{:04}.json", request.index));
-                let body = serde_json::to_string_pretty(&request.to_json())?;
-                std::fs::write(&path, body + "\n").map_err(|e| {
-                    format!("--dump-requests: cannot write {}: {e}", path.display())
-                })?;
+        let bar = match args.progress {
+            ProgressMode::Bar => true,
+            ProgressMode::Auto => std::io::stderr().is_terminal(),
+            ProgressMode::Lines | ProgressMode::None => false,
+        }
+        .then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            if let Ok(style) =
+                ProgressStyle::with_template("{bar:40} {pos}/{len} model calls  {msg}")
+            {
+                bar.set_style(style);
             }
+            bar
+        });
+        let mut progress = Progress {
+            bar,
+            lines: args.progress == ProgressMode::Lines,
+            dump: args.dump_requests.clone(),
+            error: None,
+        };
+        let replay = prepared.run(&mut progress).await?;
+        if let Some(bar) = &progress.bar {
+            bar.finish_and_clear();
+        }
+        if let Some(error) = progress.error {
+            return Err(error.into());
         }
         let out = if args.json {
-            serde_json::to_string_pretty(&replay.report)? + "\n"
+            clean_json(serde_json::to_string_pretty(&replay.report)? + "\n")
         } else {
-            replay.report.render()
+            clean_lines(&replay.report.render())
         };
         print(&out)?;
         Ok(ExitCode::SUCCESS)

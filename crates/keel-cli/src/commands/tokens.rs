@@ -1,8 +1,9 @@
 //! `keel tokens FILE`: how many tokens a transcript (or, with `--text`, a plain text)
 //! costs under a given counter.
 //!
-//! A transcript is read with [`keel_core::transcript::read_jsonl`], so a missing file and
-//! a bad line (with its number) are reported the same way as by every other command.
+//! A transcript is read and checked as by every other command
+//! ([`keel_replay::Transcript::read`]): the same verdict and the same message for the
+//! same file. `--text` reads a plain file of at most `--max-text-bytes`.
 //! Plain output is one line per message (`id  role  tokens`) and a total; `--json`
 //! prints `{"total": N, "messages": [{"id": ..., "tokens": ...}, ...]}`.
 
@@ -12,10 +13,10 @@ use std::process::ExitCode;
 
 use keel_core::message::Message;
 use keel_core::tokens::TokenCounter;
-use keel_core::transcript::read_jsonl;
+use keel_replay::{Transcript, transcript_warnings};
 use serde_json::json;
 
-use super::{CommandResult, print};
+use super::{Caps, CommandResult, clean, clean_json, print, warn};
 
 /// Arguments of `keel tokens`.
 #[derive(Debug, clap::Args)]
@@ -59,17 +60,21 @@ pub fn count(counter: &dyn TokenCounter, messages: &[Message]) -> Counts {
 }
 
 /// Runs the command.
-pub fn run(args: Args) -> CommandResult {
+pub fn run(args: Args, caps: &Caps) -> CommandResult {
     let counter = keel_tokens::counter_by_name(&args.counter)?;
     let counts = if args.text {
-        let text = std::fs::read_to_string(&args.file)
-            .map_err(|e| format!("cannot read {}: {e}", args.file.display()))?;
+        let cap = usize::try_from(caps.max_text_bytes).unwrap_or(usize::MAX);
+        let text = keel_replay::input::read_text(&args.file, cap)?;
         Counts {
             messages: Vec::new(),
             total: counter.count_text(&text),
         }
     } else {
-        count(&*counter, &read_jsonl(&args.file)?)
+        let transcript = Transcript::read(&args.file, caps.limits())?;
+        for w in transcript_warnings(&args.file, &transcript) {
+            warn(&w);
+        }
+        count(&*counter, &transcript.into_all_messages())
     };
     let mut out = String::new();
     if args.json {
@@ -83,11 +88,11 @@ pub fn run(args: Args) -> CommandResult {
             out,
             "{{\"total\":{},\"messages\":{}}}",
             counts.total,
-            serde_json::Value::Array(messages)
+            clean_json(serde_json::Value::Array(messages).to_string())
         );
     } else {
         for (id, role, tokens) in &counts.messages {
-            let _ = writeln!(out, "{id}\t{role}\t{tokens}");
+            let _ = writeln!(out, "{}\t{role}\t{tokens}", clean(id));
         }
         let what = if args.text {
             "text".to_owned()

@@ -82,7 +82,13 @@ pub(crate) const ALL_BLOBS: &str =
 
 /// A driver error as a store error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
-    StoreError::Backend(e.to_string())
+    let detail = e.to_string();
+    if detail.contains("readonly") {
+        return StoreError::Backend(format!(
+            "{detail} (the database is read-only: make the file and its folder writable)"
+        ));
+    }
+    StoreError::Backend(crate::error::with_hint(&detail))
 }
 
 /// True when `e` is a unique-key violation.

@@ -1,0 +1,125 @@
+//! A property-driven fuzz target for the configuration loader (issue 12): arbitrary
+//! text, and documents built from the real keys with extreme values (huge and negative
+//! numbers, non-finite floats, wrong types, deep nesting). Loading never panics, errors
+//! never show the YAML library's API hints, and a configuration that loads also builds
+//! a middleware (where `summary_timeout_seconds: 1e20` used to panic). Runs a fixed
+//! number of cases in the normal test suite (`PROPTEST_CASES` raises it).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use keel_summarization::config::SummarizationConfig;
+use keel_summarization::middleware::SummarizationMiddleware;
+use proptest::prelude::*;
+
+const LEAKS: &[&str] = &[
+    "DuplicateKeyPolicy",
+    "from_str_multiple",
+    "weak recursion",
+    "budget breached",
+    "Options",
+    "-->",
+];
+
+const KEYS: &[&str] = &[
+    "enabled",
+    "model_name",
+    "trigger",
+    "keep",
+    "trim_tokens_to_summarize",
+    "summary_prompt",
+    "preserve_recent_skill_count",
+    "preserve_recent_skill_tokens",
+    "preserve_recent_skill_tokens_per_skill",
+    "skill_file_read_tool_names",
+    "skills_container_path",
+    "stickiness_headroom",
+    "cache_capacity",
+    "token_counter",
+    "summary_max_attempts",
+    "summary_timeout_seconds",
+    "max_summary_chars",
+    "summary_max_tokens",
+    "max_chars_per_message",
+    "circuit_breaker_failures",
+    "circuit_breaker_cooldown_seconds",
+    "extractive_word_budget",
+];
+
+fn scalar() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|f| format!("{f:?}")),
+        Just("1e20".to_owned()),
+        Just("99999999999999999999999".to_owned()),
+        Just(".nan".to_owned()),
+        Just("-.inf".to_owned()),
+        Just("null".to_owned()),
+        Just("true".to_owned()),
+        Just("\"{messages}\"".to_owned()),
+        Just("/mnt/skills".to_owned()),
+        "[a-z_ ]{0,12}",
+        (1u64..5000).prop_map(|n| n.to_string()),
+    ]
+}
+
+fn value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => scalar(),
+        2 => (prop_oneof![Just("tokens"), Just("messages"), Just("fraction"), Just("x")], scalar())
+            .prop_map(|(t, v)| format!("{{type: {t}, value: {v}}}")),
+        1 => proptest::collection::vec(scalar(), 0..4).prop_map(|v| format!("[{}]", v.join(", "))),
+        1 => (1usize..40).prop_map(|d| format!("{}1{}", "[".repeat(d), "]".repeat(d))),
+    ]
+}
+
+fn document() -> impl Strategy<Value = String> {
+    proptest::collection::vec((proptest::sample::select(KEYS), value()), 0..10).prop_map(
+        |entries| {
+            entries
+                .into_iter()
+                .map(|(k, v)| format!("{k}: {v}\n"))
+                .collect::<String>()
+        },
+    )
+}
+
+fn load(text: &str) {
+    match SummarizationConfig::from_yaml_str(text) {
+        Ok(loaded) => {
+            let built = SummarizationMiddleware::builder(loaded.config)
+                .extractive()
+                .build();
+            if let Err(e) = built {
+                assert!(!e.to_string().is_empty());
+            }
+        }
+        Err(e) => {
+            let s = e.to_string();
+            for leak in LEAKS {
+                assert!(!s.contains(leak), "{s:?} leaks {leak:?}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in ".{0,300}") {
+        load(&text);
+    }
+
+    #[test]
+    fn real_keys_with_extreme_values_never_panic(doc in document(), nested in any::<bool>()) {
+        let text = if nested {
+            format!(
+                "summarization:\n{}",
+                doc.lines().map(|l| format!("  {l}\n")).collect::<String>()
+            )
+        } else {
+            doc
+        };
+        load(&text);
+    }
+}
