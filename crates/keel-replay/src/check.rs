@@ -97,6 +97,20 @@ pub enum Problem {
         /// The line of the message that came instead of the result; `None` at the end.
         next_line: Option<usize>,
     },
+    /// A tool call left without a result by an interrupted run, which the commands that
+    /// run middleware answer with a synthetic "cancelled" result (as an agent with
+    /// keel-core's `PatchToolCallsMiddleware` does) instead of refusing the transcript.
+    #[error(
+        "tool call {tool_call_id:?} ({name}) has no result before the next message on line {next_line} (an interrupted run): it is answered with a synthetic result saying it was cancelled"
+    )]
+    PatchedCall {
+        /// The call id.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The line of the message that came instead of the result.
+        next_line: usize,
+    },
 }
 
 /// One problem, tied to a line (1-based; 0 for the whole file).

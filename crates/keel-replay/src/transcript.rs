@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::message::{Message, Role};
 
 use crate::check::{Finding, Problem, Severity, check, derived_id};
@@ -95,13 +96,31 @@ pub struct Transcript {
 }
 
 /// Decides what `replay`, `compact` and `tokens` do with the findings of the shared
-/// check: refuse on the first error, go on with the warnings. Unanswered tool calls are
-/// findings like the others ([`Problem::UnansweredCall`]); this is the one place where
-/// the commands that run middleware decide about them.
+/// check: refuse on the first error, go on with the warnings. This is the one place
+/// where the commands that run middleware decide about unanswered tool calls: a call
+/// that the conversation moved on from (an interrupted run, a normal state for a real
+/// agent) becomes a warning ([`Problem::PatchedCall`]), and [`Transcript::new`] answers
+/// it with a synthetic cancelled result. `keel check-transcript` still reports it as an
+/// error: a provider rejects it as it stands.
 fn triage(findings: Vec<Finding>) -> Result<Vec<Finding>, InvalidTranscript> {
-    let (mut errors, warnings): (Vec<Finding>, Vec<Finding>) = findings
-        .into_iter()
-        .partition(|f| f.severity == Severity::Error);
+    let findings = findings.into_iter().map(|f| match f.problem {
+        Problem::UnansweredCall {
+            tool_call_id,
+            name,
+            next_line: Some(next_line),
+        } => Finding {
+            severity: Severity::Warning,
+            problem: Problem::PatchedCall {
+                tool_call_id,
+                name,
+                next_line,
+            },
+            ..f
+        },
+        _ => f,
+    });
+    let (mut errors, warnings): (Vec<Finding>, Vec<Finding>) =
+        findings.partition(|f| f.severity == Severity::Error);
     if errors.is_empty() {
         return Ok(warnings);
     }
@@ -134,9 +153,25 @@ impl Transcript {
                 with_stable_id(m, line)
             });
         }
-        let (lines, messages) = entries
+        let (mut lines, mut messages): (Vec<usize>, Vec<Message>) = entries
             .map(|(line, m)| (line, with_stable_id(m, line)))
             .unzip();
+        // Calls the conversation moved on from get their synthetic result, on the line
+        // of the message that made them (the check above warned about each one).
+        let dangling = dangling_tool_calls(&messages, Pending::Keep);
+        if let Some(patched) = patch_dangling_tool_calls(&messages, Pending::Keep) {
+            let mut patched_lines = Vec::with_capacity(patched.len());
+            let mut next = dangling.iter().peekable();
+            for (i, line) in lines.iter().enumerate() {
+                while let Some(d) = next.next_if(|d| d.insert_at == i) {
+                    patched_lines.push(lines[d.ai_index]);
+                }
+                patched_lines.push(*line);
+            }
+            patched_lines.extend(next.map(|d| lines[d.ai_index]));
+            lines = patched_lines;
+            messages = patched;
+        }
         Ok(Transcript {
             system,
             system_line,
@@ -282,8 +317,8 @@ mod tests {
     }
 
     #[test]
-    fn an_unanswered_call_and_duplicates_are_errors() {
-        let err = Transcript::from_messages(vec![
+    fn an_interrupted_call_is_patched_with_a_warning_and_duplicates_are_errors() {
+        let t = Transcript::from_messages(vec![
             Message::human("hi").with_id("1"),
             Message::ai("")
                 .with_tool_calls(vec![call("c1")])
@@ -291,11 +326,18 @@ mod tests {
             Message::human("hello?").with_id("3"),
             Message::ai("sorry").with_id("4"),
         ])
-        .unwrap_err();
+        .unwrap();
         assert!(
-            matches!(err.problem, Problem::UnansweredCall { .. }) && err.line == 2,
-            "{err}"
+            matches!(t.warnings()[0].problem, Problem::PatchedCall { .. })
+                && t.warnings()[0].line == 2,
+            "{:?}",
+            t.warnings()
         );
+        assert!(t.warnings()[0].problem.to_string().contains("cancelled"));
+        let ids: Vec<&str> = t.messages.iter().map(Message::id).collect();
+        assert_eq!(ids, ["1", "2", "cancelled-c1", "3", "4"]);
+        assert_eq!(t.lines, [1, 2, 2, 3, 4]);
+        keel_summarization::pairs::check_pairs(&t.messages).unwrap();
 
         let err = Transcript::from_messages(vec![
             Message::human("hi").with_id("1"),
