@@ -84,7 +84,12 @@ run() {
         OPENAI_API_KEY="${OPENAI_API_KEY:-sk-no-key-required}" \
         KEEL_MODEL=smollm2 \
         KEEL_E2E_LLAMA=1 \
-        cargo test -p keel-openai --test e2e_llama -- --ignored --test-threads=1
+        cargo test -p keel-openai --test e2e_llama -- --ignored --test-threads=1 &&
+    OPENAI_BASE_URL="http://127.0.0.1:$port/v1" \
+        OPENAI_API_KEY="${OPENAI_API_KEY:-sk-no-key-required}" \
+        KEEL_MODEL=smollm2 \
+        KEEL_E2E_LLAMA=1 \
+        cargo test -p keel-replay --test e2e_llama -- --ignored --nocapture --test-threads=1
 }
 
 case "$MODE" in
