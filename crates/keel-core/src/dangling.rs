@@ -151,16 +151,36 @@ pub fn patch_dangling_tool_calls(messages: &[Message], pending: Pending) -> Opti
     if dangling.is_empty() {
         return None;
     }
-    let mut out = Vec::with_capacity(messages.len() + dangling.len());
+    Some(insert_at_calls(
+        messages.iter().cloned(),
+        &dangling,
+        |d, _| cancelled_result(d),
+    ))
+}
+
+/// `items` (one per message, in order) with `make(call, items so far)` inserted where
+/// each dangling call's synthetic result goes. The one insertion walk behind every
+/// patched list: messages, stored rows, source line numbers.
+pub fn insert_at_calls<T>(
+    items: impl IntoIterator<Item = T>,
+    dangling: &[DanglingCall],
+    mut make: impl FnMut(&DanglingCall, &[T]) -> T,
+) -> Vec<T> {
+    let items = items.into_iter();
+    let mut out = Vec::with_capacity(items.size_hint().0 + dangling.len());
     let mut next = dangling.iter().peekable();
-    for (i, m) in messages.iter().enumerate() {
+    for (i, item) in items.enumerate() {
         while let Some(d) = next.next_if(|d| d.insert_at == i) {
-            out.push(cancelled_result(d));
+            let patched = make(d, &out);
+            out.push(patched);
         }
-        out.push(m.clone());
+        out.push(item);
     }
-    out.extend(next.map(cancelled_result));
-    Some(out)
+    for d in next {
+        let patched = make(d, &out);
+        out.push(patched);
+    }
+    out
 }
 
 /// [`patch_dangling_tool_calls`] as a copy-on-write list.

@@ -10,7 +10,9 @@
 //! result, an orphan in the middle) moves the window's start forward past it, as a last
 //! resort, with a warning.
 
-use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
+use keel_core::dangling::{
+    Pending, cancelled_result, dangling_tool_calls, insert_at_calls, patch_dangling_tool_calls,
+};
 use keel_core::message::Message;
 use keel_core::store::StoredMessage;
 use keel_summarization::pairs::{PairViolation, check_pairs_strict};
@@ -67,30 +69,17 @@ pub fn provider_safe_rows(mut rows: Vec<StoredMessage>) -> Vec<StoredMessage> {
             calls = dangling.len(),
             "session memory: tool calls without results (an interrupted turn) are sent with a synthetic cancelled result"
         );
-        let mut patched = Vec::with_capacity(rows.len() + dangling.len());
-        let mut next = dangling.iter().peekable();
-        for (i, row) in rows.into_iter().enumerate() {
-            while let Some(d) = next.next_if(|d| d.insert_at == i) {
-                patched.push(synthetic(d, &patched));
+        let patched = insert_at_calls(rows, &dangling, |d, before: &[StoredMessage]| {
+            StoredMessage {
+                timestamp_ms: before.last().map_or(0, |r| r.timestamp_ms),
+                message: cancelled_result(d),
             }
-            patched.push(row);
-        }
-        for d in next {
-            let row = synthetic(d, &patched);
-            patched.push(row);
-        }
+        });
         rows = patched;
     }
     let messages: Vec<Message> = rows.iter().map(|r| r.message.clone()).collect();
     rows.drain(..pair_safe_start(&messages));
     rows
-}
-
-fn synthetic(call: &keel_core::dangling::DanglingCall, before: &[StoredMessage]) -> StoredMessage {
-    StoredMessage {
-        timestamp_ms: before.last().map_or(0, |r| r.timestamp_ms),
-        message: keel_core::dangling::cancelled_result(call),
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
+use keel_core::dangling::{
+    Pending, dangling_tool_calls, insert_at_calls, patch_dangling_tool_calls,
+};
 use keel_core::message::{Message, Role};
 
 use crate::check::{Finding, Problem, Severity, check, derived_id};
@@ -160,15 +162,8 @@ impl Transcript {
         // of the message that made them (the check above warned about each one).
         let dangling = dangling_tool_calls(&messages, Pending::Keep);
         if let Some(patched) = patch_dangling_tool_calls(&messages, Pending::Keep) {
-            let mut patched_lines = Vec::with_capacity(patched.len());
-            let mut next = dangling.iter().peekable();
-            for (i, line) in lines.iter().enumerate() {
-                while let Some(d) = next.next_if(|d| d.insert_at == i) {
-                    patched_lines.push(lines[d.ai_index]);
-                }
-                patched_lines.push(*line);
-            }
-            patched_lines.extend(next.map(|d| lines[d.ai_index]));
+            let by_index = lines.clone();
+            let patched_lines = insert_at_calls(lines, &dangling, |d, _| by_index[d.ai_index]);
             lines = patched_lines;
             messages = patched;
         }
