@@ -965,24 +965,32 @@ impl SummarizationMiddleware {
         let mut summarized_ids = Vec::new();
         let mut rescued_ids = Vec::new();
         let mut kept_ids = Vec::new();
-        let (mut summarized, mut rescued) = (0usize, 0usize);
         let ids = self.report_ids;
-        // Only the holes before the boundary are visited one by one; the covered prefix
-        // is skipped in bulk.
-        for (i, msg) in messages.iter().enumerate().take(entry.boundary) {
-            if entry.covers(i) {
-                summarized += 1;
-                if ids {
-                    summarized_ids.push(msg.id().to_owned());
-                }
-                continue;
-            }
-            rescued += 1;
-            tokens += tokens_of(i);
+        // Only the holes (rescued messages) before the boundary are visited; the covered
+        // prefix is skipped in bulk (it used to be walked index by index on every call,
+        // a cost that grew with the thread).
+        let boundary = entry.boundary.min(messages.len());
+        let holes: Vec<usize> = entry
+            .holes
+            .iter()
+            .copied()
+            .filter(|&h| h < boundary)
+            .collect();
+        let rescued = holes.len();
+        let summarized = boundary - rescued;
+        for &h in &holes {
+            tokens += tokens_of(h);
             if ids {
-                rescued_ids.push(msg.id().to_owned());
+                rescued_ids.push(messages[h].id().to_owned());
             }
-            out.push(msg.clone());
+            out.push(messages[h].clone());
+        }
+        if ids {
+            summarized_ids.extend(
+                (0..boundary)
+                    .filter(|&i| entry.covers(i))
+                    .map(|i| messages[i].id().to_owned()),
+            );
         }
         for (i, msg) in messages.iter().enumerate().skip(entry.boundary) {
             tokens += tokens_of(i);
