@@ -230,6 +230,7 @@ impl SummaryCaller {
         let deadline = self.options.deadline.map(|d| Instant::now() + d);
         let mut attempts = 0u32;
         let mut last_reason = String::from("no model was tried");
+        let mut reasons: Vec<String> = Vec::new();
         let mut last_kind = None;
         'models: for (model_index, model) in models.iter().enumerate() {
             let mut prompt =
@@ -300,11 +301,18 @@ impl SummaryCaller {
                 }
                 break;
             }
+            // Every model's last failure is reported, not only the fallback's: a
+            // fallback that cannot summarize would otherwise hide why the summary model
+            // failed.
+            reasons.push(last_reason.clone());
+        }
+        if reasons.last() != Some(&last_reason) {
+            reasons.push(last_reason);
         }
         self.breaker.record_failure(key);
         Err(SummaryCallError::Failed {
             attempts,
-            reason: last_reason,
+            reason: reasons.join("; then "),
             kind: last_kind,
         })
     }
@@ -626,6 +634,12 @@ mod tests {
         assert!(
             matches!(err, SummaryCallError::Failed { attempts: 2, .. }),
             "{err:?}"
+        );
+        // Both models' failures are in the reason, not only the fallback's.
+        let text = err.to_string();
+        assert!(
+            text.contains("a: no summary within") && text.contains("; then b:"),
+            "{text}"
         );
     }
 }
