@@ -7,9 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_core::dangling::{
-    Pending, dangling_tool_calls, insert_at_calls, patch_dangling_tool_calls,
-};
+use keel_core::dangling::{Pending, cancelled_result, dangling_tool_calls, insert_at_calls};
 use keel_core::message::{Message, Role};
 
 use crate::check::{Finding, Problem, Severity, check, derived_id};
@@ -160,12 +158,12 @@ impl Transcript {
             .unzip();
         // Calls the conversation moved on from get their synthetic result, on the line
         // of the message that made them (the check above warned about each one).
+        // One scan finds the calls; one walk each inserts their results and lines.
         let dangling = dangling_tool_calls(&messages, Pending::Keep);
-        if let Some(patched) = patch_dangling_tool_calls(&messages, Pending::Keep) {
+        if !dangling.is_empty() {
             let by_index = lines.clone();
-            let patched_lines = insert_at_calls(lines, &dangling, |d, _| by_index[d.ai_index]);
-            lines = patched_lines;
-            messages = patched;
+            lines = insert_at_calls(lines, &dangling, |d, _| by_index[d.ai_index]);
+            messages = insert_at_calls(messages, &dangling, |d, _| cancelled_result(d));
         }
         Ok(Transcript {
             system,

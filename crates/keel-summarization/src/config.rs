@@ -360,7 +360,9 @@ pub const MAX_COOLDOWN_SECONDS: u64 = 30 * 86_400;
 /// The largest `cache_capacity`: 10^7 threads.
 pub const MAX_CACHE_CAPACITY: u64 = 10_000_000;
 
-const KEYS: &[&str] = &[
+/// Every key a `summarization:` section may hold (for "did you mean" suggestions, and
+/// for tests that generate configurations).
+pub const KEYS: &[&str] = &[
     "enabled",
     "model_name",
     "trigger",

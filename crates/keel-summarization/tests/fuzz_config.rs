@@ -19,31 +19,6 @@ const LEAKS: &[&str] = &[
     "-->",
 ];
 
-const KEYS: &[&str] = &[
-    "enabled",
-    "model_name",
-    "trigger",
-    "keep",
-    "trim_tokens_to_summarize",
-    "summary_prompt",
-    "preserve_recent_skill_count",
-    "preserve_recent_skill_tokens",
-    "preserve_recent_skill_tokens_per_skill",
-    "skill_file_read_tool_names",
-    "skills_container_path",
-    "stickiness_headroom",
-    "cache_capacity",
-    "token_counter",
-    "summary_max_attempts",
-    "summary_timeout_seconds",
-    "max_summary_chars",
-    "summary_max_tokens",
-    "max_chars_per_message",
-    "circuit_breaker_failures",
-    "circuit_breaker_cooldown_seconds",
-    "extractive_word_budget",
-];
-
 fn scalar() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<i64>().prop_map(|n| n.to_string()),
@@ -73,14 +48,19 @@ fn value() -> impl Strategy<Value = String> {
 }
 
 fn document() -> impl Strategy<Value = String> {
-    proptest::collection::vec((proptest::sample::select(KEYS), value()), 0..10).prop_map(
-        |entries| {
-            entries
-                .into_iter()
-                .map(|(k, v)| format!("{k}: {v}\n"))
-                .collect::<String>()
-        },
+    proptest::collection::vec(
+        (
+            proptest::sample::select(keel_summarization::config::KEYS),
+            value(),
+        ),
+        0..10,
     )
+    .prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect::<String>()
+    })
 }
 
 fn load(text: &str) {
