@@ -1,7 +1,7 @@
 //! One run of the agent loop: before_agent → (before_model → model → after_model →
 //! tools)* → after_agent, with every step checkpointed and streamed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -337,20 +337,8 @@ impl Run {
 
 /// Tool calls of the last AI message that have no result after it yet.
 pub(crate) fn pending_tool_calls(messages: &[Message]) -> Vec<ToolCall> {
-    let Some(i) = messages.iter().rposition(Message::is_ai) else {
-        return Vec::new();
-    };
-    let calls = messages[i].tool_calls();
-    if calls.is_empty() {
-        return Vec::new();
-    }
-    let answered: HashSet<&str> = messages[i + 1..]
-        .iter()
-        .filter_map(Message::tool_call_id)
-        .collect();
-    calls
-        .iter()
-        .filter(|c| !answered.contains(c.id.as_str()))
+    keel_core::pairs::pending_calls(messages)
+        .into_iter()
         .cloned()
         .collect()
 }

@@ -35,6 +35,7 @@ pub mod dangling;
 pub mod message;
 pub mod middleware;
 pub mod model;
+pub mod pairs;
 pub mod state;
 pub mod store;
 pub mod stream;

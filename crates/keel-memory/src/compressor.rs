@@ -30,13 +30,13 @@ use keel_core::store::{
     StoreError, StoredMessage,
 };
 use keel_core::stream::StreamWriter;
-use keel_summarization::events::ContextCompacting;
-use keel_summarization::extractive::{self, ExtractiveOptions};
-use keel_summarization::summary_call::{
+use keel_summary::events::ContextCompacting;
+use keel_summary::extractive::{self, ExtractiveOptions};
+use keel_summary::summary_call::{
     SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
-use keel_summarization::transcript::cap_chars;
-use keel_summarization::{SUMMARY_NAME, summary_message};
+use keel_summary::transcript::cap_chars;
+use keel_summary::{SUMMARY_NAME, summary_message};
 
 use crate::events::{FOLDING_MESSAGE, FoldFailed, FoldFailure, FoldSuperseded, Folded};
 use crate::fold::merge::{count_words, merge};
@@ -708,7 +708,7 @@ impl SessionCompressor {
         &self,
         scope: &SessionScope,
         state: &SessionMemoryState,
-        prompt: &keel_summarization::transcript::SummaryPrompt,
+        prompt: &keel_summary::transcript::SummaryPrompt,
         models: &SummaryModels,
         writer: &StreamWriter,
     ) -> Result<(FoldOutput, String), (FoldFailure, String)> {

@@ -26,8 +26,8 @@ use keel_core::middleware::{
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind};
 use keel_core::state::AgentState;
 use keel_core::store::{ChatHistoryStore, SessionMemoryStore, SessionScope, StoreError};
-use keel_summarization::SUMMARY_NAME;
-use keel_summarization::summary_call::SummaryCaller;
+use keel_summary::SUMMARY_NAME;
+use keel_summary::summary_call::SummaryCaller;
 use lru::LruCache;
 use parking_lot::Mutex;
 

@@ -14,8 +14,8 @@ use keel_core::dangling::{
     Pending, cancelled_result, dangling_tool_calls, insert_at_calls, patch_dangling_tool_calls,
 };
 use keel_core::message::Message;
+use keel_core::pairs::{PairViolation, check_pairs_strict};
 use keel_core::store::StoredMessage;
-use keel_summarization::pairs::{PairViolation, check_pairs_strict};
 
 /// The first index from which `messages[index..]` passes the strict pair check
 /// (dangling calls included: patch them first with [`provider_safe`] to keep them).

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use common::*;
 use keel_core::message::{Message, ToolCall};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind};
+use keel_core::pairs::check_pairs;
 use keel_core::store::{
     ChatHistoryStore, SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope,
     StoreError, StoredMessage,
@@ -18,7 +19,6 @@ use keel_core::stream::StreamWriter;
 use keel_memory::events::{EVENT_FOLD_FAILED, EVENT_FOLD_SUPERSEDED, EVENT_FOLDED};
 use keel_memory::{FoldOutcome, SessionCompressor, SessionMemorySettings};
 use keel_store::memory::MemoryStore;
-use keel_summarization::pairs::check_pairs;
 use keel_testkit::ScriptedModel;
 use parking_lot::Mutex;
 use serde_json::json;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use keel_core::message::{Message, ToolCall};
 use keel_core::model::ChatModel;
+use keel_core::pairs::check_pairs;
 use keel_core::store::{ChatHistoryStore, SessionScope, StoredMessage};
 use keel_core::stream::StreamWriter;
 use keel_memory::{SessionCompressor, SessionMemorySettings};
 use keel_store::memory::MemoryStore;
-use keel_summarization::pairs::check_pairs;
 use keel_testkit::ScriptedModel;
 use proptest::prelude::*;
 use serde_json::json;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use keel_core::message::{Message, Role};
+use keel_core::pairs::{PairEvent, PairScanner};
 
 use crate::input::LineProblem;
 
@@ -148,22 +149,24 @@ impl Report {
     }
 }
 
-struct OpenCall {
-    id: String,
-    name: String,
-    answered: Option<usize>,
-}
-
 /// Checks messages one at a time, in file order. Memory grows with the number of ids,
 /// never with the size of the messages.
-#[derive(Default)]
 pub struct Checker {
     report: Report,
     ids: HashMap<String, usize>,
-    issued: HashMap<String, usize>,
-    open_line: usize,
-    open: Vec<OpenCall>,
+    pairs: PairScanner,
     messages: usize,
+}
+
+impl Default for Checker {
+    fn default() -> Self {
+        Checker {
+            report: Report::default(),
+            ids: HashMap::new(),
+            pairs: PairScanner::tracking_issued(),
+            messages: 0,
+        }
+    }
 }
 
 impl Checker {
@@ -218,85 +221,87 @@ impl Checker {
             self.ids.insert(id, line);
         }
 
-        if let Some(call_id) = message.tool_call_id() {
-            let open = self.open.iter_mut().find(|c| c.id == call_id);
-            let problem = match open {
-                Some(OpenCall {
-                    answered: Some(first_line),
-                    ..
-                }) => Some(Problem::DuplicateResult {
-                    tool_call_id: call_id.to_owned(),
-                    first_line: *first_line,
-                }),
-                Some(slot) => {
-                    slot.answered = Some(line);
-                    None
-                }
-                None => Some(match self.issued.get(call_id) {
-                    Some(&issued_line) => Problem::LateResult {
-                        tool_call_id: call_id.to_owned(),
-                        issued_line,
-                    },
-                    None => Problem::OrphanResult {
-                        tool_call_id: call_id.to_owned(),
-                    },
-                }),
-            };
-            if let Some(problem) = problem {
-                self.push_finding(line, Severity::Error, problem);
-            }
-            return;
-        }
-
-        self.close_open(Some(line));
-        let calls = message.tool_calls();
-        if !calls.is_empty() {
-            for call in calls {
-                if let Some(&first_line) = self.issued.get(&call.id) {
-                    self.push_finding(
-                        line,
-                        Severity::Error,
-                        Problem::DuplicateToolCallId {
-                            id: call.id.clone(),
-                            first_line,
-                        },
-                    );
-                } else {
-                    self.issued.insert(call.id.clone(), line);
-                }
-            }
-            self.open_line = line;
-            self.open = calls
-                .iter()
-                .map(|c| OpenCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    answered: None,
-                })
-                .collect();
+        let mut found = Vec::new();
+        self.pairs.push(line, message, |e| found.push(e));
+        for event in found {
+            self.pair_finding(event);
         }
     }
 
-    fn close_open(&mut self, next_line: Option<usize>) {
-        let open = std::mem::take(&mut self.open);
-        for call in open {
-            if call.answered.is_none() {
-                self.push_finding(
-                    self.open_line,
-                    unanswered_severity(next_line),
-                    Problem::UnansweredCall {
-                        tool_call_id: call.id,
-                        name: call.name,
-                        next_line,
-                    },
-                );
-            }
-        }
+    /// The words and severity of a pair finding (keel-core's [`PairScanner`], the
+    /// check every part of Keel applies).
+    fn pair_finding(&mut self, event: PairEvent) {
+        let (line, severity, problem) = match event {
+            PairEvent::OrphanResult {
+                index,
+                tool_call_id,
+                issued_at: Some(issued_line),
+            } => (
+                index,
+                Severity::Error,
+                Problem::LateResult {
+                    tool_call_id,
+                    issued_line,
+                },
+            ),
+            PairEvent::OrphanResult {
+                index,
+                tool_call_id,
+                issued_at: None,
+            } => (
+                index,
+                Severity::Error,
+                Problem::OrphanResult { tool_call_id },
+            ),
+            PairEvent::DuplicateResult {
+                index,
+                tool_call_id,
+                first_at,
+            } => (
+                index,
+                Severity::Error,
+                Problem::DuplicateResult {
+                    tool_call_id,
+                    first_line: first_at,
+                },
+            ),
+            PairEvent::UnansweredCall {
+                ai_index,
+                tool_call_id,
+                name,
+                next,
+            } => (
+                ai_index,
+                unanswered_severity(next),
+                Problem::UnansweredCall {
+                    tool_call_id,
+                    name,
+                    next_line: next,
+                },
+            ),
+            PairEvent::ReusedCallId {
+                index,
+                tool_call_id,
+                first_at,
+            } => (
+                index,
+                Severity::Error,
+                Problem::DuplicateToolCallId {
+                    id: tool_call_id,
+                    first_line: first_at,
+                },
+            ),
+        };
+        self.push_finding(line, severity, problem);
     }
 
     /// Ends the check.
     pub fn finish(mut self) -> Report {
-        self.close_open(None);
+        let mut found = Vec::new();
+        std::mem::take(&mut self.pairs).finish(|e| found.push(e));
+        for event in found {
+            self.pair_finding(event);
+        }
         if self.messages == 0 {
             self.push_finding(0, Severity::Error, Problem::Empty);
         }

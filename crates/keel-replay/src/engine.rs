@@ -17,13 +17,13 @@ use keel_core::middleware::{
     HookOutcome, Middleware, MiddlewareError, ModelRequest, Next, Runtime,
 };
 use keel_core::model::{ModelError, ModelProfile, ModelSettings};
+use keel_core::pairs::check_pairs;
 use keel_core::state::{AgentState, MessageOp, StateError, StateUpdate};
 use keel_core::stream::{StreamEvent, StreamWriter};
 use keel_core::tokens::TokenCounter;
 use keel_core::tool::ToolSpec;
 use keel_memory::events::{EVENT_FOLD_FAILED, EVENT_FOLDED};
 use keel_summarization::events::EVENT_COMPACTED;
-use keel_summarization::pairs::check_pairs;
 use keel_summarization::{SUMMARY_NAME, SUMMARY_PREFIX};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

@@ -330,7 +330,7 @@ mod tests {
         let ids: Vec<&str> = t.messages.iter().map(Message::id).collect();
         assert_eq!(ids, ["1", "2", "cancelled-c1", "3", "4"]);
         assert_eq!(t.lines, [1, 2, 2, 3, 4]);
-        keel_summarization::pairs::check_pairs(&t.messages).unwrap();
+        keel_core::pairs::check_pairs(&t.messages).unwrap();
 
         let err = Transcript::from_messages(vec![
             Message::human("hi").with_id("1"),

@@ -15,8 +15,8 @@
 use std::path::PathBuf;
 
 use keel_core::message::Message;
+use keel_core::pairs::check_pairs;
 use keel_replay::{MemoryOptions, Quiet, Replay, ReplayOptions, prepare};
-use keel_summarization::pairs::check_pairs;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -67,13 +67,13 @@ use crate::cache::{CachedSummary, SummaryCache};
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::{ContextCompacted, ContextCompacting, SummarySource};
 use crate::extractive::{self, ExtractiveOptions};
-use crate::pairs::check_pairs;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue, resolve};
 use crate::summary_call::{
     CircuitBreaker, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
 use crate::summary_message;
 use crate::transcript::{DEFAULT_SUMMARY_PROMPT, SummaryPrompt, TranscriptOptions};
+use keel_core::pairs::check_pairs;
 
 /// Tokens assumed for a summary not written yet, when planning headroom for a first fold.
 pub const SUMMARY_TOKENS_ESTIMATE: u64 = 500;

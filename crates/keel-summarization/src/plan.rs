@@ -22,7 +22,7 @@ use keel_tokens::ApproximateCounter;
 
 use crate::SUMMARY_NAME;
 use crate::config::ContextSize;
-use crate::pairs::PairIndex;
+use keel_core::pairs::PairIndex;
 
 /// LangChain's fallback when a fraction `keep` cannot be resolved.
 pub const DEFAULT_MESSAGES_TO_KEEP: u64 = 20;

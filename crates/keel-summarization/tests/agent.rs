@@ -78,7 +78,7 @@ async fn a_tool_loop_of_five_model_calls_makes_one_summary_call_and_a_follow_up_
     assert_eq!(model.internal_calls(), 1, "exactly one summary call");
     for r in model.requests().iter().filter(|r| !r.internal) {
         assert_eq!(r.messages[0].name(), Some("summary"));
-        keel_summarization::pairs::check_pairs(&r.messages[1..]).unwrap();
+        keel_core::pairs::check_pairs(&r.messages[1..]).unwrap();
         assert!(r.messages.iter().any(|m| m.id() == "question"));
     }
     // Nothing of the summary entered state or the checkpoints.

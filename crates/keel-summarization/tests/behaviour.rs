@@ -13,13 +13,13 @@ use async_trait::async_trait;
 use common::*;
 use keel_core::message::{DYNAMIC_CONTEXT, HIDE_FROM_UI, Message};
 use keel_core::model::{ModelError, ModelErrorKind, ModelProfile};
+use keel_core::pairs::check_pairs;
 use keel_core::store::{StoreError, SummaryStore};
 use keel_core::tool::ToolSpec;
 use keel_summarization::SUMMARY_PREFIX;
 use keel_summarization::cache::SummaryCache;
 use keel_summarization::events::SummarySource;
 use keel_summarization::middleware::Action;
-use keel_summarization::pairs::check_pairs;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 

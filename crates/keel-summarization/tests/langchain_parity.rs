@@ -19,9 +19,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use keel_core::message::Message;
+use keel_core::pairs::check_pairs;
 use keel_core::tokens::TokenCounter;
 use keel_summarization::config::ContextSize;
-use keel_summarization::pairs::check_pairs;
 use keel_summarization::plan::langchain_split;
 use keel_tokens::ApproximateCounter;
 use serde::Deserialize;

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use common::*;
 use keel_core::message::{DYNAMIC_CONTEXT, Message};
+use keel_core::pairs::check_pairs;
 use keel_core::tokens::TokenCounter;
 use keel_summarization::config::ContextSize;
-use keel_summarization::pairs::check_pairs;
 use keel_summarization::plan::latest_user_message;
 use proptest::prelude::*;
 use serde_json::json;

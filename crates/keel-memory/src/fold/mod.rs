@@ -5,9 +5,7 @@ pub mod merge;
 pub mod parse;
 
 use keel_core::store::SessionMemoryState;
-use keel_summarization::transcript::{
-    MissingSlot, RECORD_FORMAT_NOTE, SummaryPrompt, TranscriptOptions,
-};
+use keel_summary::transcript::{MissingSlot, RECORD_FORMAT_NOTE, SummaryPrompt, TranscriptOptions};
 
 /// The fold prompt. `{messages}` receives the fenced memory and batch, one JSON record
 /// per line (see keel-summarization's `transcript` module); the other placeholders are

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use keel_core::message::{Message, ToolCall};
-//! use keel_summarization::pairs::{check_pairs, PairIndex, PairViolation};
+//! use keel_core::pairs::{check_pairs, PairIndex, PairViolation};
 //! use serde_json::json;
 //!
 //! let msgs = vec![
@@ -54,7 +54,7 @@ impl Hasher for FnvHasher {
 
 type Fnv = BuildHasherDefault<FnvHasher>;
 
-use keel_core::message::Message;
+use crate::message::Message;
 
 /// Why a message list would be rejected by a provider.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -102,59 +102,244 @@ pub fn check_pairs_strict(messages: &[Message]) -> Result<(), PairViolation> {
 }
 
 fn check(messages: &[Message], allow_pending_tail: bool) -> Result<(), PairViolation> {
-    // The AI message whose tool run we are in, and its calls not answered yet.
-    let mut open: Option<(usize, Vec<&str>)> = None;
-    let mut answered: Vec<&str> = Vec::new();
+    let mut scanner = PairScanner::new();
+    let mut first: Option<PairEvent> = None;
     for (index, m) in messages.iter().enumerate() {
-        if let Some(id) = m.tool_call_id() {
-            let Some((_, pending)) = open.as_mut() else {
-                return Err(PairViolation::OrphanResult {
-                    index,
-                    tool_call_id: id.to_owned(),
-                });
-            };
-            if let Some(pos) = pending.iter().position(|p| *p == id) {
-                pending.swap_remove(pos);
-                answered.push(id);
-            } else if answered.contains(&id) {
-                return Err(PairViolation::DuplicateResult {
-                    index,
-                    tool_call_id: id.to_owned(),
-                });
-            } else {
-                return Err(PairViolation::OrphanResult {
-                    index,
-                    tool_call_id: id.to_owned(),
-                });
-            }
-            continue;
-        }
-        close(&mut open)?;
-        answered.clear();
-        if !m.tool_calls().is_empty() {
-            open = Some((
-                index,
-                m.tool_calls().iter().map(|c| c.id.as_str()).collect(),
-            ));
+        scanner.push(index, m, |e| {
+            first.get_or_insert(e);
+        });
+        if first.is_some() {
+            break;
         }
     }
-    if allow_pending_tail {
-        Ok(())
-    } else {
-        close(&mut open)
+    if first.is_none() && !allow_pending_tail {
+        scanner.finish(|e| {
+            first.get_or_insert(e);
+        });
+    }
+    match first {
+        None => Ok(()),
+        Some(PairEvent::OrphanResult {
+            index,
+            tool_call_id,
+            ..
+        }) => Err(PairViolation::OrphanResult {
+            index,
+            tool_call_id,
+        }),
+        Some(PairEvent::DuplicateResult {
+            index,
+            tool_call_id,
+            ..
+        }) => Err(PairViolation::DuplicateResult {
+            index,
+            tool_call_id,
+        }),
+        Some(PairEvent::UnansweredCall {
+            ai_index,
+            tool_call_id,
+            ..
+        }) => Err(PairViolation::MissingResult {
+            index: ai_index,
+            tool_call_id,
+        }),
+        // Only reported by a scanner that tracks issued ids.
+        Some(PairEvent::ReusedCallId { .. }) => Ok(()),
     }
 }
 
-fn close(open: &mut Option<(usize, Vec<&str>)>) -> Result<(), PairViolation> {
-    if let Some((index, pending)) = open.take()
-        && let Some(first) = pending.first()
-    {
-        return Err(PairViolation::MissingResult {
-            index,
-            tool_call_id: (*first).to_owned(),
-        });
+/// What a [`PairScanner`] finds, at the positions it was given (list indices or file
+/// lines).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PairEvent {
+    /// A tool result whose call is not in the tool run it sits in. `issued_at`: where the
+    /// call was issued earlier, when the scanner tracks issued ids (a late result).
+    OrphanResult {
+        /// Position of the result.
+        index: usize,
+        /// The call id it answers.
+        tool_call_id: String,
+        /// Where the call was issued, if it was (tracking scanners only).
+        issued_at: Option<usize>,
+    },
+    /// A second result for a call of the current tool run.
+    DuplicateResult {
+        /// Position of the second result.
+        index: usize,
+        /// The call id.
+        tool_call_id: String,
+        /// Position of the first result.
+        first_at: usize,
+    },
+    /// A call whose tool run ended without its result.
+    UnansweredCall {
+        /// Position of the AI message that made the call.
+        ai_index: usize,
+        /// The call id.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Position of the message that ended the tool run; `None` at the end of the list
+        /// (the pending calls of the current step).
+        next: Option<usize>,
+    },
+    /// A tool call id already used by an earlier call (tracking scanners only).
+    ReusedCallId {
+        /// Position of the AI message reusing the id.
+        index: usize,
+        /// The id.
+        tool_call_id: String,
+        /// Where it was first issued.
+        first_at: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct OpenCall {
+    id: String,
+    name: String,
+    answered_at: Option<usize>,
+}
+
+/// The pair rules as a scan, one message at a time: the one implementation behind
+/// [`check_pairs`], session memory's recent window, the agent loop's pending calls and
+/// `keel check-transcript` (which reports every finding with its line, so it feeds
+/// messages as it reads them and never holds the file).
+///
+/// ```
+/// use keel_core::message::{Message, ToolCall};
+/// use keel_core::pairs::{PairEvent, PairScanner};
+/// use serde_json::json;
+///
+/// let msgs = [
+///     Message::ai("").with_tool_calls(vec![ToolCall::new("c1", "ls", json!({}))]),
+///     Message::human("never mind"),
+/// ];
+/// let mut found = Vec::new();
+/// let mut scanner = PairScanner::new();
+/// for (i, m) in msgs.iter().enumerate() {
+///     scanner.push(i, m, |e| found.push(e));
+/// }
+/// scanner.finish(|e| found.push(e));
+/// assert!(matches!(&found[..], [PairEvent::UnansweredCall { ai_index: 0, next: Some(1), .. }]));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct PairScanner {
+    ai_index: usize,
+    open: Vec<OpenCall>,
+    issued: Option<std::collections::HashMap<String, usize>>,
+}
+
+impl PairScanner {
+    /// A scanner of the pair rules.
+    pub fn new() -> Self {
+        Self::default()
     }
-    Ok(())
+
+    /// A scanner that also remembers every issued call id, to report late results
+    /// ([`PairEvent::OrphanResult`] with `issued_at`) and reused ids. Memory grows with
+    /// the number of calls.
+    pub fn tracking_issued() -> Self {
+        PairScanner {
+            issued: Some(Default::default()),
+            ..Self::default()
+        }
+    }
+
+    /// Reads the message at position `index`, reporting what it breaks.
+    pub fn push(&mut self, index: usize, message: &Message, mut report: impl FnMut(PairEvent)) {
+        if let Some(id) = message.tool_call_id() {
+            match self.open.iter_mut().find(|c| c.id == id) {
+                Some(OpenCall {
+                    answered_at: Some(first_at),
+                    ..
+                }) => report(PairEvent::DuplicateResult {
+                    index,
+                    tool_call_id: id.to_owned(),
+                    first_at: *first_at,
+                }),
+                Some(call) => call.answered_at = Some(index),
+                None => report(PairEvent::OrphanResult {
+                    index,
+                    tool_call_id: id.to_owned(),
+                    issued_at: self.issued.as_ref().and_then(|m| m.get(id).copied()),
+                }),
+            }
+            return;
+        }
+        self.close(Some(index), &mut report);
+        let calls = message.tool_calls();
+        if calls.is_empty() {
+            return;
+        }
+        self.ai_index = index;
+        for call in calls {
+            if let Some(issued) = self.issued.as_mut() {
+                match issued.get(&call.id) {
+                    Some(&first_at) => report(PairEvent::ReusedCallId {
+                        index,
+                        tool_call_id: call.id.clone(),
+                        first_at,
+                    }),
+                    None => {
+                        issued.insert(call.id.clone(), index);
+                    }
+                }
+            }
+            self.open.push(OpenCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                answered_at: None,
+            });
+        }
+    }
+
+    /// Ends the scan: the calls of the last tool run still unanswered are reported with
+    /// `next: None`.
+    pub fn finish(mut self, mut report: impl FnMut(PairEvent)) {
+        self.close(None, &mut report);
+    }
+
+    /// The calls of the current tool run that have no result yet, as `(id, name)`.
+    pub fn open_calls(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.open
+            .iter()
+            .filter(|c| c.answered_at.is_none())
+            .map(|c| (c.id.as_str(), c.name.as_str()))
+    }
+
+    fn close(&mut self, next: Option<usize>, report: &mut impl FnMut(PairEvent)) {
+        for call in self.open.drain(..) {
+            if call.answered_at.is_none() {
+                report(PairEvent::UnansweredCall {
+                    ai_index: self.ai_index,
+                    tool_call_id: call.id,
+                    name: call.name,
+                    next,
+                });
+            }
+        }
+    }
+}
+
+/// The calls of the last AI message that no tool result after it answers: what the
+/// agent loop still has to run.
+pub fn pending_calls(messages: &[Message]) -> Vec<&crate::message::ToolCall> {
+    let Some(ai) = messages.iter().rposition(|m| !m.tool_calls().is_empty()) else {
+        return Vec::new();
+    };
+    if messages[ai + 1..].iter().any(|m| m.is_ai()) {
+        return Vec::new();
+    }
+    let answered: Vec<&str> = messages[ai + 1..]
+        .iter()
+        .filter_map(Message::tool_call_id)
+        .collect();
+    messages[ai]
+        .tool_calls()
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .collect()
 }
 
 /// Which messages belong together, computed once per message list.
@@ -181,7 +366,7 @@ impl PairIndex {
     ///
     /// One pass, built for long cold threads. A tool run that answers exactly the calls
     /// of the AI message before it (the usual case) is recognised from the messages'
-    /// cached [`Digest`](keel_core::message::Digest)s without reading an id. Other
+    /// cached [`Digest`](crate::message::Digest)s without reading an id. Other
     /// results are matched by id: first against the latest AI message's calls, and only
     /// a result that answers an older message makes the index hash the call ids seen
     /// so far.
@@ -330,7 +515,7 @@ impl<'m> Builder<'m> {
 
     /// Ends the tool run after the latest AI message. The usual run answers exactly that
     /// message's calls: as many results as calls, with the same sum of call-id hashes
-    /// (each message's [`Digest`](keel_core::message::Digest)), so no id string is read.
+    /// (each message's [`Digest`](crate::message::Digest)), so no id string is read.
     /// Any other run is paired result by result, comparing ids.
     fn close_run(&mut self, run: &mut Vec<usize>, sum: u64) {
         if run.is_empty() {
@@ -437,7 +622,7 @@ impl<'m> Builder<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_core::message::ToolCall;
+    use crate::message::ToolCall;
     use serde_json::json;
 
     fn ai(ids: &[&str]) -> Message {

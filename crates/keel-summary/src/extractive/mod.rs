@@ -32,7 +32,7 @@
 //!
 //! ```
 //! use keel_core::message::Message;
-//! use keel_summarization::extractive::{summarize, ExtractiveOptions};
+//! use keel_summary::extractive::{summarize, ExtractiveOptions};
 //!
 //! let msgs = [
 //!     Message::human("Please migrate the billing service to Postgres 17.").with_id("m1"),

@@ -28,8 +28,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use keel_core::message::Message;
-//! use keel_summarization::summary_call::{SummaryCaller, SummaryCallOptions, SummaryModels};
-//! use keel_summarization::transcript::{SummaryPrompt, TranscriptOptions, DEFAULT_SUMMARY_PROMPT};
+//! use keel_summary::summary_call::{SummaryCaller, SummaryCallOptions, SummaryModels};
+//! use keel_summary::transcript::{SummaryPrompt, TranscriptOptions, DEFAULT_SUMMARY_PROMPT};
 //! use keel_testkit::ScriptedModel;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -9,7 +9,7 @@
 //!   summary was obtained, for UIs and metrics.
 //!
 //! ```
-//! use keel_summarization::events::{ContextCompacting, EVENT_COMPACTING};
+//! use keel_summary::events::{ContextCompacting, EVENT_COMPACTING};
 //!
 //! let v = ContextCompacting::new("Compacting context…").to_value();
 //! assert_eq!(v["type"], EVENT_COMPACTING);

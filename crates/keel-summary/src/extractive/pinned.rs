@@ -132,7 +132,7 @@ fn stated(text: &str, key: &[String]) -> Option<String> {
 ///
 /// ```
 /// use keel_core::message::Message;
-/// use keel_summarization::extractive::pinned_values;
+/// use keel_summary::extractive::pinned_values;
 ///
 /// let msgs = [
 ///     Message::human("I'm on account ACME-1, region: eu-west-1."),
