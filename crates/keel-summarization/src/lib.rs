@@ -34,6 +34,7 @@ pub mod middleware;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).
 pub use keel_core::pairs;
 pub mod plan;
+pub(crate) mod stages;
 mod yaml;
 
 pub use keel_summary::{

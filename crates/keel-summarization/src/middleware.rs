@@ -1,13 +1,13 @@
 //! [`SummarizationMiddleware`]: transient compaction in `wrap_model_call`.
 //!
-//! For every model call: count the whole request (system prompt and tool schemas
-//! included). Under every trigger the request passes through untouched: no cache lookup,
-//! no summary. Over a trigger, the per-thread cache is tried first (reused with no
-//! model call while the compressed request stays under every trigger); otherwise a new
-//! cut is planned (keep policy, rescue, stickiness headroom, pair protection), the newly
-//! evicted messages are folded into the previous summary, and the request becomes
-//! `[summary, *rescued, *recent]`. State and checkpoints are never touched: only the
-//! request handed to the rest of the chain changes.
+//! Every model call runs six stages ([`crate::stages`], one module and one output type
+//! each): **measure** the whole request (system prompt and tool schemas included);
+//! **decide** (under every trigger the request passes through untouched: no cache lookup,
+//! no summary); **reuse** the thread's cached summary while the compressed request stays
+//! under every trigger; otherwise **plan** a new cut (keep policy, rescue, stickiness
+//! headroom, pair protection), **summarize** the newly evicted messages into the previous
+//! summary, and **assemble** `[summary, *rescued, *recent]`. State and checkpoints are
+//! never touched: only the request handed to the rest of the chain changes.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -55,8 +55,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_core::dangling::{Pending, patch_dangling_tool_calls};
-use keel_core::message::Message;
 use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::tokens::TokenCounter;
@@ -65,15 +63,12 @@ use serde::Serialize;
 
 use crate::cache::{CachedSummary, SummaryCache};
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
-use crate::events::{ContextCompacted, ContextCompacting, SummarySource};
-use crate::extractive::{self, ExtractiveOptions};
-use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue, resolve};
-use crate::summary_call::{
-    CircuitBreaker, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
-};
-use crate::summary_message;
-use crate::transcript::{DEFAULT_SUMMARY_PROMPT, SummaryPrompt, TranscriptOptions};
-use keel_core::pairs::check_pairs;
+use crate::events::SummarySource;
+use crate::extractive::ExtractiveOptions;
+use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
+use crate::stages::{Call, Decision, Lookup, Measured, Written};
+use crate::summary_call::{CircuitBreaker, SummaryCallOptions, SummaryCaller};
+use crate::transcript::{DEFAULT_SUMMARY_PROMPT, TranscriptOptions};
 
 /// Tokens assumed for a summary not written yet, when planning headroom for a first fold.
 pub const SUMMARY_TOKENS_ESTIMATE: u64 = 500;
@@ -101,7 +96,7 @@ where
 
 /// Who writes summaries.
 #[derive(Clone)]
-enum Summarizer {
+pub(crate) enum Summarizer {
     /// A model: the configured summary model (or the run's model), falling back to the
     /// run's model.
     Model(Option<Arc<dyn ChatModel>>),
@@ -422,18 +417,18 @@ fn shared_approximate(anthropic: bool, script: bool) -> Arc<dyn TokenCounter> {
 
 /// Transient, pair-safe summarization. See the [module docs](self).
 pub struct SummarizationMiddleware {
-    config: SummarizationConfig,
-    prompt: String,
-    summarizer: Summarizer,
+    pub(crate) config: SummarizationConfig,
+    pub(crate) prompt: String,
+    pub(crate) summarizer: Summarizer,
     counter: CounterChoice,
-    caller: SummaryCaller,
-    cache: Arc<SummaryCache>,
-    rescue: RescuePolicy,
+    pub(crate) caller: SummaryCaller,
+    pub(crate) cache: Arc<SummaryCache>,
+    pub(crate) rescue: RescuePolicy,
     warned_fraction: AtomicBool,
     /// Threads already warned that headroom is unreachable (bounded: a warning per
     /// thread, not per call).
     warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
-    report_ids: bool,
+    pub(crate) report_ids: bool,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
     /// summary made under another prompt or summary model (say, read back from the
@@ -497,14 +492,6 @@ fn summary_recipe(
         .num(Some(config.max_chars_per_message as u64))
 }
 
-/// Everything counted about one request.
-struct Measured {
-    fixed: u64,
-    total: u64,
-    triggers: Vec<Limit>,
-    window: Option<u64>,
-}
-
 impl SummarizationMiddleware {
     /// A builder for `config` (validated again at `build`).
     pub fn builder(config: SummarizationConfig) -> SummarizationMiddlewareBuilder {
@@ -557,18 +544,7 @@ impl SummarizationMiddleware {
         }
     }
 
-    fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
-        let mut out = Vec::with_capacity(self.config.trigger.len());
-        for t in &self.config.trigger {
-            match resolve(*t, window) {
-                Some(l) => out.push(l),
-                None => self.warn_fraction("trigger"),
-            }
-        }
-        out
-    }
-
-    fn warn_fraction(&self, key: &str) {
+    pub(crate) fn warn_fraction(&self, key: &str) {
         if !self.warned_fraction.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "summarization.{key}: a fraction needs the model's context window (max_input_tokens), which is unknown; the fraction clause is ignored (a fraction keep falls back to the last {} messages)",
@@ -580,7 +556,7 @@ impl SummarizationMiddleware {
     /// Once per thread: headroom wanted the window below `headroom` x a trigger, and the
     /// floor stopped it. Names the figures, so the fix (a larger trigger, a smaller
     /// system prompt or skill budget) is obvious.
-    fn warn_headroom(
+    pub(crate) fn warn_headroom(
         &self,
         thread: &str,
         headroom: f64,
@@ -617,495 +593,100 @@ impl SummarizationMiddleware {
         );
     }
 
-    /// Once per process: a token trigger that the fixed part of the request (system
-    /// prompt and tool schemas) alone nearly fills can never be met by compaction.
-    fn warn_fixed_cost(&self, m: &Measured) {
-        static WARNED: AtomicBool = AtomicBool::new(false);
-        let headroom = self.config.stickiness_headroom.unwrap_or(1.0);
-        let too_small = m.triggers.iter().find_map(|t| match *t {
-            Limit::Tokens(n) if m.fixed as f64 >= headroom * n as f64 => Some(n),
-            _ => None,
-        });
-        if let Some(n) = too_small
-            && !WARNED.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(
-                fixed_tokens = m.fixed,
-                trigger_tokens = n,
-                "summarization.trigger: the system prompt and tool schemas alone cost {} tokens, over {headroom} x the {n}-token trigger; compaction cannot bring a request below it, so nearly every call will compact. Raise the trigger well above {:.0} tokens.",
-                m.fixed,
-                m.fixed as f64 / headroom,
-            );
-        }
-    }
-
-    fn measure(&self, request: &ModelRequest, counter: &dyn TokenCounter) -> Measured {
-        let fixed = request
-            .system
-            .as_ref()
-            .map_or(0, |s| counter.count_message(s))
-            + counter.count_tools(&request.tools);
-        let total = fixed + counter.count_messages(&request.messages);
-        let window = request.model.profile().max_input_tokens;
-        Measured {
-            fixed,
-            total,
-            triggers: self.resolve_triggers(window),
-            window,
-        }
-    }
-
     /// Decides what to send for `request` (the whole middleware except calling the
     /// model), emitting the stream events. `keel compact` calls this directly.
     pub async fn prepare(&self, request: &ModelRequest) -> Prepared {
         self.prepare_inner(request, None).await
     }
 
+    /// The stages in order (see [`crate::stages`]); `forced` is a token limit to get
+    /// under, after the provider said the request overflowed its context.
     async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
-        let messages: &[Message] = &request.messages;
         let counter = self.counter_for(request.model.profile());
-        let mut m = self.measure(request, counter.as_ref());
-        let untouched = |action: Action, m: &Measured, error: Option<String>| Prepared {
-            request: request.clone(),
-            report: CompactionReport {
-                action,
-                tokens_before: m.total,
-                tokens_after: m.total,
-                messages_before: messages.len(),
-                messages_after: messages.len(),
-                source: None,
-                summarized: 0,
-                rescued: 0,
-                kept: messages.len(),
-                summarized_ids: Vec::new(),
-                rescued_ids: Vec::new(),
-                kept_ids: if self.report_ids {
-                    messages.iter().map(|m| m.id().to_owned()).collect()
-                } else {
-                    Vec::new()
-                },
-                summary_calls: 0,
-                error,
-                summary: None,
-                headroom_unreachable: false,
-            },
+        // 1. measure
+        let mut measured = self.measure(request, counter.as_ref());
+        // 2. decide
+        match self.decide(request, &mut measured, forced) {
+            Decision::PassThrough => {
+                return self.untouched(request, &measured, Action::PassThrough, None);
+            }
+            Decision::Patched(patched) => {
+                return Box::pin(self.prepare_inner(&patched, forced)).await;
+            }
+            Decision::Compact => {}
+        }
+        let key = self.cache_key(&request.runtime.thread_id, request, counter.as_ref());
+        let call = Call {
+            request,
+            counter,
+            measured,
+            key,
         };
-        if !self.config.enabled || messages.is_empty() {
-            return untouched(Action::PassThrough, &m, None);
-        }
-        if let Some(f) = forced {
-            m.triggers.push(Limit::Tokens(f.max(1)));
-        } else if !plan::triggered(&m.triggers, m.total, messages.len()) {
-            // Threshold first: no cache lookup, no summary.
-            return untouched(Action::PassThrough, &m, None);
-        }
-        self.warn_fixed_cost(&m);
-        // An interrupted run's unanswered calls are answered with a synthetic
-        // "cancelled" result before planning, so the plan never has to cut around them
-        // (and never drops the recent window to get past one).
-        if let Some(patched) = patch_dangling_tool_calls(messages, Pending::Keep) {
-            tracing::warn!(
-                thread_id = %request.runtime.thread_id,
-                patched = patched.len() - messages.len(),
-                "summarization: tool calls without results were answered with a synthetic cancelled result"
-            );
-            let patched = request.with_messages(patched);
-            return Box::pin(self.prepare_inner(&patched, forced)).await;
-        }
-
-        let thread = request.runtime.thread_id.clone();
-        let cache_key = self.cache_key(&thread, request, counter.as_ref());
-        // Reuse only counts what it sends (cached per message), so a cache hit on a long
-        // thread never pays for planning.
-        let count_one = |i: usize| counter.count_message(&messages[i]);
-        let reuse = |entry: &CachedSummary,
-                     source: SummarySource,
-                     error: Option<String>|
-         -> Option<Prepared> {
-            self.assemble(
-                request,
-                &m,
-                &count_one,
-                entry,
-                source,
-                0,
-                error,
-                counter.as_ref(),
-            )
-            .ok()
+        // 3. reuse: the cached summary, or the previous summary to fold into. Concurrent
+        // calls on this thread wait for the single flight, then usually find the
+        // leader's fresh summary.
+        let seen = match self.lookup(&call, None).await {
+            Lookup::Hit(p) => return *p,
+            Lookup::Miss(entry) => entry,
         };
-        let fits = |p: &Prepared| {
-            !plan::triggered(&m.triggers, p.report.tokens_after, p.request.messages.len())
+        let _flight = self.cache.single_flight(&call.key).await;
+        let cached = match self.lookup(&call, seen.as_ref()).await {
+            Lookup::Hit(p) => return *p,
+            Lookup::Miss(entry) => entry,
         };
-
-        let cached = self
-            .cache
-            .get(&cache_key)
-            .await
-            .filter(|e| e.matches(messages));
-        if let Some(e) = &cached
-            && let Some(p) = reuse(e, SummarySource::Cache, None)
-            && fits(&p)
-        {
-            self.emit_compacted(request, &p.report);
-            return p;
-        }
-
-        // Single flight: concurrent calls on this thread wait here, then usually find the
-        // leader's fresh summary in the cache.
-        let _flight = self.cache.single_flight(&cache_key).await;
-        let cached = match self
-            .cache
-            .get(&cache_key)
-            .await
-            .filter(|e| e.matches(messages))
-        {
-            Some(e) => {
-                if cached.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &e))
-                    && let Some(p) = reuse(&e, SummarySource::Cache, None)
-                    && fits(&p)
-                {
+        // 4. plan
+        let planned = self.plan_cut(&call, cached.as_deref());
+        if planned.evicts_nothing() {
+            let reused = cached
+                .as_ref()
+                .and_then(|e| self.reuse(&call, e, SummarySource::Cache, None));
+            return match reused {
+                Some(mut p) => {
+                    p.report.headroom_unreachable = planned.headroom_unreachable;
                     self.emit_compacted(request, &p.report);
-                    return p;
+                    p
                 }
-                Some(e)
-            }
-            None => None,
-        };
-
-        let per_message = counter.count_each(messages);
-        let planner = Planner::new(messages, &per_message, &self.rescue);
-        let exclude = |i: usize| cached.as_ref().is_some_and(|e| e.covers(i));
-        let keep = match resolve(self.config.keep, m.window) {
-            Some(k) => k,
-            None => {
-                self.warn_fraction("keep");
-                Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP)
-            }
-        };
-        // The floor of the recent window: headroom may shrink what is kept, never empty it.
-        let floor = planner.floor_cut(keep);
-        let mut cut = planner.keep_cut(keep).min(floor);
-        if let Some(e) = &cached {
-            // What the summary already covers is never sent verbatim again.
-            cut = cut.max(planner.pairs().safe_cut_forward(e.boundary));
-        }
-        let mut plan = planner.plan_at(cut, &exclude);
-        let summary_estimate = cached.as_ref().map_or(SUMMARY_TOKENS_ESTIMATE, |e| {
-            counter.count_message(&summary_message(&e.summary))
-        });
-        let mut headroom_unreachable = false;
-        if let Some(h) = self.config.stickiness_headroom {
-            let reached;
-            (plan, reached) = planner.apply_headroom(
-                plan,
-                &m.triggers,
-                h,
-                m.fixed,
-                summary_estimate,
-                floor.max(cut),
-                &exclude,
-            );
-            if !reached {
-                headroom_unreachable = true;
-                self.warn_headroom(&thread, h, &m, &planner, &plan, summary_estimate);
-            }
-        }
-        plan = planner.avoid_task_only(plan, floor, &exclude);
-
-        let evicted: Vec<usize> = plan
-            .summarized
-            .iter()
-            .copied()
-            .filter(|&i| !exclude(i))
-            .collect();
-        if evicted.is_empty() {
-            return match &cached {
-                Some(e) => match reuse(e, SummarySource::Cache, None) {
-                    Some(mut p) => {
-                        p.report.headroom_unreachable = headroom_unreachable;
-                        self.emit_compacted(request, &p.report);
-                        p
-                    }
-                    None => untouched(Action::NothingToSummarize, &m, None),
-                },
-                None => untouched(Action::NothingToSummarize, &m, None),
+                None => self.untouched(request, &call.measured, Action::NothingToSummarize, None),
             };
         }
-
-        let previous = cached.as_ref().map(|e| e.summary.as_str());
-        let (fold_input, overflow) = self.trim(messages, &per_message, &evicted, &planner);
-        let mut existing = previous.map(str::to_owned);
-        if !overflow.is_empty() {
-            // Older evicted messages beyond the trim budget are condensed without a
-            // model, so nothing (least of all the previous summary) silently drops out.
-            let older: Vec<&Message> = overflow.iter().map(|&i| &messages[i]).collect();
-            let notes = extractive::summarize_refs(None, &older, &self.extractive_options());
-            existing = Some(match existing {
-                Some(p) => format!("{p}\n{notes}"),
-                None => notes,
-            });
-        }
-        let fold_messages: Vec<Message> = fold_input.iter().map(|&i| messages[i].clone()).collect();
-
-        let (summary, source, calls, error) = match &self.summarizer {
-            Summarizer::Extractive => (
-                extractive::summarize(
-                    existing.as_deref(),
-                    &fold_messages,
-                    &self.extractive_options(),
-                ),
-                SummarySource::Extractive,
-                0,
-                None,
-            ),
-            Summarizer::Model(summary_model) => {
-                let prompt = match SummaryPrompt::new(
-                    &self.prompt,
-                    existing.as_deref(),
-                    &fold_messages,
-                    &self.transcript_options(),
-                ) {
-                    Ok(p) => p,
-                    Err(e) => return untouched(Action::PassThrough, &m, Some(e.to_string())),
-                };
-                let models = match summary_model {
-                    Some(sm) => SummaryModels::with_fallback(sm.clone(), request.model.clone()),
-                    None => SummaryModels::single(request.model.clone()),
-                };
-                if self.caller.breaker().peek(&thread).is_ok() {
-                    ContextCompacting::new(self.config.compacting_message.clone())
-                        .emit(&request.runtime.writer);
-                }
-                match self.caller.call(&thread, &models, &prompt, None).await {
-                    Ok(out) => (out.text, SummarySource::Model, out.attempts, None),
-                    Err(err) => {
-                        let calls = match &err {
-                            SummaryCallError::Failed { attempts, .. } => *attempts,
-                            SummaryCallError::CircuitOpen { .. } => 0,
-                        };
-                        let reason = err.to_string();
-                        tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
-                        if let Some(e) = &cached
-                            && let Some(mut p) =
-                                reuse(e, SummarySource::LastGood, Some(reason.clone()))
-                        {
-                            p.report.summary_calls = calls;
-                            self.emit_compacted(request, &p.report);
-                            return p;
-                        }
-                        if m.window.is_none_or(|w| m.total < w) {
-                            let mut p =
-                                untouched(Action::UncompressedAfterFailure, &m, Some(reason));
-                            p.report.summary_calls = calls;
-                            return p;
-                        }
-                        (
-                            extractive::summarize(
-                                existing.as_deref(),
-                                &fold_messages,
-                                &self.extractive_options(),
-                            ),
-                            SummarySource::Extractive,
-                            calls,
-                            Some(reason),
-                        )
-                    }
-                }
-            }
+        // 5. summarize
+        let written = match self.summarize(&call, cached.as_ref(), &planned).await {
+            Written::Summary(s) => s,
+            Written::Final(p) => return *p,
         };
-
         let entry = self
             .cache
             .put(
-                &cache_key,
-                CachedSummary::new(summary, messages, plan.cut, plan.rescued.clone()),
+                &call.key,
+                CachedSummary::new(
+                    written.text.clone(),
+                    &request.messages,
+                    planned.cut,
+                    planned.rescued.clone(),
+                ),
             )
             .await;
-        match self.assemble(
-            request,
-            &m,
-            &|i| per_message[i],
+        // 6. assemble
+        self.finish(
+            &call,
             &entry,
-            source,
-            calls,
-            error,
-            counter.as_ref(),
-        ) {
-            Ok(mut p) => {
-                p.report.headroom_unreachable = headroom_unreachable;
-                self.emit_compacted(request, &p.report);
-                p
-            }
-            Err(why) => untouched(Action::NothingToSummarize, &m, Some(why.into())),
-        }
+            written,
+            &planned.per_message,
+            planned.headroom_unreachable,
+        )
     }
 
-    /// Builds `[summary, *uncovered]` for `entry`. Fails (and the caller sends the
-    /// original) when the result would break the pair invariant although the input
-    /// satisfies it, or would not be smaller than the original: compaction never makes a
-    /// request grow.
-    #[allow(clippy::too_many_arguments)]
-    fn assemble(
-        &self,
-        request: &ModelRequest,
-        m: &Measured,
-        tokens_of: &dyn Fn(usize) -> u64,
-        entry: &CachedSummary,
-        source: SummarySource,
-        summary_calls: u32,
-        error: Option<String>,
-        counter: &dyn TokenCounter,
-    ) -> Result<Prepared, &'static str> {
-        let messages: &[Message] = &request.messages;
-        let summary = summary_message(&entry.summary);
-        let mut out = Vec::with_capacity(messages.len() + 1 - entry.boundary.min(messages.len()));
-        let mut tokens = m.fixed + counter.count_message(&summary);
-        out.push(summary);
-        let mut summarized_ids = Vec::new();
-        let mut rescued_ids = Vec::new();
-        let mut kept_ids = Vec::new();
-        let ids = self.report_ids;
-        // Only the holes (rescued messages) before the boundary are visited; the covered
-        // prefix is skipped in bulk (it used to be walked index by index on every call,
-        // a cost that grew with the thread).
-        let boundary = entry.boundary.min(messages.len());
-        let holes: Vec<usize> = entry
-            .holes
-            .iter()
-            .copied()
-            .filter(|&h| h < boundary)
-            .collect();
-        let rescued = holes.len();
-        let summarized = boundary - rescued;
-        for &h in &holes {
-            tokens += tokens_of(h);
-            if ids {
-                rescued_ids.push(messages[h].id().to_owned());
-            }
-            out.push(messages[h].clone());
-        }
-        if ids {
-            summarized_ids.extend(
-                (0..boundary)
-                    .filter(|&i| entry.covers(i))
-                    .map(|i| messages[i].id().to_owned()),
-            );
-        }
-        for (i, msg) in messages.iter().enumerate().skip(entry.boundary) {
-            tokens += tokens_of(i);
-            if ids {
-                kept_ids.push(msg.id().to_owned());
-            }
-            out.push(msg.clone());
-        }
-        if let Err(v) = check_pairs(&out[1..])
-            && check_pairs(messages).is_ok()
-        {
-            tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
-            return Err("the compacted request failed the pair check");
-        }
-        // Compaction must shrink what fired: never more tokens when a token trigger was
-        // reached, never as many messages when a message trigger was.
-        let grows = m.triggers.iter().any(|t| match *t {
-            Limit::Tokens(n) => m.total >= n && tokens >= m.total,
-            Limit::Messages(n) => messages.len() as u64 >= n && out.len() >= messages.len(),
-        });
-        if grows {
-            return Err("the compacted request would not be smaller than the original");
-        }
-        let action = if source == SummarySource::Cache {
-            Action::CacheReused
-        } else {
-            Action::Compacted
-        };
-        let messages_after = out.len();
-        Ok(Prepared {
-            request: request.with_messages(out),
-            report: CompactionReport {
-                action,
-                tokens_before: m.total,
-                tokens_after: tokens,
-                messages_before: messages.len(),
-                messages_after,
-                source: Some(source),
-                summarized,
-                rescued,
-                kept: messages.len() - entry.boundary.min(messages.len()),
-                summarized_ids,
-                rescued_ids,
-                kept_ids,
-                summary_calls,
-                error,
-                summary: Some(entry.summary.clone()),
-                headroom_unreachable: false,
-            },
-        })
-    }
-
-    /// Splits the evicted messages into what the summary call reads (the newest within
-    /// `trim_tokens_to_summarize`, starting on a whole bundle) and the older overflow.
-    fn trim(
-        &self,
-        messages: &[Message],
-        per_message: &[u64],
-        evicted: &[usize],
-        planner: &Planner<'_>,
-    ) -> (Vec<usize>, Vec<usize>) {
-        let Some(budget) = self.config.trim_tokens_to_summarize else {
-            return (evicted.to_vec(), Vec::new());
-        };
-        let mut used = 0u64;
-        let mut start = evicted.len();
-        while start > 0 {
-            let t = per_message[evicted[start - 1]];
-            if used + t > budget && start < evicted.len() {
-                break;
-            }
-            used += t;
-            start -= 1;
-        }
-        // Do not open the transcript with results whose call was trimmed away.
-        while start < evicted.len()
-            && messages[evicted[start]].is_tool()
-            && planner
-                .pairs()
-                .caller_of(evicted[start])
-                .is_none_or(|ai| !evicted[start..].contains(&ai))
-        {
-            start += 1;
-        }
-        (evicted[start..].to_vec(), evicted[..start].to_vec())
-    }
-
-    fn extractive_options(&self) -> ExtractiveOptions {
+    pub(crate) fn extractive_options(&self) -> ExtractiveOptions {
         ExtractiveOptions {
             word_budget: self.config.extractive_word_budget,
             ..ExtractiveOptions::default()
         }
     }
 
-    fn transcript_options(&self) -> TranscriptOptions {
+    pub(crate) fn transcript_options(&self) -> TranscriptOptions {
         TranscriptOptions {
             max_chars_per_message: self.config.max_chars_per_message,
         }
-    }
-
-    fn emit_compacted(&self, request: &ModelRequest, report: &CompactionReport) {
-        let Some(source) = report.source else { return };
-        ContextCompacted {
-            kind: crate::events::EVENT_COMPACTED.to_owned(),
-            tokens_before: report.tokens_before,
-            tokens_after: report.tokens_after,
-            cache_hit: source == SummarySource::Cache,
-            source,
-            summarized: report.summarized,
-            kept: report.kept,
-            rescued: report.rescued,
-            error: report.error.clone(),
-            headroom_unreachable: report.headroom_unreachable,
-        }
-        .emit(&request.runtime.writer);
     }
 }
 

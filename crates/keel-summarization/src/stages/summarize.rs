@@ -1,0 +1,143 @@
+//! Stage 5, summarize: fold the newly evicted messages into the previous summary.
+//!
+//! The extractive summarizer needs no model. A model summary goes through the shared
+//! [`SummaryCaller`](crate::summary_call::SummaryCaller) (deadline, retries, circuit
+//! breaker, fallback model) and announces itself with `context_compacting`. When it
+//! fails: the last good summary is reused; else, if the request fits the model's
+//! window, it is sent uncompressed; else an extractive summary stands in.
+
+use std::sync::Arc;
+
+use keel_core::message::Message;
+
+use crate::cache::CachedSummary;
+use crate::events::{ContextCompacting, SummarySource};
+use crate::extractive;
+use crate::middleware::{Action, Prepared, SummarizationMiddleware, Summarizer};
+use crate::stages::{Call, Planned};
+use crate::summary_call::{SummaryCallError, SummaryModels};
+use crate::transcript::SummaryPrompt;
+
+/// A new summary.
+pub(crate) struct Summary {
+    /// The text.
+    pub text: String,
+    /// Who wrote it.
+    pub source: SummarySource,
+    /// Summary model calls made.
+    pub calls: u32,
+    /// Why the model's summary was not used, when it was not.
+    pub error: Option<String>,
+}
+
+/// What summarizing produced.
+pub(crate) enum Written {
+    /// A summary to cache and assemble.
+    Summary(Summary),
+    /// The call ends here with this request (a fallback that needs no new summary).
+    Final(Box<Prepared>),
+}
+
+impl SummarizationMiddleware {
+    /// Writes the summary for `planned`, folding into `cached`'s text.
+    pub(crate) async fn summarize(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&Arc<CachedSummary>>,
+        planned: &Planned,
+    ) -> Written {
+        let messages: &[Message] = &call.request.messages;
+        let mut existing = cached.map(|e| e.summary.clone());
+        if !planned.overflow.is_empty() {
+            // Older evicted messages beyond the trim budget are condensed without a
+            // model, so nothing (least of all the previous summary) silently drops out.
+            let older: Vec<&Message> = planned.overflow.iter().map(|&i| &messages[i]).collect();
+            let notes = extractive::summarize_refs(None, &older, &self.extractive_options());
+            existing = Some(match existing {
+                Some(p) => format!("{p}\n{notes}"),
+                None => notes,
+            });
+        }
+        let fold: Vec<Message> = planned
+            .fold_input
+            .iter()
+            .map(|&i| messages[i].clone())
+            .collect();
+        let extract =
+            || extractive::summarize(existing.as_deref(), &fold, &self.extractive_options());
+
+        let summary_model = match &self.summarizer {
+            Summarizer::Extractive => {
+                return Written::Summary(Summary {
+                    text: extract(),
+                    source: SummarySource::Extractive,
+                    calls: 0,
+                    error: None,
+                });
+            }
+            Summarizer::Model(m) => m,
+        };
+        let request = call.request;
+        let prompt = match SummaryPrompt::new(
+            &self.prompt,
+            existing.as_deref(),
+            &fold,
+            &self.transcript_options(),
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                return Written::Final(Box::new(self.untouched(
+                    request,
+                    &call.measured,
+                    Action::PassThrough,
+                    Some(e.to_string()),
+                )));
+            }
+        };
+        let models = match summary_model {
+            Some(sm) => SummaryModels::with_fallback(sm.clone(), request.model.clone()),
+            None => SummaryModels::single(request.model.clone()),
+        };
+        let thread = &request.runtime.thread_id;
+        if self.caller.breaker().peek(thread).is_ok() {
+            ContextCompacting::new(self.config.compacting_message.clone())
+                .emit(&request.runtime.writer);
+        }
+        let err = match self.caller.call(thread, &models, &prompt, None).await {
+            Ok(out) => {
+                return Written::Summary(Summary {
+                    text: out.text,
+                    source: SummarySource::Model,
+                    calls: out.attempts,
+                    error: None,
+                });
+            }
+            Err(err) => err,
+        };
+        let calls = match &err {
+            SummaryCallError::Failed { attempts, .. } => *attempts,
+            SummaryCallError::CircuitOpen { .. } => 0,
+        };
+        let reason = err.to_string();
+        tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
+        if let Some(e) = cached
+            && let Some(mut p) = self.reuse(call, e, SummarySource::LastGood, Some(reason.clone()))
+        {
+            p.report.summary_calls = calls;
+            self.emit_compacted(request, &p.report);
+            return Written::Final(Box::new(p));
+        }
+        let m = &call.measured;
+        if m.window.is_none_or(|w| m.total < w) {
+            let mut p = self.untouched(request, m, Action::UncompressedAfterFailure, Some(reason));
+            p.report.summary_calls = calls;
+            return Written::Final(Box::new(p));
+        }
+        Written::Summary(Summary {
+            text: extract(),
+            source: SummarySource::Extractive,
+            calls,
+            error: Some(reason),
+        })
+    }
+}
