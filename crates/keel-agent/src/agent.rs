@@ -62,6 +62,7 @@ impl Agent {
             .map(|cp| AgentState {
                 messages: Arc::new(cp.messages),
                 values: cp.values,
+                lineage: Default::default(),
             }))
     }
 

@@ -101,6 +101,7 @@ impl Run {
             self.state = Arc::new(AgentState {
                 messages: Arc::new(cp.messages),
                 values: cp.values,
+                lineage: Default::default(),
             });
         }
         if !input.is_empty() {

@@ -153,6 +153,13 @@ impl ModelRequest {
         }
     }
 
+    /// The [`Lineage`](crate::state::Lineage) of `messages`, when they are still the
+    /// state's own list (no middleware replaced them): what lets a counter or the
+    /// summary cache work on the new messages alone.
+    pub fn lineage(&self) -> Option<crate::state::Lineage> {
+        Arc::ptr_eq(&self.messages, &self.state.messages).then_some(self.state.lineage)
+    }
+
     /// The borrowed form handed to [`ChatModel`].
     pub fn chat_request(&self) -> ChatRequest<'_> {
         ChatRequest {

@@ -84,17 +84,56 @@ pub enum StateError {
     UnknownId(String),
 }
 
+/// Names an append-only history of a message list.
+///
+/// Two lists with the same lineage are one list at two moments: the shorter is a prefix
+/// of the longer. [`AgentState::apply`] keeps the lineage while it only appends and
+/// takes a fresh one on any replacement or removal, so code that remembers what it
+/// computed for a list (token counts, the pair scan, the summary cache's prefix check)
+/// can work on the new messages alone, and an edited history is recomputed from
+/// scratch. A default lineage is fresh: unknown lists never match.
+///
+/// Code that changes [`AgentState::messages`] other than by appending must call
+/// [`AgentState::renew_lineage`] (`apply` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lineage(u64);
+
+impl Lineage {
+    /// A lineage no other list has.
+    pub fn fresh() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Lineage(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for Lineage {
+    fn default() -> Self {
+        Self::fresh()
+    }
+}
+
 /// The agent's state: messages plus named values.
 ///
 /// Messages sit behind an `Arc` so a model request shares them without copying; the
 /// reducer copies on write only when a request still holds the old list.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AgentState {
     /// The conversation (without the system prompt).
     pub messages: Arc<Vec<Message>>,
     /// Values declared by middleware.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub values: Map<String, Value>,
+    /// The append-only history `messages` belongs to (see [`Lineage`]). Not stored: a
+    /// state read back from a checkpoint starts a fresh one.
+    #[serde(skip)]
+    pub lineage: Lineage,
+}
+
+/// States are equal when their messages and values are (the lineage is bookkeeping).
+impl PartialEq for AgentState {
+    fn eq(&self, other: &Self) -> bool {
+        self.messages == other.messages && self.values == other.values
+    }
 }
 
 impl AgentState {
@@ -103,7 +142,14 @@ impl AgentState {
         AgentState {
             messages: Arc::new(messages),
             values: Map::new(),
+            lineage: Lineage::fresh(),
         }
+    }
+
+    /// Starts a fresh [`Lineage`]: call it after changing `messages` other than by
+    /// appending.
+    pub fn renew_lineage(&mut self) {
+        self.lineage = Lineage::fresh();
     }
 
     /// A named value, deserialized.
@@ -126,6 +172,7 @@ impl AgentState {
         if !update.messages.is_empty() {
             // Copies the list only when a model request still shares it.
             let list = Arc::make_mut(&mut self.messages);
+            let mut appended_only = true;
             for op in update.messages {
                 match op {
                     MessageOp::Upsert { mut message } => {
@@ -133,7 +180,10 @@ impl AgentState {
                             message.set_id(new_id());
                         }
                         match list.iter().rposition(|m| m.id() == message.id()) {
-                            Some(i) => list[i] = message,
+                            Some(i) => {
+                                list[i] = message;
+                                appended_only = false;
+                            }
                             None => list.push(message),
                         }
                     }
@@ -141,9 +191,16 @@ impl AgentState {
                         if let Some(i) = list.iter().position(|m| m.id() == id) {
                             list.remove(i);
                         }
+                        appended_only = false;
                     }
-                    MessageOp::RemoveAll => list.clear(),
+                    MessageOp::RemoveAll => {
+                        list.clear();
+                        appended_only = false;
+                    }
                 }
+            }
+            if !appended_only {
+                self.renew_lineage();
             }
         }
         self.values.extend(update.values);

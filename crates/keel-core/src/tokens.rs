@@ -26,6 +26,30 @@ pub trait TokenCounter: Send + Sync {
         messages.iter().map(|m| self.count_message(m)).collect()
     }
 
+    /// [`count_messages`](Self::count_messages) for a list whose
+    /// [`Lineage`](crate::state::Lineage) is known: a counter that remembers the list
+    /// may then trust the part it has seen and count only what was appended. The
+    /// default ignores the lineage.
+    fn count_messages_in(
+        &self,
+        messages: &[Message],
+        lineage: Option<crate::state::Lineage>,
+    ) -> u64 {
+        let _ = lineage;
+        self.count_messages(messages)
+    }
+
+    /// [`count_each`](Self::count_each) for a list whose lineage is known (see
+    /// [`count_messages_in`](Self::count_messages_in)).
+    fn count_each_in(
+        &self,
+        messages: &[Message],
+        lineage: Option<crate::state::Lineage>,
+    ) -> Vec<u64> {
+        let _ = lineage;
+        self.count_each(messages)
+    }
+
     /// Tokens of tool schemas as sent to the model.
     fn count_tools(&self, tools: &[ToolSpec]) -> u64 {
         tools

@@ -399,10 +399,28 @@ impl SessionCompressor {
         covered_until: Option<&Cursor>,
     ) -> Result<(Vec<StoredMessage>, Option<Cursor>), StoreError> {
         let n = self.settings.n_messages;
-        let want = window_cap(&self.settings)
-            .saturating_add(1)
-            .saturating_add(current_ids.len());
-        let fetched = self.history.last_n(scope, want).await?;
+        let extra = 1 + current_ids.len();
+        let want = window_cap(&self.settings).saturating_add(extra);
+        // Folds usually keep up, leaving at most n + fold_batch messages after the
+        // cursor: read that many first (each row is parsed, every turn) and the whole
+        // cap only when every row read lies after the cursor.
+        let usual = self
+            .settings
+            .n_messages
+            .saturating_add(self.settings.fold_batch)
+            .saturating_add(extra)
+            .min(want);
+        let mut fetched = self.history.last_n(scope, usual).await?;
+        let complete = fetched.len() < usual
+            || covered_until.is_some_and(|c| {
+                fetched
+                    .iter()
+                    .find(|m| !current_ids.contains(m.message.id()))
+                    .is_some_and(|m| m.cursor() <= *c)
+            });
+        if !complete && usual < want {
+            fetched = self.history.last_n(scope, want).await?;
+        }
         let first_current = fetched
             .iter()
             .find(|m| current_ids.contains(m.message.id()))

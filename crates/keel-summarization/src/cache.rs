@@ -50,12 +50,16 @@ pub struct CachedSummary {
 
 /// Hash of the fingerprints of `messages` (order-sensitive).
 pub fn prefix_hash(messages: &[Message]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fold_fingerprints(0xcbf2_9ce4_8422_2325, messages) ^ messages.len() as u64
+}
+
+/// The running state of [`prefix_hash`] after `messages`, starting from `h`.
+fn fold_fingerprints(mut h: u64, messages: &[Message]) -> u64 {
     for m in messages {
         h ^= m.fingerprint();
         h = h.wrapping_mul(0x0100_0000_01b3).rotate_left(5);
     }
-    h ^ messages.len() as u64
+    h
 }
 
 impl CachedSummary {
@@ -76,6 +80,33 @@ impl CachedSummary {
             holes,
             prefix_hash: prefix_hash(&messages[..boundary]),
         }
+    }
+
+    /// [`new`](Self::new) for a later cut of a list that `previous` matches: only the
+    /// messages between the two boundaries are hashed, so a summary on a long thread
+    /// does not re-read the covered prefix.
+    pub fn extending(
+        previous: &CachedSummary,
+        summary: impl Into<String>,
+        messages: &[Message],
+        boundary: usize,
+        holes: Vec<usize>,
+    ) -> Self {
+        let boundary = boundary.min(messages.len());
+        if boundary < previous.boundary || previous.boundary > messages.len() {
+            return Self::new(summary, messages, boundary, holes);
+        }
+        let mut entry = Self::new(summary, &[], 0, Vec::new());
+        let state = previous.prefix_hash ^ previous.boundary as u64;
+        let state = fold_fingerprints(state, &messages[previous.boundary..boundary]);
+        let mut holes = holes;
+        holes.retain(|&h| h < boundary);
+        holes.sort_unstable();
+        holes.dedup();
+        entry.boundary = boundary;
+        entry.holes = holes;
+        entry.prefix_hash = state ^ boundary as u64;
+        entry
     }
 
     /// True when `messages` still starts with the prefix this summary covers.
@@ -251,5 +282,29 @@ impl Drop for FlightGuard<'_> {
         if Arc::strong_count(&self.gate) == 2 {
             flights.remove(&self.thread_id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extended_entry_hashes_like_a_new_one() {
+        let msgs: Vec<Message> = (0..40)
+            .map(|i| Message::human(format!("m{i}")).with_id(format!("{i}")))
+            .collect();
+        let first = CachedSummary::new("a", &msgs, 12, vec![3, 5]);
+        for boundary in [12, 13, 30, 40] {
+            let extended = CachedSummary::extending(&first, "b", &msgs, boundary, vec![5, 20]);
+            assert_eq!(
+                extended,
+                CachedSummary::new("b", &msgs, boundary, vec![5, 20])
+            );
+            assert!(extended.matches(&msgs));
+        }
+        // A cut before the previous boundary is hashed from scratch.
+        let earlier = CachedSummary::extending(&first, "c", &msgs, 4, vec![]);
+        assert_eq!(earlier, CachedSummary::new("c", &msgs, 4, vec![]));
     }
 }

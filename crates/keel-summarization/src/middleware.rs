@@ -66,6 +66,7 @@ use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::SummarySource;
 use crate::extractive::ExtractiveOptions;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
+use crate::stages::memo::ThreadMemos;
 use crate::stages::{Call, Decision, Lookup, Measured, Written};
 use crate::summary_call::{CircuitBreaker, SummaryCallOptions, SummaryCaller};
 use crate::transcript::{DEFAULT_SUMMARY_PROMPT, TranscriptOptions};
@@ -329,6 +330,7 @@ impl SummarizationMiddlewareBuilder {
             rescue,
             warned_fraction: AtomicBool::new(false),
             warned_headroom: parking_lot::Mutex::new(lru::LruCache::new(WARNED_THREADS)),
+            threads: ThreadMemos::new(WARNED_THREADS),
             report_ids: self.report_ids,
         })
     }
@@ -428,6 +430,9 @@ pub struct SummarizationMiddleware {
     /// Threads already warned that headroom is unreachable (bounded: a warning per
     /// thread, not per call).
     warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
+    /// What earlier calls learned about each thread's list (bounded), so a call on a
+    /// long thread costs what is new: see [`crate::stages::memo`].
+    pub(crate) threads: ThreadMemos,
     pub(crate) report_ids: bool,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
@@ -654,26 +659,31 @@ impl SummarizationMiddleware {
             Written::Summary(s) => s,
             Written::Final(p) => return *p,
         };
-        let entry = self
-            .cache
-            .put(
-                &call.key,
-                CachedSummary::new(
-                    written.text.clone(),
-                    &request.messages,
-                    planned.cut,
-                    planned.rescued.clone(),
-                ),
-            )
-            .await;
-        // 6. assemble
-        self.finish(
-            &call,
+        // The previous entry matched this list, so the new one extends its hash.
+        let entry = match &cached {
+            Some(previous) => CachedSummary::extending(
+                previous,
+                written.text.clone(),
+                &request.messages,
+                planned.cut,
+                planned.rescued.clone(),
+            ),
+            None => CachedSummary::new(
+                written.text.clone(),
+                &request.messages,
+                planned.cut,
+                planned.rescued.clone(),
+            ),
+        };
+        let entry = self.cache.put(&call.key, entry).await;
+        self.threads.set_verified(
+            &request.runtime.thread_id,
+            &request.messages,
+            request.lineage(),
             &entry,
-            written,
-            &planned.per_message,
-            planned.headroom_unreachable,
-        )
+        );
+        // 6. assemble
+        self.finish(&call, &entry, written, planned.headroom_unreachable)
     }
 
     pub(crate) fn extractive_options(&self) -> ExtractiveOptions {

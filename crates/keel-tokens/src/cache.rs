@@ -36,6 +36,7 @@ use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::num::NonZeroUsize;
 
 use keel_core::message::Message;
+use keel_core::state::Lineage;
 use keel_core::tokens::TokenCounter;
 use keel_core::tool::ToolSpec;
 use lru::LruCache;
@@ -128,6 +129,9 @@ impl Generations {
 struct PrefixMemo {
     fps: Vec<u64>,
     sums: Vec<u64>,
+    /// The lineage of the list last counted, when its caller knew it: a list of the same
+    /// lineage starts with the memo's messages, so only the rest is compared.
+    lineage: Option<Lineage>,
 }
 
 /// A caching, incremental wrapper around a [`TokenCounter`]. See the [module docs](self).
@@ -218,7 +222,11 @@ impl<C: TokenCounter> CachedCounter<C> {
     }
 
     /// The prefix memo for `messages`, updated to cover all of them.
-    fn memo_for(&self, messages: &[Message]) -> Option<(u64, PrefixMemo)> {
+    fn memo_for(
+        &self,
+        messages: &[Message],
+        lineage: Option<Lineage>,
+    ) -> Option<(u64, PrefixMemo)> {
         let first = messages.first()?;
         let conv = first.fingerprint();
         // Taken out of the map so that no lock is held while counting; a concurrent
@@ -227,12 +235,27 @@ impl<C: TokenCounter> CachedCounter<C> {
         if memo.sums.is_empty() {
             memo.sums.push(0);
         }
-        let common = memo
-            .fps
-            .iter()
-            .zip(messages)
-            .take_while(|(fp, m)| **fp == m.fingerprint())
-            .count();
+        // Same lineage: the remembered messages are a prefix of these (the last one is
+        // still compared, a cheap witness against a list edited in place without a new
+        // lineage). Otherwise fingerprints are compared along the list.
+        let seen = memo.fps.len();
+        let trusted = lineage.is_some()
+            && memo.lineage == lineage
+            && seen <= messages.len()
+            && memo
+                .fps
+                .last()
+                .is_none_or(|fp| *fp == messages[seen - 1].fingerprint());
+        let common = if trusted {
+            seen
+        } else {
+            memo.fps
+                .iter()
+                .zip(messages)
+                .take_while(|(fp, m)| **fp == m.fingerprint())
+                .count()
+        };
+        memo.lineage = lineage;
         memo.fps.truncate(common);
         memo.sums.truncate(common + 1);
         self.extend_memo(&mut memo, &messages[common..]);
@@ -274,7 +297,11 @@ impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
     }
 
     fn count_messages(&self, messages: &[Message]) -> u64 {
-        match self.memo_for(messages) {
+        self.count_messages_in(messages, None)
+    }
+
+    fn count_messages_in(&self, messages: &[Message], lineage: Option<Lineage>) -> u64 {
+        match self.memo_for(messages, lineage) {
             Some((conv, memo)) => {
                 let total = memo.sums.last().copied().unwrap_or(0);
                 self.put_back(conv, memo);
@@ -285,7 +312,11 @@ impl<C: TokenCounter> TokenCounter for CachedCounter<C> {
     }
 
     fn count_each(&self, messages: &[Message]) -> Vec<u64> {
-        match self.memo_for(messages) {
+        self.count_each_in(messages, None)
+    }
+
+    fn count_each_in(&self, messages: &[Message], lineage: Option<Lineage>) -> Vec<u64> {
+        match self.memo_for(messages, lineage) {
             Some((conv, memo)) => {
                 let each = memo.sums.windows(2).map(|w| w[1] - w[0]).collect();
                 self.put_back(conv, memo);

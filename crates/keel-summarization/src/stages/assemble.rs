@@ -60,12 +60,12 @@ impl SummarizationMiddleware {
         call: &Call<'_>,
         entry: &CachedSummary,
         written: Summary,
-        per_message: &[u64],
         headroom_unreachable: bool,
     ) -> Prepared {
+        let (messages, counter) = (&call.request.messages, call.counter.as_ref());
         match self.assemble(
             call,
-            &|i| per_message[i],
+            &|i| counter.count_message(&messages[i]),
             entry,
             written.source,
             written.calls,

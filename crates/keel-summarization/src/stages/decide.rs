@@ -5,7 +5,7 @@
 //! synthetic "cancelled" result before anything is planned, so the plan never has to
 //! cut around them (and never drops the recent window to get past one).
 
-use keel_core::dangling::{Pending, patch_dangling_tool_calls};
+use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::middleware::ModelRequest;
 
 use crate::middleware::SummarizationMiddleware;
@@ -40,7 +40,24 @@ impl SummarizationMiddleware {
             return Decision::PassThrough;
         }
         self.warn_fixed_cost(m);
-        match patch_dangling_tool_calls(&request.messages, Pending::Keep) {
+        // Scan only from where the last call on this list found nothing dangling.
+        let messages = &request.messages;
+        let thread = &request.runtime.thread_id;
+        let lineage = request.lineage();
+        let from = self
+            .threads
+            .get(thread, messages, lineage)
+            .map_or(0, |memo| memo.clean);
+        if dangling_tool_calls(&messages[from..], Pending::Keep).is_empty() {
+            let block = messages[from..]
+                .iter()
+                .rposition(|msg| !msg.is_tool())
+                .map_or(from, |i| from + i);
+            self.threads
+                .update(thread, messages, lineage, |memo| memo.clean = block);
+            return Decision::Compact;
+        }
+        match patch_dangling_tool_calls(messages, Pending::Keep) {
             Some(patched) => {
                 tracing::warn!(
                     thread_id = %request.runtime.thread_id,

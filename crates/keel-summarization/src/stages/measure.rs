@@ -28,7 +28,7 @@ impl SummarizationMiddleware {
             .as_ref()
             .map_or(0, |s| counter.count_message(s))
             + counter.count_tools(&request.tools);
-        let total = fixed + counter.count_messages(&request.messages);
+        let total = fixed + counter.count_messages_in(&request.messages, request.lineage());
         let window = request.model.profile().max_input_tokens;
         Measured {
             fixed,

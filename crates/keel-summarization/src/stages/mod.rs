@@ -21,6 +21,7 @@ use keel_core::tokens::TokenCounter;
 pub(crate) mod assemble;
 pub(crate) mod decide;
 pub(crate) mod measure;
+pub(crate) mod memo;
 pub(crate) mod plan;
 pub(crate) mod reuse;
 pub(crate) mod summarize;

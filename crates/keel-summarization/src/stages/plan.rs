@@ -24,8 +24,6 @@ pub(crate) struct Planned {
     pub fold_input: Vec<usize>,
     /// Older newly evicted messages beyond that budget, condensed without a model.
     pub overflow: Vec<usize>,
-    /// Tokens of each message of the request.
-    pub per_message: Vec<u64>,
     /// Headroom wanted a smaller window than the floor allows.
     pub headroom_unreachable: bool,
 }
@@ -39,13 +37,96 @@ impl Planned {
 
 impl SummarizationMiddleware {
     /// Plans the cut for `call`, given the previous summary of the thread.
+    ///
+    /// With a previous summary, only what it does not cover can move: its holes
+    /// (rescued messages) and the messages after its boundary. Planning then runs on
+    /// that view alone, so a summary on a long thread costs what is recent, not the
+    /// whole thread (the covered prefix used to be indexed, counted and listed again
+    /// on every summary call).
     pub(crate) fn plan_cut(&self, call: &Call<'_>, cached: Option<&CachedSummary>) -> Planned {
         let messages: &[Message] = &call.request.messages;
+        match cached.and_then(|e| self.uncovered_view(messages, e)) {
+            Some((view, map)) => {
+                let covered = cached.map_or(0, |e| {
+                    e.boundary - map.iter().take_while(|&&i| i < e.boundary).count()
+                });
+                let planned = self.plan_on(call, &view, None, covered > 0, cached);
+                let real = |v: &usize| map[*v];
+                let tail_start = map
+                    .iter()
+                    .position(|&i| i >= cached.map_or(0, |e| e.boundary))
+                    .unwrap_or(map.len());
+                let cut = if planned.cut >= tail_start {
+                    map.get(planned.cut).copied().unwrap_or(messages.len())
+                } else {
+                    // Never before the previous boundary (the plan clamps it there).
+                    cached.map_or(0, |e| e.boundary)
+                };
+                Planned {
+                    cut,
+                    rescued: planned.rescued.iter().map(real).collect(),
+                    fold_input: planned.fold_input.iter().map(real).collect(),
+                    overflow: planned.overflow.iter().map(real).collect(),
+                    headroom_unreachable: planned.headroom_unreachable,
+                }
+            }
+            None => self.plan_on(call, messages, cached, false, cached),
+        }
+    }
+
+    /// The messages `entry` does not cover (its holes, then everything from its
+    /// boundary) with their indices in `messages`, or `None` when the view would not
+    /// plan exactly as the whole list does: the list starts with a result whose call
+    /// the summary covers, or the latest user message is not preserved by rescue.
+    fn uncovered_view(
+        &self,
+        messages: &[Message],
+        entry: &CachedSummary,
+    ) -> Option<(Vec<Message>, Vec<usize>)> {
+        let boundary = entry.boundary;
+        if boundary == 0
+            || boundary > messages.len()
+            || !self.rescue.latest_user_message
+            || messages.get(boundary).is_some_and(Message::is_tool)
+        {
+            return None;
+        }
+        let map: Vec<usize> = entry
+            .holes
+            .iter()
+            .copied()
+            .filter(|&h| h < boundary)
+            .chain(boundary..messages.len())
+            .collect();
+        let view = map.iter().map(|&i| messages[i].clone()).collect();
+        Some((view, map))
+    }
+
+    /// Plans on `messages` (the whole request, or the uncovered view). `exclude_by`:
+    /// the summary whose covered messages may not move (whole-list planning only).
+    /// `prefix_covered`: the view follows a covered prefix, so the summarized side is
+    /// never "only the user's task". `cached`: the previous summary (its size, and its
+    /// boundary in whole-list planning).
+    fn plan_on(
+        &self,
+        call: &Call<'_>,
+        messages: &[Message],
+        exclude_by: Option<&CachedSummary>,
+        prefix_covered: bool,
+        cached: Option<&CachedSummary>,
+    ) -> Planned {
         let m = &call.measured;
         let counter = call.counter.as_ref();
-        let per_message = counter.count_each(messages);
+        let per_message: Vec<u64> = if exclude_by.is_some() || cached.is_none() {
+            counter.count_each_in(messages, call.request.lineage())
+        } else {
+            messages
+                .iter()
+                .map(|msg| counter.count_message(msg))
+                .collect()
+        };
         let planner = Planner::new(messages, &per_message, &self.rescue);
-        let exclude = |i: usize| cached.is_some_and(|e| e.covers(i));
+        let exclude = |i: usize| exclude_by.is_some_and(|e| e.covers(i));
         let keep = match resolve(self.config.keep, m.window) {
             Some(k) => k,
             None => {
@@ -55,9 +136,14 @@ impl SummarizationMiddleware {
         };
         let floor = planner.floor_cut(keep);
         let mut cut = planner.keep_cut(keep).min(floor);
-        if let Some(e) = cached {
-            // What the summary already covers is never sent verbatim again.
-            cut = cut.max(planner.pairs().safe_cut_forward(e.boundary));
+        // What the summary already covers is never sent verbatim again.
+        let boundary = match (exclude_by, cached) {
+            (Some(e), _) => Some(e.boundary),
+            (None, Some(e)) => Some(e.holes.iter().filter(|&&h| h < e.boundary).count()),
+            (None, None) => None,
+        };
+        if let Some(b) = boundary {
+            cut = cut.max(planner.pairs().safe_cut_forward(b));
         }
         let mut plan = planner.plan_at(cut, &exclude);
         let summary_estimate = cached.map_or(SUMMARY_TOKENS_ESTIMATE, |e| {
@@ -81,7 +167,9 @@ impl SummarizationMiddleware {
                 self.warn_headroom(thread, h, m, &planner, &plan, summary_estimate);
             }
         }
-        plan = planner.avoid_task_only(plan, floor, &exclude);
+        if !prefix_covered {
+            plan = planner.avoid_task_only(plan, floor, &exclude);
+        }
         let evicted: Vec<usize> = plan
             .summarized
             .iter()
@@ -94,7 +182,6 @@ impl SummarizationMiddleware {
             rescued: plan.rescued,
             fold_input,
             overflow,
-            per_message,
             headroom_unreachable,
         }
     }

@@ -26,14 +26,12 @@ impl SummarizationMiddleware {
         call: &Call<'_>,
         seen: Option<&Arc<CachedSummary>>,
     ) -> Lookup {
-        let entry = self
-            .cache
-            .get(&call.key)
-            .await
-            .filter(|e| e.matches(&call.request.messages));
-        let Some(entry) = entry else {
+        let Some(entry) = self.cache.get(&call.key).await else {
             return Lookup::Miss(None);
         };
+        if !self.matches(call, &entry) {
+            return Lookup::Miss(None);
+        }
         if seen.is_none_or(|old| !Arc::ptr_eq(old, &entry))
             && let Some(p) = self.reuse(call, &entry, SummarySource::Cache, None)
             && fits(call, &p)
@@ -42,6 +40,30 @@ impl SummarizationMiddleware {
             return Lookup::Hit(Box::new(p));
         }
         Lookup::Miss(Some(entry))
+    }
+
+    /// True when `entry` still stands for the start of the request's messages: hashed
+    /// once per lineage, then trusted while the list only grows.
+    fn matches(&self, call: &Call<'_>, entry: &CachedSummary) -> bool {
+        let request = call.request;
+        let (thread, messages, lineage) = (
+            &request.runtime.thread_id,
+            &request.messages,
+            request.lineage(),
+        );
+        if messages.len() >= entry.boundary
+            && self
+                .threads
+                .get(thread, messages, lineage)
+                .is_some_and(|memo| memo.verified(entry))
+        {
+            return true;
+        }
+        let matched = entry.matches(messages);
+        if matched {
+            self.threads.set_verified(thread, messages, lineage, entry);
+        }
+        matched
     }
 
     /// `[summary, *uncovered]` for `entry`, counting only what is sent (counts are

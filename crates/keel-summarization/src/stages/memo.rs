@@ -1,0 +1,119 @@
+//! What the stages remember about a thread between calls, so that a call on a long
+//! thread costs what is new rather than what is old.
+//!
+//! A request whose messages are still the state's own list carries the list's
+//! [`Lineage`]: the lists of one lineage only ever grew by appending. For such a list
+//! the memo says how far the dangling-call scan already found nothing wrong and which
+//! cached summary was already checked against the list's prefix, so neither is redone.
+//! Any other list (edited history, a list rebuilt by an outer middleware, a new
+//! process) simply misses and is scanned in full, as before. The last message the memo
+//! saw is compared on every use, a cheap witness against a list changed in place
+//! without a new lineage.
+
+use std::num::NonZeroUsize;
+
+use keel_core::message::Message;
+use keel_core::state::Lineage;
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use crate::cache::CachedSummary;
+
+/// One thread's memo.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadMemo {
+    lineage: Lineage,
+    /// Messages seen.
+    len: usize,
+    /// Fingerprint of the last message seen.
+    witness: u64,
+    /// `messages[..clean]` have no dangling tool call, and `clean` starts a tool run
+    /// block (it is 0 or a message that is not a tool result).
+    pub clean: usize,
+    /// `(boundary, prefix_hash)` of a cached summary that matched this lineage's prefix:
+    /// any entry with the same pair matches too (matching compares exactly those).
+    verified: Option<(usize, u64)>,
+}
+
+impl ThreadMemo {
+    /// A memo for `messages` of `lineage`.
+    fn new(messages: &[Message], lineage: Lineage) -> Self {
+        ThreadMemo {
+            lineage,
+            len: messages.len(),
+            witness: messages.last().map_or(0, Message::fingerprint),
+            clean: 0,
+            verified: None,
+        }
+    }
+
+    /// True when `messages` (of `lineage`) continue the list this memo saw.
+    fn continues(&self, messages: &[Message], lineage: Lineage) -> bool {
+        self.lineage == lineage
+            && self.len <= messages.len()
+            && (self.len == 0 || messages[self.len - 1].fingerprint() == self.witness)
+    }
+
+    /// True when `entry` was already matched against this lineage's prefix.
+    pub fn verified(&self, entry: &CachedSummary) -> bool {
+        self.verified == Some((entry.boundary, entry.prefix_hash))
+    }
+}
+
+/// The memos of recent threads (a bounded LRU).
+pub(crate) struct ThreadMemos(Mutex<LruCache<String, ThreadMemo>>);
+
+impl ThreadMemos {
+    /// Room for `capacity` threads.
+    pub fn new(capacity: NonZeroUsize) -> Self {
+        ThreadMemos(Mutex::new(LruCache::new(capacity)))
+    }
+
+    /// The memo of `thread` if `messages` (of `lineage`) continue what it saw.
+    pub fn get(
+        &self,
+        thread: &str,
+        messages: &[Message],
+        lineage: Option<Lineage>,
+    ) -> Option<ThreadMemo> {
+        let lineage = lineage?;
+        let memo = *self.0.lock().get(thread)?;
+        memo.continues(messages, lineage).then_some(memo)
+    }
+
+    /// Updates `thread`'s memo for `messages` (of `lineage`) with `change`, starting
+    /// from what is remembered when the list continues it, else from nothing.
+    pub fn update(
+        &self,
+        thread: &str,
+        messages: &[Message],
+        lineage: Option<Lineage>,
+        change: impl FnOnce(&mut ThreadMemo),
+    ) {
+        let Some(lineage) = lineage else { return };
+        let mut map = self.0.lock();
+        let mut memo = match map.get(thread) {
+            Some(m) if m.continues(messages, lineage) => ThreadMemo {
+                len: messages.len(),
+                witness: messages.last().map_or(0, Message::fingerprint),
+                ..*m
+            },
+            _ => ThreadMemo::new(messages, lineage),
+        };
+        change(&mut memo);
+        map.put(thread.to_owned(), memo);
+    }
+
+    /// Records that `entry` matches the prefix of `messages`.
+    pub fn set_verified(
+        &self,
+        thread: &str,
+        messages: &[Message],
+        lineage: Option<Lineage>,
+        entry: &CachedSummary,
+    ) {
+        self.update(thread, messages, lineage, |m| {
+            m.verified = Some((entry.boundary, entry.prefix_hash));
+        });
+    }
+}
