@@ -178,6 +178,15 @@ pub fn window_cap(settings: &SessionMemorySettings) -> usize {
         .saturating_add(settings.max_batch_messages)
 }
 
+/// The stored messages after the fold cursor (without the current input), the boundary
+/// (older than it may be folded), and whether the window holds every stored message
+/// after the cursor.
+struct RecentWindow {
+    window: Vec<StoredMessage>,
+    boundary: Option<Cursor>,
+    complete: bool,
+}
+
 /// The output token cap of a fold call: the word budget at two tokens a word, plus room
 /// for the pinned keys and the JSON around them. A small local model without a cap can
 /// generate past every timeout.
@@ -304,7 +313,11 @@ impl SessionCompressor {
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
         let mut state = self.states.get_state(scope).await?.unwrap_or_default();
-        let (fetched, boundary) = self
+        let RecentWindow {
+            window: fetched,
+            boundary,
+            complete,
+        } = self
             .recent_window(scope, &current_ids, state.covered_until.as_ref())
             .await?;
         let models = match &self.summary_model {
@@ -314,9 +327,16 @@ impl SessionCompressor {
 
         let mut folds = Vec::new();
         for _ in 0..self.settings.max_folds_per_turn {
-            let eligible = self
-                .eligible(scope, state.covered_until.as_ref(), boundary.as_ref())
-                .await?;
+            let cursor = state.covered_until.as_ref();
+            let eligible = if complete {
+                fetched
+                    .iter()
+                    .filter(|m| cursor.is_none_or(|c| m.cursor() > *c))
+                    .filter(|m| boundary.as_ref().is_some_and(|b| m.cursor() < *b))
+                    .count() as u64
+            } else {
+                self.eligible(scope, cursor, boundary.as_ref()).await?
+            };
             if eligible < self.settings.fold_batch as u64 {
                 break;
             }
@@ -397,7 +417,7 @@ impl SessionCompressor {
         scope: &SessionScope,
         current_ids: &HashSet<&str>,
         covered_until: Option<&Cursor>,
-    ) -> Result<(Vec<StoredMessage>, Option<Cursor>), StoreError> {
+    ) -> Result<RecentWindow, StoreError> {
         let n = self.settings.n_messages;
         let extra = 1 + current_ids.len();
         let want = window_cap(&self.settings).saturating_add(extra);
@@ -421,6 +441,16 @@ impl SessionCompressor {
         if !complete && usual < want {
             fetched = self.history.last_n(scope, want).await?;
         }
+        // Holding every stored message after the cursor, the window can count what a
+        // fold may take itself (no COUNT queries per turn).
+        let complete = complete
+            || fetched.len() < want
+            || covered_until.is_some_and(|c| {
+                fetched
+                    .iter()
+                    .find(|m| !current_ids.contains(m.message.id()))
+                    .is_some_and(|m| m.cursor() <= *c)
+            });
         let first_current = fetched
             .iter()
             .find(|m| current_ids.contains(m.message.id()))
@@ -434,7 +464,11 @@ impl SessionCompressor {
             .get(window.len().saturating_sub(n))
             .map(StoredMessage::cursor)
             .or(first_current);
-        Ok((window, boundary))
+        Ok(RecentWindow {
+            window,
+            boundary,
+            complete,
+        })
     }
 
     /// Up to `limit` messages after the cursor and before the boundary, oldest first,

@@ -89,7 +89,11 @@ fn middleware(trigger: u64, cache: Arc<SummaryCache>) -> SummarizationMiddleware
 /// A request as the agent builds it: its messages are the state's (one shared `Arc`),
 /// so the thread outlives the model call and freeing it is not part of the call.
 fn request(messages: Vec<Message>, model: &Arc<dyn ChatModel>, thread: &str) -> ModelRequest {
-    let state = AgentState::with_messages(messages);
+    request_in(&AgentState::with_messages(messages), model, thread)
+}
+
+/// A request on `state` as the agent loop makes it: the state's own message list.
+fn request_in(state: &AgentState, model: &Arc<dyn ChatModel>, thread: &str) -> ModelRequest {
     ModelRequest {
         messages: state.messages.clone(),
         system: None,
@@ -97,7 +101,7 @@ fn request(messages: Vec<Message>, model: &Arc<dyn ChatModel>, thread: &str) -> 
         tool_choice: None,
         settings: ModelSettings::default(),
         model: model.clone(),
-        state: Arc::new(state),
+        state: Arc::new(state.clone()),
         runtime: Runtime::detached(thread),
     }
 }
@@ -140,26 +144,27 @@ fn benches(c: &mut Criterion) {
 
     // Pass-through on a growing thread. Only the hook call is timed.
     let mw = middleware(1_000_000_000_000, Arc::new(SummaryCache::new(16)));
-    let mut thread = base.clone();
+    // The thread is one agent state that grows by appending, as in a run: its lineage
+    // lets the counter and the middleware's memo look at the new message only. Wrapping
+    // around (truncating) is an edit, so it starts a fresh lineage.
+    let mut thread = AgentState::with_messages(base.clone());
     let mut next = 0usize;
     group.bench_function("passthrough_10k_growing", |b| {
         b.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
                 if next == growth.len() {
-                    thread.truncate(BASE);
+                    Arc::make_mut(&mut thread.messages).truncate(BASE);
+                    thread.renew_lineage();
                     next = 0;
                 }
-                thread.push(growth[next].clone());
+                Arc::make_mut(&mut thread.messages).push(growth[next].clone());
                 next += 1;
-                let req = request(std::mem::take(&mut thread), &model, "passthrough");
-                let state = req.state.clone();
+                let req = request_in(&thread, &model, "passthrough");
                 let start = Instant::now();
                 let out = call(&mw, req);
                 spent += start.elapsed();
                 black_box(out);
-                let state = Arc::try_unwrap(state).expect("the request was dropped");
-                thread = Arc::try_unwrap(state.messages).expect("the request was dropped");
             }
             spent
         })
@@ -175,13 +180,14 @@ fn benches(c: &mut Criterion) {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
                 if next == growth.len() {
-                    thread.truncate(BASE);
+                    Arc::make_mut(&mut thread.messages).truncate(BASE);
+                    thread.renew_lineage();
                     next = 0;
                 }
-                thread.push(growth[next].clone());
+                Arc::make_mut(&mut thread.messages).push(growth[next].clone());
                 next += 1;
                 let start = Instant::now();
-                let n = counter.count_request(None, &thread, &[]);
+                let n = counter.count_messages_in(&thread.messages, Some(thread.lineage));
                 spent += start.elapsed();
                 black_box(n);
             }
