@@ -221,6 +221,19 @@ impl ReplayEngine {
         }
     }
 
+    /// [`new`](Self::new), refusing a middleware that implements a hook it does not list
+    /// in `hooks()` (the agent builder refuses the same stack: the hook would be skipped
+    /// silently).
+    pub fn checked(
+        middleware: Vec<Arc<dyn Middleware>>,
+        counter: Arc<dyn TokenCounter>,
+    ) -> Result<Self, keel_core::middleware::UndeclaredHooks> {
+        for m in &middleware {
+            keel_core::middleware::check_hooks(m.as_ref())?;
+        }
+        Ok(Self::new(middleware, counter))
+    }
+
     /// Whether [`Replay::requests`] keeps every request (default) or stays empty: the
     /// observer sees each request either way.
     pub fn with_kept_requests(mut self, keep: bool) -> Self {

@@ -439,3 +439,39 @@ async fn the_observer_sees_every_call() {
         .unwrap();
     assert_eq!(p.0, ["start 3", "1 1", "2 3", "3 5"]);
 }
+
+/// Implements `before_model` but lists only `wrap_model_call`.
+struct Forgetful;
+
+#[async_trait]
+impl Middleware for Forgetful {
+    fn name(&self) -> &str {
+        "Forgetful"
+    }
+    fn hooks(&self) -> keel_core::middleware::Hooks {
+        keel_core::middleware::Hooks {
+            wrap_model_call: true,
+            ..keel_core::middleware::Hooks::NONE
+        }
+    }
+    async fn before_model(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        Ok(HookOutcome::proceed())
+    }
+}
+
+#[test]
+fn a_hook_missing_from_hooks_is_refused_as_the_agent_builder_refuses_it() {
+    let err = ReplayEngine::checked(vec![Arc::new(Forgetful)], counter())
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("Forgetful") && text.contains("before_model"),
+        "{text}"
+    );
+    assert!(ReplayEngine::checked(vec![Arc::new(NaiveWindow { keep: 2 })], counter()).is_ok());
+}
