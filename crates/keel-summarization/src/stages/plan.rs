@@ -13,6 +13,13 @@ use crate::plan::{self, Limit, Planner, resolve};
 use crate::stages::Call;
 use crate::summary_message;
 
+/// How many times `trim_tokens_to_summarize` of the overflow the extractive summarizer
+/// condenses (see `bound_overflow`).
+pub const OVERFLOW_CONDENSE_FACTOR: u64 = 2;
+
+/// How many of the overflow's first user messages are always condensed.
+pub const OVERFLOW_TASK_MESSAGES: usize = 3;
+
 /// A planned cut.
 pub(crate) struct Planned {
     /// Messages before `cut` are summarized, except `rescued`.
@@ -22,8 +29,13 @@ pub(crate) struct Planned {
     /// Newly evicted messages the summary call reads (the newest, within
     /// `trim_tokens_to_summarize`, starting on a whole bundle).
     pub fold_input: Vec<usize>,
-    /// Older newly evicted messages beyond that budget, condensed without a model.
+    /// Older newly evicted messages beyond that budget, condensed without a model: the
+    /// task (the first user messages among them) and the newest, within
+    /// [`OVERFLOW_CONDENSE_FACTOR`] x the trim budget.
     pub overflow: Vec<usize>,
+    /// Evicted messages beyond even that (only on the first compaction of a thread that
+    /// is already long): counted in the summary, not read.
+    pub omitted: usize,
     /// Headroom wanted a smaller window than the floor allows.
     pub headroom_unreachable: bool,
 }
@@ -31,7 +43,7 @@ pub(crate) struct Planned {
 impl Planned {
     /// True when nothing new leaves the window (the previous summary, if any, stands).
     pub fn evicts_nothing(&self) -> bool {
-        self.fold_input.is_empty() && self.overflow.is_empty()
+        self.fold_input.is_empty() && self.overflow.is_empty() && self.omitted == 0
     }
 }
 
@@ -67,6 +79,7 @@ impl SummarizationMiddleware {
                     rescued: planned.rescued.iter().map(real).collect(),
                     fold_input: planned.fold_input.iter().map(real).collect(),
                     overflow: planned.overflow.iter().map(real).collect(),
+                    omitted: planned.omitted,
                     headroom_unreachable: planned.headroom_unreachable,
                 }
             }
@@ -177,13 +190,53 @@ impl SummarizationMiddleware {
             .filter(|&i| !exclude(i))
             .collect();
         let (fold_input, overflow) = self.trim(messages, &per_message, &evicted, &planner);
+        let (overflow, omitted) = self.bound_overflow(messages, &per_message, overflow);
         Planned {
             cut: plan.cut,
             rescued: plan.rescued,
             fold_input,
             overflow,
+            omitted,
             headroom_unreachable,
         }
+    }
+
+    /// What of the overflow the extractive summarizer reads: the first
+    /// [`OVERFLOW_TASK_MESSAGES`] user messages (where a conversation states its task)
+    /// and the newest messages within [`OVERFLOW_CONDENSE_FACTOR`] x
+    /// `trim_tokens_to_summarize`; the number left out. In a thread that compacts as it
+    /// grows the overflow is a handful of messages and nothing is left out; only the
+    /// first compaction of a long thread (a migrated history, a raised trigger) would
+    /// otherwise condense all of it, which cost ~85 ms on 10,000 messages.
+    fn bound_overflow(
+        &self,
+        messages: &[Message],
+        per_message: &[u64],
+        overflow: Vec<usize>,
+    ) -> (Vec<usize>, usize) {
+        let Some(trim) = self.config.trim_tokens_to_summarize else {
+            return (overflow, 0);
+        };
+        let budget = trim.saturating_mul(OVERFLOW_CONDENSE_FACTOR);
+        let mut used = 0u64;
+        let mut newest = overflow.len();
+        while newest > 0 && used + per_message[overflow[newest - 1]] <= budget {
+            used += per_message[overflow[newest - 1]];
+            newest -= 1;
+        }
+        if newest == 0 {
+            return (overflow, 0);
+        }
+        let task: Vec<usize> = overflow[..newest]
+            .iter()
+            .copied()
+            .filter(|&i| messages[i].is_human())
+            .take(OVERFLOW_TASK_MESSAGES)
+            .collect();
+        let omitted = newest - task.len();
+        let mut kept = task;
+        kept.extend_from_slice(&overflow[newest..]);
+        (kept, omitted)
     }
 
     /// Splits the evicted messages into what the summary call reads (the newest within

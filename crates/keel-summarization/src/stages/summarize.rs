@@ -48,11 +48,18 @@ impl SummarizationMiddleware {
     ) -> Written {
         let messages: &[Message] = &call.request.messages;
         let mut existing = cached.map(|e| e.summary.clone());
-        if !planned.overflow.is_empty() {
+        if !planned.overflow.is_empty() || planned.omitted > 0 {
             // Older evicted messages beyond the trim budget are condensed without a
-            // model, so nothing (least of all the previous summary) silently drops out.
+            // model, so nothing (least of all the previous summary) silently drops out;
+            // what is beyond even that is said, not hidden.
             let older: Vec<&Message> = planned.overflow.iter().map(|&i| &messages[i]).collect();
-            let notes = extractive::summarize_refs(None, &older, &self.extractive_options());
+            let mut notes = extractive::summarize_refs(None, &older, &self.extractive_options());
+            if planned.omitted > 0 {
+                notes = format!(
+                    "{notes}\n- ({} earlier messages were compacted without being read into this summary.)",
+                    planned.omitted
+                );
+            }
             existing = Some(match existing {
                 Some(p) => format!("{p}\n{notes}"),
                 None => notes,

@@ -143,7 +143,7 @@ fn benches(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(2));
 
     // Pass-through on a growing thread. Only the hook call is timed.
-    let mw = middleware(1_000_000_000_000, Arc::new(SummaryCache::new(16)));
+    let mw = middleware(1_000_000_000, Arc::new(SummaryCache::new(16)));
     // The thread is one agent state that grows by appending, as in a run: its lineage
     // lets the counter and the middleware's memo look at the new message only. Wrapping
     // around (truncating) is an edit, so it starts a fresh lineage.
