@@ -40,7 +40,7 @@ pub mod pairs;
 pub mod plan;
 pub mod summary_call;
 pub mod transcript;
-mod yaml;
+pub mod yaml;
 
 use keel_core::message::{HIDE_FROM_UI, HumanMessage, Message};
 
