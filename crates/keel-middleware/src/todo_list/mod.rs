@@ -233,7 +233,8 @@ impl Middleware for TodoList {
                         "Updated todo list to {}",
                         keel_tokens::pyrepr::py_repr(&value)
                     ),
-                ))
+                )
+                .with_name(TOOL_NAME))
             }
             Err(reason) => Err(ToolError::InvalidArguments {
                 tool: TOOL_NAME.into(),

@@ -33,7 +33,7 @@ async fn write_todos_sets_the_plan_and_answers_like_langchain() {
         result.text(),
         "Updated todo list to [{'content': 'Read the logs', 'status': 'in_progress'}, {'content': 'Write the fix', 'status': 'pending'}]"
     );
-    assert_eq!(result.name(), None);
+    assert_eq!(result.name(), Some(TOOL_NAME));
     let request = &model.requests()[0];
     assert!(request.tools.iter().any(|t| t.name == TOOL_NAME));
     let system = request.system.as_ref().unwrap().text().into_owned();
