@@ -62,6 +62,7 @@ rm -f "$o200k_config"
 # expected.json (what `cargo test` compares with offline) must say the same.
 echo "== built-in middleware (issue 15)"
 cargo clippy -p keel-middleware -p keel-cli -p keel --all-targets --all-features -- -D warnings
+cargo clippy -p keel --no-default-features --features middleware -- -D warnings
 middleware_pyenv="${PYENV:-$PWD/target/pyenv-langchain}"
 if [ ! -x "$middleware_pyenv/bin/python" ]; then
     python3 -m venv "$middleware_pyenv"
