@@ -74,24 +74,50 @@ fn thread() -> Vec<Message> {
             "echo",
             json!({"step": i}),
         )]));
-        m.push(Message::tool(format!("h{i}"), format!("log {i}: {}", "kernel panic; ".repeat(150))).with_name("echo"));
+        m.push(
+            Message::tool(
+                format!("h{i}"),
+                format!("log {i}: {}", "kernel panic; ".repeat(150)),
+            )
+            .with_name("echo"),
+        );
         m.push(Message::ai(format!("Step {i} checked.")));
     }
     m.push(Message::ai("Shall I open a ticket?"));
-    m.push(Message::human("Yes, reach me at ada@example.com from 10.0.0.7."));
+    m.push(Message::human(
+        "Yes, reach me at ada@example.com from 10.0.0.7.",
+    ));
     m
 }
 
 const STACKS: &[(&str, &str)] = &[
     ("bare", "middleware: []"),
-    ("model_call_limit", "middleware: [{model_call_limit: {thread_limit: 1000000, run_limit: 100}}]"),
-    ("tool_call_limit", "middleware: [{tool_call_limit: {run_limit: 100}}]"),
-    ("model_retry", "middleware: [{model_retry: {max_retries: 2}}]"),
+    (
+        "model_call_limit",
+        "middleware: [{model_call_limit: {thread_limit: 1000000, run_limit: 100}}]",
+    ),
+    (
+        "tool_call_limit",
+        "middleware: [{tool_call_limit: {run_limit: 100}}]",
+    ),
+    (
+        "model_retry",
+        "middleware: [{model_retry: {max_retries: 2}}]",
+    ),
     ("tool_retry", "middleware: [{tool_retry: {max_retries: 2}}]"),
-    ("tool_error", "middleware: [{tool_error: {on_error: 'Error: {error}'}}]"),
+    (
+        "tool_error",
+        "middleware: [{tool_error: {on_error: 'Error: {error}'}}]",
+    ),
     ("model_fallback", "middleware: [{model_fallback: [backup]}]"),
-    ("context_editing", "middleware: [{context_editing: {edits: [{clear_tool_uses: {trigger: 100, keep: 1}}]}}]"),
-    ("pii_email_all", "middleware: [{pii: {pii_type: email, apply_to_input: true, apply_to_output: true, apply_to_tool_results: true}}]"),
+    (
+        "context_editing",
+        "middleware: [{context_editing: {edits: [{clear_tool_uses: {trigger: 100, keep: 1}}]}}]",
+    ),
+    (
+        "pii_email_all",
+        "middleware: [{pii: {pii_type: email, apply_to_input: true, apply_to_output: true, apply_to_tool_results: true}}]",
+    ),
     ("pii_url_input", "middleware: [{pii: {pii_type: url}}]"),
     ("todo_list", "middleware: [{todo_list: {}}]"),
 ];
@@ -126,7 +152,10 @@ fn bench(c: &mut Criterion) {
         let out = rt.block_on(agent.invoke("t", input.clone())).unwrap();
         assert_eq!(out.model_steps, 2, "{name}");
         group.bench_function(*name, |b| {
-            b.iter(|| rt.block_on(agent.invoke("t", black_box(input.clone()))).unwrap())
+            b.iter(|| {
+                rt.block_on(agent.invoke("t", black_box(input.clone())))
+                    .unwrap()
+            })
         });
     }
     group.finish();

@@ -15,6 +15,12 @@
 //! | [`context_editing`] | `ContextEditingMiddleware` + `ClearToolUsesEdit` |
 //! | [`pii`] | `PIIMiddleware` |
 //! | [`todo_list`] | `TodoListMiddleware` |
+//! | [`llm_tool_selector`] | `LLMToolSelectorMiddleware` |
+//! | [`llm_tool_emulator`] | `LLMToolEmulator` |
+//! | [`model_router`] | `ModelRouterMiddleware` |
+//! | [`model_refusal`] | `ModelRefusalMiddleware` |
+//!
+//! [`stack`] loads a whole stack from one YAML file.
 //!
 //! Every middleware declares the state keys it reads and writes and the jumps it may
 //! take; `AgentBuilder::build` checks them across the stack. Every middleware reports
@@ -46,9 +52,13 @@ mod common;
 pub mod context_editing;
 pub mod error;
 pub mod events;
+pub mod llm_tool_emulator;
+pub mod llm_tool_selector;
 pub mod model_call_limit;
 pub mod model_fallback;
+pub mod model_refusal;
 pub mod model_retry;
+pub mod model_router;
 pub mod pii;
 pub mod stack;
 pub mod todo_list;
@@ -62,9 +72,13 @@ mod test_support;
 pub use backoff::Backoff;
 pub use context_editing::{ClearToolUses, ContextEditing};
 pub use error::ConfigError;
+pub use llm_tool_emulator::LlmToolEmulator;
+pub use llm_tool_selector::{LlmToolSelector, OnParsingFailure};
 pub use model_call_limit::{ModelCallExit, ModelCallLimit};
 pub use model_fallback::ModelFallback;
+pub use model_refusal::ModelRefusal;
 pub use model_retry::{ModelFailure, ModelRetry};
+pub use model_router::{ModelRouter, Route};
 pub use pii::{Pii, Strategy};
 pub use stack::{Stack, StackError};
 pub use todo_list::TodoList;

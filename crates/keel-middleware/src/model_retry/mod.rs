@@ -34,6 +34,7 @@ pub fn langchain_class(kind: ModelErrorKind) -> &'static str {
         ModelErrorKind::MalformedResponse => "OutputParserException",
         ModelErrorKind::Connection => "ModelConnectionError",
         ModelErrorKind::Rejected => "ModelError",
+        ModelErrorKind::Refused => "ModelRefusalError",
     }
 }
 
