@@ -1,15 +1,16 @@
-//! Each built-in middleware's own cost per model call.
+//! Each built-in middleware's own cost per model call, and per tool call.
 //!
-//! Every iteration is one whole `invoke` on a 22-message support thread (five tool
-//! pairs with 2 KB results, an email address in the user's last message) that makes two
-//! model calls and one tool call: the model asks for `echo` once, then answers. `bare`
-//! has no middleware; each other benchmark has exactly one, configured so it does its
-//! real work on every call (context editing clears, PII redacts input, output and tool
-//! results, the limits count, the retry and fallback layers wrap a call that succeeds).
-//! The cost of a middleware per model call is (its time - `bare`) / 2.
+//! `model_call/*`: the hooks one model call runs through a middleware (`before_model`,
+//! `wrap_model_call` around a terminal that answers at once, `after_model`), on a
+//! 22-message support thread (five tool pairs with 2 KB results, an email address and an
+//! IP in the user's last message). Each middleware is configured to do its real work on
+//! every call: context editing clears, PII redacts input, output and tool results, the
+//! limits count, todo_list adds its prompt and tool, retry and fallback wrap a call that
+//! succeeds. `bare` is the terminal alone; a middleware's cost is its time minus `bare`.
+//! `tool_call/*`: the same for `wrap_tool_call` around a terminal tool.
+//! The 10-layer pipeline overhead is `cargo bench -p keel-agent --bench pipeline`.
 //!
-//! The model is an in-bench function and the checkpointer discards, so the differences
-//! are the middleware's own cost. Wall time on a current-thread runtime.
+//! Time is the bench thread's CPU time (keel_testkit::cpu), on a current-thread runtime.
 //!
 //! Run: `cargo bench -p keel-middleware --bench builtin`
 
@@ -20,49 +21,48 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use criterion::{Criterion, criterion_group, criterion_main};
-use keel_agent::Agent;
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use keel_core::message::{Message, ToolCall};
-use keel_core::middleware::Middleware;
-use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile};
-use keel_core::store::{Checkpoint, Checkpointer, StoreError};
+use keel_core::middleware::{
+    Middleware, ModelHandler, ModelRequest, ModelResponse, Next, Runtime, ToolCallRequest,
+    ToolHandler, ToolNext,
+};
+use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
+use keel_core::state::AgentState;
+use keel_core::tool::ToolError;
 use keel_middleware::stack::Stack;
-use keel_testkit::FnTool;
+use keel_testkit::cpu::ThreadCpu;
 use serde_json::json;
 
-/// Calls `echo` when the user spoke last, answers otherwise.
-struct Model(ModelProfile);
+/// A model the terminal never calls (it answers by itself).
+struct Unused(ModelProfile);
 
 #[async_trait]
-impl ChatModel for Model {
+impl ChatModel for Unused {
     fn profile(&self) -> &ModelProfile {
         &self.0
     }
-    async fn invoke(&self, request: ChatRequest<'_>) -> Result<Message, ModelError> {
-        Ok(match request.messages.last() {
-            Some(m) if m.is_human() => Message::ai("").with_tool_calls(vec![ToolCall::new(
-                "call_x",
-                "echo",
-                json!({"q": "status"}),
-            )]),
-            _ => Message::ai("All set; I will write to ada@example.com."),
-        })
+    async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
+        Ok(Message::ai("unused"))
     }
 }
 
-/// Keeps nothing, so every iteration starts from the same thread.
-struct Discard;
+/// The innermost model call: the answer, at once.
+struct Answer;
 
 #[async_trait]
-impl Checkpointer for Discard {
-    async fn put(&self, _: &str, _: Checkpoint) -> Result<u64, StoreError> {
-        Ok(0)
+impl ModelHandler for Answer {
+    async fn call(&self, _request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        Ok(ModelResponse::new(Message::ai(
+            "All set; I will write to ada@example.com.",
+        )))
     }
-    async fn latest(&self, _: &str) -> Result<Option<Checkpoint>, StoreError> {
-        Ok(None)
-    }
-    async fn history(&self, _: &str) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(Vec::new())
+}
+
+#[async_trait]
+impl ToolHandler for Answer {
+    async fn call(&self, request: ToolCallRequest) -> Result<Message, ToolError> {
+        Ok(Message::tool(request.call.id, "ok").with_name(request.call.name))
     }
 }
 
@@ -120,46 +120,110 @@ const STACKS: &[(&str, &str)] = &[
     ),
     ("pii_url_input", "middleware: [{pii: {pii_type: url}}]"),
     ("todo_list", "middleware: [{todo_list: {}}]"),
+    ("model_refusal", "middleware: [{model_refusal: {}}]"),
 ];
 
-fn agent(stack: &str) -> Agent {
-    let model: Arc<dyn ChatModel> = Arc::new(Model(ModelProfile::new("bench", "bench")));
-    let m = model.clone();
-    let middleware: Vec<Arc<dyn Middleware>> = Stack::from_yaml_str(stack)
+fn middleware(stack: &str) -> Option<Arc<dyn Middleware>> {
+    let model: Arc<dyn ChatModel> = Arc::new(Unused(ModelProfile::new("bench", "bench")));
+    Stack::from_yaml_str(stack)
         .unwrap()
-        .middleware(Arc::new(move |_: &str| Some(m.clone())))
-        .unwrap();
-    let mut b = Agent::builder()
-        .model(model)
-        .checkpointer(Arc::new(Discard))
-        .tool(FnTool::echo("echo"));
-    for mw in middleware {
-        b = b.middleware_shared(mw);
-    }
-    b.build().unwrap()
+        .middleware(Arc::new(move |_: &str| Some(model.clone())))
+        .unwrap()
+        .pop()
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<ThreadCpu>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .unwrap();
-    let input = thread();
-    let mut group = c.benchmark_group("builtin");
+    let runtime = Runtime::detached("bench");
+    let state = Arc::new(AgentState::with_messages(thread()));
+    let mut answered = (*state).clone();
+    answered
+        .apply(keel_core::state::StateUpdate::messages([Message::ai(
+            "All set; I will write to ada@example.com.",
+        )]))
+        .unwrap();
+    let request = ModelRequest {
+        messages: state.messages.clone(),
+        system: Some(Message::system("You are a support agent.")),
+        tools: Arc::new(Vec::new()),
+        tool_choice: None,
+        settings: ModelSettings::default(),
+        model: Arc::new(Unused(ModelProfile::new("bench", "bench"))),
+        state: state.clone(),
+        runtime: runtime.clone(),
+    };
+    let tool_request = ToolCallRequest {
+        call: ToolCall::new("call_x", "echo", json!({"q": "status"})),
+        tool: None,
+        state: state.clone(),
+        runtime: runtime.clone(),
+    };
+
+    let mut model_group = c.benchmark_group("model_call");
+    model_group.sampling_mode(SamplingMode::Flat);
     for (name, stack) in STACKS {
-        let agent = agent(stack);
-        // Each configuration must do what it is measured doing.
-        let out = rt.block_on(agent.invoke("t", input.clone())).unwrap();
-        assert_eq!(out.model_steps, 2, "{name}");
-        group.bench_function(*name, |b| {
+        let m = middleware(stack);
+        let chain: Vec<Arc<dyn Middleware>> = m
+            .iter()
+            .filter(|m| m.hooks().wrap_model_call)
+            .cloned()
+            .collect();
+        let hooks = m.as_ref().map(|m| m.hooks());
+        model_group.bench_function(*name, |b| {
             b.iter(|| {
-                rt.block_on(agent.invoke("t", black_box(input.clone())))
-                    .unwrap()
+                rt.block_on(async {
+                    if let (Some(m), Some(h)) = (&m, hooks)
+                        && h.before_model
+                    {
+                        black_box(m.before_model(&state, &runtime).await.unwrap());
+                    }
+                    let response = Next::new(&chain, &Answer)
+                        .run(request.clone())
+                        .await
+                        .unwrap();
+                    black_box(response);
+                    if let (Some(m), Some(h)) = (&m, hooks)
+                        && h.after_model
+                    {
+                        black_box(m.after_model(&answered, &runtime).await.unwrap());
+                    }
+                })
             })
         });
     }
-    group.finish();
+    model_group.finish();
+
+    let mut tool_group = c.benchmark_group("tool_call");
+    tool_group.sampling_mode(SamplingMode::Flat);
+    for (name, stack) in STACKS {
+        let m = middleware(stack);
+        let chain: Vec<Arc<dyn Middleware>> =
+            m.into_iter().filter(|m| m.hooks().wrap_tool_call).collect();
+        if *name != "bare" && chain.is_empty() {
+            continue;
+        }
+        tool_group.bench_function(*name, |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    black_box(
+                        ToolNext::new(&chain, &Answer)
+                            .run(tool_request.clone())
+                            .await
+                            .unwrap(),
+                    )
+                })
+            })
+        });
+    }
+    tool_group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = bench
+}
 criterion_main!(benches);

@@ -5,6 +5,7 @@
 //!
 //! - [`ScriptedModel`] answers from a queue and records every request as received.
 //! - [`FnTool`] turns a closure into a [`Tool`].
+//! - `cpu::ThreadCpu` (feature `criterion`) measures benches in thread CPU time.
 //! - [`planted`] generates sessions with planted facts, to measure what a summary keeps.
 //!
 //! ```
@@ -30,6 +31,8 @@
 //!
 //! This crate is never a dependency of a binary's default features.
 
+#[cfg(feature = "criterion")]
+pub mod cpu;
 pub mod planted;
 
 use std::collections::VecDeque;

@@ -14,9 +14,15 @@ use super::value::{At, known_keys};
 use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
 use crate::error::ConfigError;
+use crate::llm_tool_emulator::LlmToolEmulator;
+use crate::llm_tool_selector::{
+    DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT, LlmToolSelector, OnParsingFailure,
+};
 use crate::model_call_limit::{ModelCallExit, ModelCallLimit};
 use crate::model_fallback::ModelFallback;
+use crate::model_refusal::ModelRefusal;
 use crate::model_retry::{DEFAULT_RETRY_ON, ModelFailure, ModelRetry};
+use crate::model_router::{ModelRouter, Route};
 use crate::pii::{Pii, Strategy};
 use crate::todo_list::{DEFAULT_SYSTEM_PROMPT, DEFAULT_TOOL_DESCRIPTION, TodoList};
 use crate::tool_call_limit::{ToolCallExit, ToolCallLimit};
@@ -35,6 +41,10 @@ pub const NAMES: &[&str] = &[
     "context_editing",
     "pii",
     "todo_list",
+    "llm_tool_selector",
+    "llm_tool_emulator",
+    "model_router",
+    "model_refusal",
     "summarization",
 ];
 
@@ -50,6 +60,27 @@ pub(crate) enum Entry {
     Fallback(Vec<(String, u64)>),
     /// `summarization`: DeerFlow's schema, loaded by keel-summarization.
     Summarization(Box<SummarizationConfig>),
+    /// `llm_tool_selector`: its settings and the selection model's name, if any.
+    Selector {
+        model: Option<(String, u64)>,
+        system_prompt: String,
+        max_tools: Option<usize>,
+        always_include: Vec<String>,
+        max_retries: u32,
+        on_parsing_failure: OnParsingFailure,
+    },
+    /// `llm_tool_emulator`: the emulator model's name and the tools it answers.
+    Emulator {
+        model: (String, u64),
+        tools: Option<Vec<String>>,
+    },
+    /// `model_router`: routes (name, model name, line, criteria), instructions, and the
+    /// classifier's name.
+    Router {
+        routes: Vec<(String, String, u64, String)>,
+        instructions: String,
+        classifier: (String, u64),
+    },
 }
 
 /// Context for one entry's errors.
@@ -179,6 +210,16 @@ pub(crate) fn read(
             "apply_to_tool_results",
         ],
         "todo_list" => &["system_prompt", "tool_description"],
+        "llm_tool_selector" => &[
+            "model",
+            "system_prompt",
+            "max_tools",
+            "always_include",
+            "max_retries",
+            "on_parsing_failure",
+        ],
+        "llm_tool_emulator" => &["tools", "model"],
+        "model_router" => &["choices", "instructions", "classifier"],
         _ => &[],
     };
     known_keys(&prefix, entries, known)?;
@@ -347,6 +388,113 @@ pub(crate) fn read(
             };
             ready(Arc::new(TodoList::new(prompt, description)))
         }
+        "model_refusal" => ready(Arc::new(ModelRefusal)),
+        "llm_tool_selector" => {
+            let model = match args.get("model") {
+                Some(v) if !v.is_null() => Some((v.string()?, v.node.line)),
+                _ => None,
+            };
+            let system_prompt = match args.get("system_prompt") {
+                Some(v) => v.string()?,
+                None => SELECTOR_PROMPT.into(),
+            };
+            let max_tools = match args.get("max_tools") {
+                Some(v) => v.opt_count(MAX_LIMIT)?.map(|n| n as usize),
+                None => None,
+            };
+            let always_include = match args.get("always_include") {
+                Some(v) if !v.is_null() => v.strings()?,
+                _ => Vec::new(),
+            };
+            let max_retries = match args.get("max_retries") {
+                Some(v) => v.count(100)? as u32,
+                None => 1,
+            };
+            let on_parsing_failure = match args.get("on_parsing_failure") {
+                None => OnParsingFailure::Error,
+                Some(v) => match &v.node.value {
+                    keel_summarization::yaml::Yaml::Seq(_) => OnParsingFailure::Tools(v.strings()?),
+                    _ => match v.choice(&["error", "none", "all"])? {
+                        "none" => OnParsingFailure::None,
+                        "all" => OnParsingFailure::All,
+                        _ => OnParsingFailure::Error,
+                    },
+                },
+            };
+            Ok(Entry::Selector {
+                model,
+                system_prompt,
+                max_tools,
+                always_include,
+                max_retries,
+                on_parsing_failure,
+            })
+        }
+        "llm_tool_emulator" => {
+            let Some(model) = args.get("model").filter(|v| !v.is_null()) else {
+                return Err(at.config(ConfigError::new(
+                    "llm_tool_emulator",
+                    "model",
+                    "(missing)",
+                    "is required (LangChain's default hosted model is deprecated)",
+                    "a model name the application resolves",
+                )));
+            };
+            let tools = match args.get("tools") {
+                Some(v) if !v.is_null() => Some(v.strings()?),
+                _ => None,
+            };
+            Ok(Entry::Emulator {
+                model: (model.string()?, model.node.line),
+                tools,
+            })
+        }
+        "model_router" => {
+            let required = |key: &str, allowed: &str| {
+                args.get(key).ok_or_else(|| {
+                    at.config(ConfigError::new(
+                        "model_router",
+                        key,
+                        "(missing)",
+                        "is required",
+                        allowed,
+                    ))
+                })
+            };
+            let choices = required(
+                "choices",
+                "a mapping {route: {model: NAME, criteria: TEXT}}",
+            )?;
+            let mut routes = Vec::new();
+            for (route, _, node) in choices.map()? {
+                let prefix = format!("{}.{route}", choices.key);
+                let fields = At::new(prefix.clone(), node).map()?;
+                known_keys(&prefix, fields, &["model", "criteria"])?;
+                let get = |k: &str| {
+                    fields
+                        .iter()
+                        .find(|(f, _, _)| f == k)
+                        .map(|(_, _, n)| At::new(format!("{prefix}.{k}"), n))
+                };
+                let model = get("model").ok_or_else(|| {
+                    At::new(prefix.clone(), node)
+                        .invalid("has no model", "{model: NAME, criteria: TEXT}")
+                })?;
+                let criteria = match get("criteria") {
+                    Some(c) => c.string()?,
+                    None => String::new(),
+                };
+                routes.push((route.clone(), model.string()?, model.node.line, criteria));
+            }
+            let instructions =
+                required("instructions", "the routing instructions, as text")?.string()?;
+            let classifier = required("classifier", "a model name the application resolves")?;
+            Ok(Entry::Router {
+                routes,
+                instructions,
+                classifier: (classifier.string()?, classifier.node.line),
+            })
+        }
         _ => Err(StackError::UnknownKey {
             key: prefix,
             suggestion: None,
@@ -476,6 +624,21 @@ fn summarization(
     Ok(Entry::Summarization(Box::new(config)))
 }
 
+fn resolve(
+    models: &Arc<dyn ModelRegistry>,
+    name: &str,
+    line: u64,
+    key: String,
+) -> Result<Arc<dyn keel_core::model::ChatModel>, StackError> {
+    models
+        .resolve(name)
+        .ok_or_else(|| StackError::UnknownModel {
+            key,
+            name: name.to_owned(),
+            line,
+        })
+}
+
 /// Builds an entry with the application's models.
 pub(crate) fn build(
     entry: &Entry,
@@ -502,6 +665,78 @@ pub(crate) fn build(
                 index,
                 line,
                 source,
+            })?;
+            Ok(Some(Arc::new(m)))
+        }
+        Entry::Selector {
+            model,
+            system_prompt,
+            max_tools,
+            always_include,
+            max_retries,
+            on_parsing_failure,
+        } => {
+            let model = match model {
+                Some((n, l)) => Some(resolve(
+                    models,
+                    n,
+                    *l,
+                    format!("middleware[{index}].{name}.model"),
+                )?),
+                None => None,
+            };
+            let m = LlmToolSelector::new(
+                model,
+                system_prompt.clone(),
+                *max_tools,
+                always_include.clone(),
+                *max_retries,
+                on_parsing_failure.clone(),
+            )
+            .map_err(|source| StackError::Middleware {
+                index,
+                line,
+                source,
+            })?;
+            Ok(Some(Arc::new(m)))
+        }
+        Entry::Emulator {
+            model: (n, l),
+            tools,
+        } => {
+            let model = resolve(models, n, *l, format!("middleware[{index}].{name}.model"))?;
+            Ok(Some(Arc::new(LlmToolEmulator::new(model, tools.clone()))))
+        }
+        Entry::Router {
+            routes,
+            instructions,
+            classifier: (cn, cl),
+        } => {
+            let mut list = Vec::new();
+            for (route, model, model_line, criteria) in routes {
+                list.push(Route {
+                    name: route.clone(),
+                    model: resolve(
+                        models,
+                        model,
+                        *model_line,
+                        format!("middleware[{index}].{name}.choices.{route}.model"),
+                    )?,
+                    criteria: criteria.clone(),
+                });
+            }
+            let classifier = resolve(
+                models,
+                cn,
+                *cl,
+                format!("middleware[{index}].{name}.classifier"),
+            )?;
+            let m = ModelRouter::new(list, instructions.clone(), classifier).map_err(|source| {
+                StackError::Middleware {
+                    index,
+                    line,
+                    source,
+                }
             })?;
             Ok(Some(Arc::new(m)))
         }

@@ -181,3 +181,46 @@ async fn a_loaded_stack_behaves_like_the_rust_one() {
         "Model call limits exceeded: run limit (1/1)"
     );
 }
+
+#[test]
+fn the_model_driven_entries_load_and_resolve_their_models() {
+    let text = "\
+middleware:
+  - llm_tool_selector: {model: small, max_tools: 2, always_include: [echo], on_parsing_failure: all}
+  - llm_tool_emulator: {model: small, tools: [get_weather]}
+  - model_router:
+      instructions: Pick the model.
+      classifier: small
+      choices:
+        fast: {model: small, criteria: small talk}
+        deep: {model: large, criteria: hard questions}
+  - model_refusal: {}
+";
+    let stack = Stack::from_yaml_str(text).unwrap();
+    let built = stack.middleware(any_model()).unwrap();
+    let names: Vec<&str> = built.iter().map(|m| m.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "LLMToolSelectorMiddleware",
+            "LLMToolEmulator",
+            "ModelRouterMiddleware",
+            "ModelRefusalMiddleware"
+        ]
+    );
+    let only_small: Arc<dyn ModelRegistry> = {
+        let m: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
+        Arc::new(move |n: &str| (n == "small").then(|| m.clone()))
+    };
+    let Err(e) = stack.middleware(only_small) else {
+        panic!("`large` is unknown")
+    };
+    assert_eq!(
+        e.to_string(),
+        "middleware[2].model_router.choices.deep.model = \"large\" (line 9): no such model; the application resolves model names (for `keel run`, every name is the scripted model)"
+    );
+    assert!(
+        err("middleware:\n  - llm_tool_emulator: {tools: [x]}\n")
+            .contains("llm_tool_emulator.model = (missing): is required")
+    );
+}
