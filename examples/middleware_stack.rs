@@ -1,5 +1,5 @@
 //! A whole middleware stack from one YAML file: PII redaction, call limits, retries, a
-//! todo list, tool-use clearing and summarization, loaded with `keel::middleware::Stack`
+//! todo list, tool-use clearing and summarization, loaded with `keel::builtin::Stack`
 //! and run on a support thread with scripted answers. It prints what the model received
 //! on its last call and the middleware counters a UI or a metrics exporter would show.
 //!
@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use keel::builtin::stack::{ModelRegistry, Stack};
 use keel::core::message::Message;
 use keel::core::model::{ChatModel, ModelError, ModelErrorKind};
 use keel::core::stream::{StreamEvent, StreamMode};
-use keel::middleware::stack::{ModelRegistry, Stack};
 use keel_testkit::{FnTool, ScriptedModel};
 use serde_json::Value;
 

@@ -19,15 +19,21 @@ use keel_middleware::stack::{ModelRegistry, Stack};
 use keel_testkit::{FnTool, ScriptedModel};
 use serde_json::{Value, json};
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn fixtures() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langchain")
 }
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn load(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn expected() -> Value {
     match std::env::var_os("KEEL_LANGCHAIN_EXPECTED") {
         Some(p) => load(std::path::Path::new(&p)),
@@ -35,6 +41,8 @@ fn expected() -> Value {
     }
 }
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn answer(v: &Value) -> Result<Message, ModelError> {
     if let Some(e) = v.get("error") {
         let kind: ModelErrorKind = serde_json::from_value(e["kind"].clone()).unwrap();
@@ -44,6 +52,8 @@ fn answer(v: &Value) -> Result<Message, ModelError> {
 }
 
 /// The comparable part of a message (as the Python side's `norm`).
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn norm(m: &Message) -> Value {
     let text = m.text().into_owned();
     match m.body() {
@@ -70,6 +80,8 @@ fn norm(m: &Message) -> Value {
     }
 }
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 fn requests(model: &ScriptedModel) -> Value {
     model
         .requests()
@@ -83,6 +95,8 @@ fn requests(model: &ScriptedModel) -> Value {
         .collect()
 }
 
+// cfg(test) marks the helper as test code, where the lints allow unwrap.
+#[cfg(test)]
 async fn run_keel(s: &Value) -> BTreeMap<String, Value> {
     let stack_text = serde_json::to_string(&json!({"middleware": s["middleware"]})).unwrap();
     let stack = Stack::from_yaml_str(&stack_text).unwrap_or_else(|e| panic!("{}: {e}", s["name"]));

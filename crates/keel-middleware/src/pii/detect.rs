@@ -115,7 +115,7 @@ pub fn passes_luhn(number: &str) -> bool {
             }
         })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// What Python's `ipaddress.ip_address` accepts for a dotted quad: four decimal octets

@@ -99,7 +99,7 @@ impl EntryAt<'_> {
         StackError::Middleware {
             index: self.index,
             line: self.line,
-            source,
+            source: Box::new(source),
         }
     }
 }
@@ -611,7 +611,7 @@ fn summarization(
     let loaded = SummarizationConfig::from_yaml_str(&section).map_err(|source| {
         StackError::Summarization {
             index: at.index,
-            source,
+            source: Box::new(source),
         }
     })?;
     let mut config = loaded.config;
@@ -664,7 +664,7 @@ pub(crate) fn build(
             let m = ModelFallback::new(list).map_err(|source| StackError::Middleware {
                 index,
                 line,
-                source,
+                source: Box::new(source),
             })?;
             Ok(Some(Arc::new(m)))
         }
@@ -696,7 +696,7 @@ pub(crate) fn build(
             .map_err(|source| StackError::Middleware {
                 index,
                 line,
-                source,
+                source: Box::new(source),
             })?;
             Ok(Some(Arc::new(m)))
         }
@@ -735,7 +735,7 @@ pub(crate) fn build(
                 StackError::Middleware {
                     index,
                     line,
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             Ok(Some(Arc::new(m)))
@@ -751,7 +751,7 @@ pub(crate) fn build(
                 .map_err(|source| StackError::SummarizationBuild {
                     index,
                     line,
-                    source,
+                    source: Box::new(source),
                 })?;
             Ok(Some(Arc::new(m)))
         }

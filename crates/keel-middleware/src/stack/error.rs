@@ -62,7 +62,7 @@ pub enum StackError {
         line: u64,
         /// The middleware's own error.
         #[source]
-        source: ConfigError,
+        source: Box<ConfigError>,
     },
     /// The `summarization` entry is invalid (its error carries the line).
     #[error("middleware[{index}].{source}")]
@@ -71,7 +71,7 @@ pub enum StackError {
         index: usize,
         /// The summarization loader's error.
         #[source]
-        source: keel_summarization::config::ConfigError,
+        source: Box<keel_summarization::config::ConfigError>,
     },
     /// The `summarization` entry could not be built (a summary model name is unknown).
     #[error("middleware[{index}] (line {line}): {source}")]
@@ -82,7 +82,7 @@ pub enum StackError {
         line: u64,
         /// The builder's error.
         #[source]
-        source: keel_summarization::middleware::BuildError,
+        source: Box<keel_summarization::middleware::BuildError>,
     },
     /// A model name the application's models do not know.
     #[error("{key} = {name:?}{}: no such model; the application resolves model names (for `keel run`, every name is the scripted model)", at(Some(*line)))]
