@@ -101,15 +101,24 @@ impl Middleware for ContextEditing {
         let Some(messages) = messages else {
             return next.run(request).await;
         };
+        // Counting the request twice more costs more than the clearing itself: only
+        // when someone reads the figures.
+        let extra = if request.runtime.writer.is_connected()
+            || tracing::enabled!(target: "keel_middleware", tracing::Level::INFO)
+        {
+            json!({
+                "tokens_before": self.counter.count_messages(&request.messages),
+                "tokens_after": self.counter.count_messages(&messages),
+            })
+        } else {
+            json!({})
+        };
         events::counter(
             &request.runtime.writer,
             self.name(),
             "cleared_tool_results",
             cleared,
-            json!({
-                "tokens_before": self.counter.count_messages(&request.messages),
-                "tokens_after": self.counter.count_messages(&messages),
-            }),
+            extra,
         );
         next.run(request.with_messages(messages)).await
     }
