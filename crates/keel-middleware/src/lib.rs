@@ -19,6 +19,7 @@
 //! | [`llm_tool_emulator`] | `LLMToolEmulator` |
 //! | [`model_router`] | `ModelRouterMiddleware` |
 //! | [`model_refusal`] | `ModelRefusalMiddleware` |
+//! | [`human_in_the_loop`] | `HumanInTheLoopMiddleware` (batched) |
 //!
 //! [`stack`] loads a whole stack from one YAML file.
 //!
@@ -52,6 +53,7 @@ mod common;
 pub mod context_editing;
 pub mod error;
 pub mod events;
+pub mod human_in_the_loop;
 pub mod llm_tool_emulator;
 pub mod llm_tool_selector;
 pub mod model_call_limit;
@@ -72,6 +74,7 @@ mod test_support;
 pub use backoff::Backoff;
 pub use context_editing::{ClearToolUses, ContextEditing};
 pub use error::ConfigError;
+pub use human_in_the_loop::{Decision, HumanInTheLoop, InterruptOn};
 pub use llm_tool_emulator::LlmToolEmulator;
 pub use llm_tool_selector::{LlmToolSelector, OnParsingFailure};
 pub use model_call_limit::{ModelCallExit, ModelCallLimit};

@@ -14,6 +14,9 @@ use super::value::{At, known_keys};
 use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
 use crate::error::ConfigError;
+use crate::human_in_the_loop::{
+    DEFAULT_DESCRIPTION_PREFIX as HITL_PREFIX, DecisionType, HumanInTheLoop, InterruptOn,
+};
 use crate::llm_tool_emulator::LlmToolEmulator;
 use crate::llm_tool_selector::{
     DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT, LlmToolSelector, OnParsingFailure,
@@ -45,6 +48,7 @@ pub const NAMES: &[&str] = &[
     "llm_tool_emulator",
     "model_router",
     "model_refusal",
+    "human_in_the_loop",
     "summarization",
 ];
 
@@ -220,6 +224,7 @@ pub(crate) fn read(
         ],
         "llm_tool_emulator" => &["tools", "model"],
         "model_router" => &["choices", "instructions", "classifier"],
+        "human_in_the_loop" => &["interrupt_on", "description_prefix", "interrupt_mode"],
         _ => &[],
     };
     known_keys(&prefix, entries, known)?;
@@ -389,6 +394,71 @@ pub(crate) fn read(
             ready(Arc::new(TodoList::new(prompt, description)))
         }
         "model_refusal" => ready(Arc::new(ModelRefusal)),
+        "human_in_the_loop" => {
+            if let Some(v) = args.get("interrupt_mode") {
+                v.choice(&["batched"]).map_err(|_| {
+                    v.invalid(
+                        "is not supported: Keel pauses once per model turn",
+                        "batched",
+                    )
+                })?;
+            }
+            let prefix = match args.get("description_prefix") {
+                Some(v) => v.string()?,
+                None => HITL_PREFIX.into(),
+            };
+            let Some(on) = args.get("interrupt_on") else {
+                return Err(at.config(ConfigError::new(
+                    "human_in_the_loop",
+                    "interrupt_on",
+                    "(missing)",
+                    "is required",
+                    "a mapping {tool: true | false | {allowed_decisions: [...], description: TEXT}}",
+                )));
+            };
+            let mut list = Vec::new();
+            for (tool, _, node) in on.map()? {
+                let v = At::new(format!("{}.{tool}", on.key), node);
+                match &node.value {
+                    keel_summarization::yaml::Yaml::Bool(true) => {
+                        list.push((tool.clone(), InterruptOn::all()))
+                    }
+                    keel_summarization::yaml::Yaml::Bool(false) => {}
+                    _ => {
+                        let fields = v.map()?;
+                        known_keys(&v.key, fields, &["allowed_decisions", "description"])?;
+                        let mut config = InterruptOn {
+                            allowed_decisions: Vec::new(),
+                            description: None,
+                        };
+                        for (k, _, n) in fields {
+                            let f = At::new(format!("{}.{k}", v.key), n);
+                            if k == "description" {
+                                config.description = Some(f.string()?);
+                                continue;
+                            }
+                            for d in f.strings()? {
+                                config.allowed_decisions.push(match d.as_str() {
+                                    "approve" => DecisionType::Approve,
+                                    "edit" => DecisionType::Edit,
+                                    "reject" => DecisionType::Reject,
+                                    "respond" => DecisionType::Respond,
+                                    _ => {
+                                        return Err(f.invalid(
+                                            &format!("{d:?} is not a decision"),
+                                            "a list of approve, edit, reject, respond",
+                                        ));
+                                    }
+                                });
+                            }
+                        }
+                        list.push((tool.clone(), config));
+                    }
+                }
+            }
+            let m = HumanInTheLoop::new(list, prefix).map_err(|e| at.config(e))?;
+            ready(Arc::new(m))
+        }
         "llm_tool_selector" => {
             let model = match args.get("model") {
                 Some(v) if !v.is_null() => Some((v.string()?, v.node.line)),

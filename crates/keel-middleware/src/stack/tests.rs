@@ -224,3 +224,29 @@ middleware:
             .contains("llm_tool_emulator.model = (missing): is required")
     );
 }
+
+#[test]
+fn human_in_the_loop_entries_load() {
+    let stack = Stack::from_yaml_str(
+        "middleware:\n  - human_in_the_loop:\n      interrupt_on:\n        send_email: true\n        read_file: false\n        delete_file: {allowed_decisions: [approve, reject]}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        stack.middleware(any_model()).unwrap()[0].name(),
+        "HumanInTheLoopMiddleware"
+    );
+    let e = err(
+        "middleware:\n  - human_in_the_loop:\n      interrupt_on: {x: {allowed_decisions: [maybe]}}\n",
+    );
+    assert!(
+        e.contains("\"maybe\" is not a decision") && e.contains("(line 3)"),
+        "{e}"
+    );
+    let e = err(
+        "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: per_call}\n",
+    );
+    assert!(
+        e.contains("interrupt_mode") && e.contains("not supported"),
+        "{e}"
+    );
+}
