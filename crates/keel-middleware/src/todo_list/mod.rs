@@ -15,6 +15,8 @@
 //! tool's answer is given by `wrap_tool_call`. A list that does not fit the schema is
 //! answered with an error result and changes nothing.
 
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::{Content, ContentPart, Message, TextPart, ToolCall};
@@ -78,10 +80,30 @@ fn parse(args: &Value) -> Result<Vec<Todo>, String> {
 }
 
 /// Keeps a plan. See the [module docs](self).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct TodoList {
     system_prompt: String,
     spec: ToolSpec,
+    /// The last (agent tools, tools with `write_todos`) and (system message fingerprint,
+    /// system message with the block): every call of an agent sends the same ones, and
+    /// building them (a 4 KB description, a JSON schema, a 3 KB prompt) costs more than
+    /// the rest of the middleware.
+    cache: Mutex<Cache>,
+}
+
+type Cache = (
+    Option<(Arc<Vec<ToolSpec>>, Arc<Vec<ToolSpec>>)>,
+    Option<(Option<u64>, Message)>,
+);
+
+impl Clone for TodoList {
+    fn clone(&self) -> Self {
+        TodoList {
+            system_prompt: self.system_prompt.clone(),
+            spec: self.spec.clone(),
+            cache: Mutex::new((None, None)),
+        }
+    }
 }
 
 impl Default for TodoList {
@@ -112,6 +134,7 @@ impl TodoList {
                     "required": ["todos"]
                 }),
             ),
+            cache: Mutex::new((None, None)),
         }
     }
 
@@ -139,6 +162,17 @@ impl TodoList {
             message.set_id(id);
         }
         message
+    }
+}
+
+impl TodoList {
+    fn tools_with_spec(&self, tools: &Arc<Vec<ToolSpec>>) -> Arc<Vec<ToolSpec>> {
+        if tools.iter().any(|t| t.name == TOOL_NAME) {
+            return tools.clone();
+        }
+        let mut list = tools.to_vec();
+        list.push(self.spec.clone());
+        Arc::new(list)
     }
 }
 
@@ -170,11 +204,28 @@ impl Middleware for TodoList {
         mut request: ModelRequest,
         next: Next<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        request.system = Some(self.system_with_block(request.system.as_ref()));
-        if !request.tools.iter().any(|t| t.name == TOOL_NAME) {
-            let mut tools = request.tools.to_vec();
-            tools.push(self.spec.clone());
-            request.tools = std::sync::Arc::new(tools);
+        let key = request.system.as_ref().map(Message::fingerprint);
+        if let Ok(mut cache) = self.cache.lock() {
+            let (tools, system) = &mut *cache;
+            match tools {
+                Some((from, to)) if Arc::ptr_eq(from, &request.tools) => request.tools = to.clone(),
+                _ => {
+                    let with = self.tools_with_spec(&request.tools);
+                    *tools = Some((request.tools.clone(), with.clone()));
+                    request.tools = with;
+                }
+            }
+            match system {
+                Some((k, message)) if *k == key => request.system = Some(message.clone()),
+                _ => {
+                    let with = self.system_with_block(request.system.as_ref());
+                    *system = Some((key, with.clone()));
+                    request.system = Some(with);
+                }
+            }
+        } else {
+            request.tools = self.tools_with_spec(&request.tools);
+            request.system = Some(self.system_with_block(request.system.as_ref()));
         }
         next.run(request).await
     }
