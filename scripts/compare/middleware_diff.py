@@ -29,6 +29,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import (
     ClearToolUsesEdit,
     ContextEditingMiddleware,
+    HumanInTheLoopMiddleware,
     ModelCallLimitMiddleware,
     ModelFallbackMiddleware,
     ModelRetryMiddleware,
@@ -49,6 +50,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import StructuredTool, ToolException
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "crates/keel-middleware/tests/fixtures/langchain"
@@ -189,6 +191,8 @@ def build(entry: dict[str, Any], models: dict[str, ScriptedChat]) -> Any:
         return PIIMiddleware(pii_type, **args)
     if name == "todo_list":
         return TodoListMiddleware(**args)
+    if name == "human_in_the_loop":
+        return HumanInTheLoopMiddleware(**args)
     raise ValueError(f"no LangChain counterpart wired for {name}")
 
 
@@ -206,19 +210,26 @@ def run_scenario(s: dict[str, Any]) -> dict[str, Any]:
     config = {"configurable": {"thread_id": "t"}}
     error = None
     state: dict[str, Any] = {}
-    for turn in s["turns"]:
+    interrupts = []
+    inputs = [{"messages": [to_lc(m) for m in turn]} for turn in s["turns"]]
+    inputs += [Command(resume={"decisions": d}) for d in s.get("resumes", [])]
+    for step in inputs:
         try:
-            state = agent.invoke({"messages": [to_lc(m) for m in turn]}, config)
+            state = agent.invoke(step, config)
         except Exception as exc:  # noqa: BLE001 - the error text is the outcome
             error = str(exc)
             state = agent.get_state(config).values
             break
+        for pending in state.get("__interrupt__", []):
+            interrupts.append({k: pending.value[k] for k in ("action_requests", "review_configs")})
     out: dict[str, Any] = {
         "messages": [norm(m) for m in state.get("messages", [])],
         "requests": main.model_requests(),
         "error": error,
         "todos": state.get("todos"),
     }
+    if interrupts:
+        out["interrupts"] = interrupts
     for n, m in models.items():
         out[f"requests_{n}"] = m.model_requests()
     return out

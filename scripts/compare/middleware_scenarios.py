@@ -154,6 +154,17 @@ sc("todo_list_rewrite", [{"todo_list": {}}],
    [ai(calls=[("t1", "write_todos", plan)]),
     ai(calls=[("t2", "write_todos", {"todos": [{"content": "Read the logs", "status": "completed"}]})]), ai("done")], go)
 
+# HumanInTheLoop (batched): pause, then resume with decisions (edits differ on purpose)
+gated = ai(calls=[("s1", "search", {"q": "rust"}), echo_call("e1", x=1), ("f1", "fail", {"path": "/tmp/a"})])
+hitl = [{"human_in_the_loop": {"interrupt_on": {"search": True, "fail": {"allowed_decisions": ["approve", "reject", "respond"]}}}}]
+sc("human_in_the_loop_reject_and_respond", hitl, [gated, ai("done")], go,
+   resumes=[[{"type": "reject", "message": "not now"}, {"type": "respond", "message": "the file is fine"}]])
+sc("human_in_the_loop_approve_and_reject_without_reason", hitl, [gated, ai("done")], go,
+   resumes=[[{"type": "approve"}, {"type": "reject"}]])
+sc("human_in_the_loop_two_pauses", hitl,
+   [ai(calls=[("s1", "search", {"q": 1})]), ai(calls=[("s2", "search", {"q": 2})]), ai("done")], go,
+   resumes=[[{"type": "approve"}], [{"type": "respond", "message": "cached"}]])
+
 TEXTS = [
     "plain text, nothing here",
     "ada@example.com and bob.smith+tag@mail.co.uk",

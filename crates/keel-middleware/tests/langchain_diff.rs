@@ -14,6 +14,7 @@ use keel_agent::AgentError;
 use keel_core::message::{Message, MessageBody, ToolStatus};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::tool::ToolError;
+use keel_middleware::human_in_the_loop::{Decision, HumanInTheLoop, Interrupt, ResumeError};
 use keel_middleware::pii::{Detector, Rule, Strategy};
 use keel_middleware::stack::{ModelRegistry, Stack};
 use keel_testkit::{FnTool, ScriptedModel};
@@ -133,15 +134,52 @@ async fn run_keel(s: &Value) -> BTreeMap<String, Value> {
         .build()
         .unwrap_or_else(|e| panic!("{}: {e}", s["name"]));
     let mut error = Value::Null;
-    for turn in s["turns"].as_array().unwrap() {
-        let input: Vec<Message> = serde_json::from_value(turn.clone()).unwrap();
-        if let Err(e) = agent.invoke("t", input).await {
-            error = Value::String(match e {
-                AgentError::Middleware(e) => e.message,
-                AgentError::Model { source, .. } => source.message,
-                other => other.to_string(),
-            });
-            break;
+    let mut interrupts = Vec::new();
+    let turns = s["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (Some(t), None));
+    let resumes = s
+        .get("resumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|d| (None, Some(d)));
+    for (turn, decisions) in turns.chain(resumes) {
+        let result = match (turn, decisions) {
+            (Some(turn), _) => {
+                let input: Vec<Message> = serde_json::from_value(turn.clone()).unwrap();
+                agent.invoke("t", input).await
+            }
+            (None, Some(d)) => {
+                let decisions: Vec<Decision> = serde_json::from_value(d.clone()).unwrap();
+                HumanInTheLoop::resume(&agent, "t", decisions)
+                    .await
+                    .map_err(|e| match e {
+                        ResumeError::Agent(e) => e,
+                        other => panic!("{}: {other}", s["name"]),
+                    })
+            }
+            (None, None) => unreachable!(),
+        };
+        match result {
+            Ok(out) => {
+                if let Some(pending) = Interrupt::of(&out.state) {
+                    interrupts.push(json!({
+                        "action_requests": pending.action_requests,
+                        "review_configs": pending.review_configs,
+                    }));
+                }
+            }
+            Err(e) => {
+                error = Value::String(match e {
+                    AgentError::Middleware(e) => e.message,
+                    AgentError::Model { source, .. } => source.message,
+                    other => other.to_string(),
+                });
+                break;
+            }
         }
     }
     let state = agent.state("t").await.unwrap().unwrap_or_default();
@@ -156,6 +194,9 @@ async fn run_keel(s: &Value) -> BTreeMap<String, Value> {
         "todos".to_owned(),
         state.values.get("todos").cloned().unwrap_or(Value::Null),
     );
+    if !interrupts.is_empty() {
+        out.insert("interrupts".to_owned(), Value::Array(interrupts));
+    }
     for (name, m) in &named {
         out.insert(format!("requests_{name}"), requests(m));
     }
@@ -176,7 +217,12 @@ async fn every_scenario_matches_langchain() {
             "LangChain's outcome for {name} is missing: rerun scripts/compare/middleware_diff.py"
         );
         let got = run_keel(s).await;
-        for (key, value) in &got {
+        let mut keys: Vec<&String> = got.keys().collect();
+        keys.extend(want.as_object().into_iter().flat_map(|o| o.keys()));
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let value = got.get(key).unwrap_or(&Value::Null);
             if &want[key] != value {
                 failures.push(format!(
                     "{name}.{key}:\n  langchain: {}\n  keel:      {}",
@@ -185,7 +231,7 @@ async fn every_scenario_matches_langchain() {
             }
         }
     }
-    assert!(list.len() >= 40, "the scenario list shrank");
+    assert!(list.len() >= 43, "the scenario list shrank");
     assert!(
         failures.is_empty(),
         "{} differences:\n{}",
