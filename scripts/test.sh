@@ -58,7 +58,7 @@ rm -f "$o200k_config"
 # --- built-in middleware (issue 15) ---
 # keel-middleware's behaviour against LangChain 1.5 itself: a fresh LangChain from PyPI
 # runs the shared scenarios (scripts/compare/middleware_diff.py) and the Rust test
-# compares Keel's messages, requests, todos and errors with its output. The committed
+# compares Keel's messages, requests, todos, interrupts and errors with its output. The committed
 # expected.json (what `cargo test` compares with offline) must say the same.
 echo "== built-in middleware (issue 15)"
 cargo clippy -p keel-middleware -p keel-cli -p keel --all-targets --all-features -- -D warnings
@@ -83,4 +83,3 @@ PY
 cargo run -q -p keel-cli -- run --config examples/stack/support.yaml \
     --transcript examples/stack/thread.jsonl --script examples/stack/answers.jsonl --json >/dev/null
 cargo run -q --features middleware --example middleware_stack >/dev/null
-cargo bench -q -p keel-middleware --bench builtin -- --test >/dev/null
