@@ -6,7 +6,9 @@
 //! IP in the user's last message). Each middleware is configured to do its real work on
 //! every call: context editing clears, PII redacts input, output and tool results, the
 //! limits count, todo_list adds its prompt and tool, retry and fallback wrap a call that
-//! succeeds. `bare` is the terminal alone; a middleware's cost is its time minus `bare`.
+//! succeeds, the selector makes its selection call, the router swaps the model (its
+//! `before_agent` runs once per run and is not measured), human_in_the_loop checks the
+//! answer's calls. `bare` is the terminal alone; a middleware's cost is its time minus `bare`.
 //! `tool_call/*`: the same for `wrap_tool_call` around a terminal tool.
 //! The 10-layer pipeline overhead is `cargo bench -p keel-agent --bench pipeline`.
 //!
@@ -121,6 +123,24 @@ const STACKS: &[(&str, &str)] = &[
     ("pii_url_input", "middleware: [{pii: {pii_type: url}}]"),
     ("todo_list", "middleware: [{todo_list: {}}]"),
     ("model_refusal", "middleware: [{model_refusal: {}}]"),
+    (
+        "human_in_the_loop",
+        "middleware: [{human_in_the_loop: {interrupt_on: {delete_file: true}}}]",
+    ),
+    // The selector's model is the in-bench one, whose answer is not a selection: one
+    // selection call, then every tool (on_parsing_failure: all).
+    (
+        "llm_tool_selector",
+        "middleware: [{llm_tool_selector: {max_retries: 0, on_parsing_failure: all}}]",
+    ),
+    (
+        "model_router",
+        "middleware: [{model_router: {instructions: Pick., classifier: x, choices: {fast: {model: x, criteria: all}}}}]",
+    ),
+    (
+        "llm_tool_emulator",
+        "middleware: [{llm_tool_emulator: {model: x}}]",
+    ),
 ];
 
 fn middleware(stack: &str) -> Option<Arc<dyn Middleware>> {
@@ -138,7 +158,12 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         .build()
         .unwrap();
     let runtime = Runtime::detached("bench");
-    let state = Arc::new(AgentState::with_messages(thread()));
+    let mut state = AgentState::with_messages(thread());
+    // The route model_router's before_agent (once per run, not measured) would store.
+    state
+        .values
+        .insert("model_route".into(), json!({"choice": "fast"}));
+    let state = Arc::new(state);
     let mut answered = (*state).clone();
     answered
         .apply(keel_core::state::StateUpdate::messages([Message::ai(
@@ -148,7 +173,11 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     let request = ModelRequest {
         messages: state.messages.clone(),
         system: Some(Message::system("You are a support agent.")),
-        tools: Arc::new(Vec::new()),
+        tools: Arc::new(vec![keel_core::tool::ToolSpec::new(
+            "echo",
+            "Returns its arguments.",
+            json!({"type": "object"}),
+        )]),
         tool_choice: None,
         settings: ModelSettings::default(),
         model: Arc::new(Unused(ModelProfile::new("bench", "bench"))),
