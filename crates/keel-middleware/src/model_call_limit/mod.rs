@@ -1,6 +1,9 @@
 //! `ModelCallLimit`: stops a run, or fails it, once a thread or a run has made as many
 //! model calls as allowed (LangChain's `ModelCallLimitMiddleware`).
 //!
+//! Its `model_calls` counter event carries each call's token usage (`input_tokens`,
+//! `output_tokens`) when the provider reported it.
+//!
 //! `before_model` checks the counts: at a limit, exit `end` appends an AI message
 //! `Model call limits exceeded: run limit (2/2)` and jumps to the end, exit `error`
 //! fails the run with that text. `after_model` counts the call. The thread count is
@@ -142,12 +145,21 @@ impl Middleware for ModelCallLimit {
     ) -> Result<HookOutcome, MiddlewareError> {
         let thread = thread_count(state, THREAD_KEY) + 1;
         let run = run_count(state, RUN_KEY, &runtime.run_id) + 1;
+        // The call's token usage, when the provider reported it.
+        let usage = crate::common::last_ai_index(&state.messages)
+            .and_then(|i| state.messages[i].as_ai())
+            .and_then(|ai| ai.usage);
         events::counter(
             &runtime.writer,
             self.name(),
             "model_calls",
             1,
-            json!({"thread_count": thread, "run_count": run}),
+            json!({
+                "thread_count": thread,
+                "run_count": run,
+                "input_tokens": usage.map(|u| u.input_tokens),
+                "output_tokens": usage.map(|u| u.output_tokens),
+            }),
         );
         let mut update = StateUpdate::value(THREAD_KEY, Value::from(thread));
         update

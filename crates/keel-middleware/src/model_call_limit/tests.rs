@@ -99,3 +99,40 @@ fn no_limit_at_all_is_refused() {
     let err = ModelCallLimit::new(None, None, ModelCallExit::End).unwrap_err();
     assert!(err.to_string().contains("at least one limit"), "{err}");
 }
+
+#[tokio::test]
+async fn each_counted_call_reports_its_tokens_on_the_custom_stream() {
+    use futures::StreamExt;
+    use keel_core::message::{AiMessage, Usage};
+    use keel_core::stream::{StreamEvent, StreamMode};
+    let answer = Message::from(AiMessage {
+        content: "hi".into(),
+        usage: Some(Usage {
+            input_tokens: 12,
+            output_tokens: 3,
+            total_tokens: 15,
+        }),
+        ..Default::default()
+    });
+    let model = Arc::new(ScriptedModel::new([answer]));
+    let limit = ModelCallLimit::new(None, Some(5), ModelCallExit::End).unwrap();
+    let agent = agent(&model, vec![Arc::new(limit)]);
+    let mut stream = agent.stream("t", vec![Message::human("go")], &[StreamMode::Custom]);
+    let mut payloads = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let StreamEvent::Custom { payload, .. } = event {
+            payloads.push(payload);
+        }
+    }
+    assert_eq!(payloads.len(), 1);
+    let p = &payloads[0];
+    assert_eq!(
+        (
+            p["counter"].as_str(),
+            p["input_tokens"].as_u64(),
+            p["output_tokens"].as_u64()
+        ),
+        (Some("model_calls"), Some(12), Some(3))
+    );
+    assert_eq!(p["type"], crate::events::COUNTER_EVENT);
+}
