@@ -19,7 +19,7 @@
 //! | [`llm_tool_emulator`] | `LLMToolEmulator` |
 //! | [`model_router`] | `ModelRouterMiddleware` |
 //! | [`model_refusal`] | `ModelRefusalMiddleware` |
-//! | [`human_in_the_loop`] | `HumanInTheLoopMiddleware` (batched) |
+//! | [`human_in_the_loop`] | `HumanInTheLoopMiddleware` |
 //!
 //! [`stack`] loads a whole stack from one YAML file.
 //!
@@ -74,7 +74,7 @@ mod test_support;
 pub use backoff::Backoff;
 pub use context_editing::{ClearToolUses, ContextEditing};
 pub use error::ConfigError;
-pub use human_in_the_loop::{Decision, HumanInTheLoop, InterruptOn};
+pub use human_in_the_loop::{Decision, HumanInTheLoop, InterruptMode, InterruptOn};
 pub use llm_tool_emulator::LlmToolEmulator;
 pub use llm_tool_selector::{LlmToolSelector, OnParsingFailure};
 pub use model_call_limit::{ModelCallExit, ModelCallLimit};

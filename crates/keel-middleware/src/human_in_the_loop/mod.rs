@@ -1,5 +1,5 @@
 //! `HumanInTheLoop`: pauses the run before chosen tool calls until a person decides
-//! (LangChain's `HumanInTheLoopMiddleware`, batched mode).
+//! (LangChain's `HumanInTheLoopMiddleware`).
 //!
 //! - `after_model`: when the last AI message calls a tool listed in `interrupt_on`, the
 //!   run stops before any tool runs. The request for review (LangChain's `HITLRequest`:
@@ -12,6 +12,9 @@
 //!   run (an edit replaces the call's name and arguments), rejected and answered ones get
 //!   LangChain's tool results instead. The whole pause lives in the checkpointer, so a
 //!   resume works from another process, after a restart, with a persistent store.
+//!
+//! With [`InterruptMode::PerCall`] the run pauses once per gated call, in order, each
+//! pause holding one call; the calls run once the last one is decided.
 //!
 //! Put it first in the stack: its `after_model` then runs last (after-model hooks run
 //! innermost first), so the interrupt skips no other middleware's `after_model`.
@@ -188,11 +191,26 @@ pub enum ResumeError {
     Agent(#[from] AgentError),
 }
 
+/// How the run pauses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InterruptMode {
+    /// One pause per model turn, for every gated call of the AI message (the default).
+    #[default]
+    Batched,
+    /// One pause per gated call, in order; the calls run once the last one is decided.
+    PerCall,
+}
+
+/// The state key listing the gated calls already decided while a per-call review is
+/// under way.
+pub const REVIEWED_KEY: &str = "hitl_reviewed";
+
 /// Pauses before chosen tool calls. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct HumanInTheLoop {
     interrupt_on: Vec<(String, InterruptOn)>,
     description_prefix: String,
+    mode: InterruptMode,
 }
 
 impl HumanInTheLoop {
@@ -216,7 +234,87 @@ impl HumanInTheLoop {
         Ok(HumanInTheLoop {
             interrupt_on,
             description_prefix: description_prefix.into(),
+            mode: InterruptMode::Batched,
         })
+    }
+
+    /// The same reviews, pausing per gated call instead of per model turn.
+    pub fn with_mode(mut self, mode: InterruptMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The next interrupt for the AI message at `i`: its gated calls that have no result
+    /// and are not in `reviewed`, all of them (batched) or the first (per call).
+    fn next_interrupt(
+        &self,
+        messages: &[Message],
+        i: usize,
+        reviewed: &[String],
+    ) -> Option<Interrupt> {
+        let message = &messages[i];
+        let answered: Vec<&str> = messages[i + 1..]
+            .iter()
+            .filter_map(Message::tool_call_id)
+            .collect();
+        let mut pending = Interrupt {
+            action_requests: Vec::new(),
+            review_configs: Vec::new(),
+            tool_call_ids: Vec::new(),
+            message_id: message.id().to_owned(),
+        };
+        for call in message.tool_calls() {
+            let Some(config) = self.config(&call.name) else {
+                continue;
+            };
+            if answered.contains(&call.id.as_str()) || reviewed.contains(&call.id) {
+                continue;
+            }
+            let description = config.description.clone().unwrap_or_else(|| {
+                format!(
+                    "{}\n\nTool: {}\nArgs: {}",
+                    self.description_prefix,
+                    call.name,
+                    keel_tokens::pyrepr::py_repr(&call.args)
+                )
+            });
+            pending.action_requests.push(ActionRequest {
+                name: call.name.clone(),
+                args: call.args.clone(),
+                description,
+            });
+            pending.review_configs.push(ReviewConfig {
+                action_name: call.name.clone(),
+                allowed_decisions: config.allowed_decisions.clone(),
+            });
+            pending.tool_call_ids.push(call.id.clone());
+            if self.mode == InterruptMode::PerCall {
+                break;
+            }
+        }
+        (!pending.tool_call_ids.is_empty()).then_some(pending)
+    }
+
+    /// Pauses on `pending`: stores it and ends the run.
+    fn pause(
+        &self,
+        runtime: &Runtime,
+        mut update: StateUpdate,
+        pending: &Interrupt,
+    ) -> HookOutcome {
+        let value = serde_json::to_value(pending).unwrap_or(Value::Null);
+        events::counter(
+            &runtime.writer,
+            self.name(),
+            "interrupts",
+            1,
+            json!({"__interrupt__": value}),
+        );
+        update.values.insert(INTERRUPT_KEY.into(), value);
+        HookOutcome {
+            update,
+            jump: Some(JumpTarget::End),
+        }
     }
 
     fn config(&self, tool: &str) -> Option<&InterruptOn> {
@@ -397,9 +495,25 @@ impl Middleware for HumanInTheLoop {
             decisions.len() as u64,
             json!({"decisions": decisions.iter().map(Decision::kind).collect::<Vec<_>>()}),
         );
-        let mut update = StateUpdate::messages(std::iter::once(ai_message).chain(answers));
-        update.values.insert(INTERRUPT_KEY.into(), Value::Null);
+        let mut reviewed: Vec<String> = state
+            .values
+            .get(REVIEWED_KEY)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        reviewed.extend(pending.tool_call_ids.iter().cloned());
+        let mut messages = state.messages.to_vec();
+        messages[ai] = ai_message.clone();
+        let mut update =
+            StateUpdate::messages(std::iter::once(ai_message).chain(answers.iter().cloned()));
+        messages.extend(answers);
         update.values.insert(DECISIONS_KEY.into(), Value::Null);
+        // Per call: the next gated call of the same message, until none is left.
+        if let Some(next) = self.next_interrupt(&messages, ai, &reviewed) {
+            update.values.insert(REVIEWED_KEY.into(), json!(reviewed));
+            return Ok(self.pause(runtime, update, &next));
+        }
+        update.values.insert(INTERRUPT_KEY.into(), Value::Null);
+        update.values.insert(REVIEWED_KEY.into(), Value::Null);
         Ok(HookOutcome {
             update,
             jump: Some(JumpTarget::Tools),
@@ -414,58 +528,10 @@ impl Middleware for HumanInTheLoop {
         let Some(i) = last_ai_index(&state.messages) else {
             return Ok(HookOutcome::proceed());
         };
-        let message = &state.messages[i];
-        let answered: Vec<&str> = state.messages[i + 1..]
-            .iter()
-            .filter_map(Message::tool_call_id)
-            .collect();
-        let mut pending = Interrupt {
-            action_requests: Vec::new(),
-            review_configs: Vec::new(),
-            tool_call_ids: Vec::new(),
-            message_id: message.id().to_owned(),
-        };
-        for call in message.tool_calls() {
-            let Some(config) = self.config(&call.name) else {
-                continue;
-            };
-            if answered.contains(&call.id.as_str()) {
-                continue;
-            }
-            let description = config.description.clone().unwrap_or_else(|| {
-                format!(
-                    "{}\n\nTool: {}\nArgs: {}",
-                    self.description_prefix,
-                    call.name,
-                    keel_tokens::pyrepr::py_repr(&call.args)
-                )
-            });
-            pending.action_requests.push(ActionRequest {
-                name: call.name.clone(),
-                args: call.args.clone(),
-                description,
-            });
-            pending.review_configs.push(ReviewConfig {
-                action_name: call.name.clone(),
-                allowed_decisions: config.allowed_decisions.clone(),
-            });
-            pending.tool_call_ids.push(call.id.clone());
+        match self.next_interrupt(&state.messages, i, &[]) {
+            Some(pending) => Ok(self.pause(runtime, StateUpdate::default(), &pending)),
+            None => Ok(HookOutcome::proceed()),
         }
-        if pending.tool_call_ids.is_empty() {
-            return Ok(HookOutcome::proceed());
-        }
-        let value = serde_json::to_value(&pending).unwrap_or(Value::Null);
-        events::counter(
-            &runtime.writer,
-            self.name(),
-            "interrupts",
-            1,
-            json!({"__interrupt__": value}),
-        );
-        Ok(HookOutcome {
-            update: StateUpdate::value(INTERRUPT_KEY, value),
-            jump: Some(JumpTarget::End),
-        })
     }
 }
 

@@ -229,3 +229,40 @@ async fn the_pause_survives_a_restart_on_sqlite() {
         .unwrap();
     assert_eq!(f1.text(), "fail failed: boom");
 }
+
+#[tokio::test]
+async fn per_call_mode_pauses_once_per_gated_call_in_order() {
+    let model = Arc::new(ScriptedModel::new([gated_turn(), Message::ai("done")]));
+    let agent = builder(
+        &model,
+        vec![Arc::new(hitl().with_mode(InterruptMode::PerCall))],
+    )
+    .build()
+    .unwrap();
+    let out = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    assert_eq!(Interrupt::of(&out.state).unwrap().tool_call_ids, ["s1"]);
+    let out = HumanInTheLoop::resume(&agent, "t", vec![Decision::Approve])
+        .await
+        .unwrap();
+    // The approved call waits for the others: nothing ran yet.
+    assert_eq!(Interrupt::of(&out.state).unwrap().tool_call_ids, ["f1"]);
+    assert!(
+        !out.state
+            .messages
+            .iter()
+            .any(|m| m.tool_call_id() == Some("s1"))
+    );
+    let out = HumanInTheLoop::resume(&agent, "t", vec![Decision::Reject { message: None }])
+        .await
+        .unwrap();
+    let m = &out.state.messages;
+    let find = |id: &str| m.iter().find(|x| x.tool_call_id() == Some(id)).unwrap();
+    assert_eq!(find("s1").text(), "{\"q\":\"rust\"}");
+    assert_eq!(
+        find("f1").text(),
+        "User rejected the tool call for `fail` with id f1. The tool was not executed. Do not retry this tool call unless the user explicitly requests it."
+    );
+    assert_eq!(m.last().unwrap().text(), "done");
+    assert_eq!(Interrupt::of(&out.state), None);
+    assert_eq!(model.calls(), 2);
+}

@@ -15,7 +15,8 @@ use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
 use crate::error::ConfigError;
 use crate::human_in_the_loop::{
-    DEFAULT_DESCRIPTION_PREFIX as HITL_PREFIX, DecisionType, HumanInTheLoop, InterruptOn,
+    DEFAULT_DESCRIPTION_PREFIX as HITL_PREFIX, DecisionType, HumanInTheLoop, InterruptMode,
+    InterruptOn,
 };
 use crate::llm_tool_emulator::LlmToolEmulator;
 use crate::llm_tool_selector::{
@@ -395,14 +396,13 @@ pub(crate) fn read(
         }
         "model_refusal" => ready(Arc::new(ModelRefusal)),
         "human_in_the_loop" => {
-            if let Some(v) = args.get("interrupt_mode") {
-                v.choice(&["batched"]).map_err(|_| {
-                    v.invalid(
-                        "is not supported: Keel pauses once per model turn",
-                        "batched",
-                    )
-                })?;
-            }
+            let mode = match args.get("interrupt_mode") {
+                Some(v) => match v.choice(&["batched", "per_call"])? {
+                    "per_call" => InterruptMode::PerCall,
+                    _ => InterruptMode::Batched,
+                },
+                None => InterruptMode::Batched,
+            };
             let prefix = match args.get("description_prefix") {
                 Some(v) => v.string()?,
                 None => HITL_PREFIX.into(),
@@ -456,7 +456,9 @@ pub(crate) fn read(
                     }
                 }
             }
-            let m = HumanInTheLoop::new(list, prefix).map_err(|e| at.config(e))?;
+            let m = HumanInTheLoop::new(list, prefix)
+                .map_err(|e| at.config(e))?
+                .with_mode(mode);
             ready(Arc::new(m))
         }
         "llm_tool_selector" => {

@@ -243,10 +243,16 @@ fn human_in_the_loop_entries_load() {
         "{e}"
     );
     let e = err(
-        "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: per_call}\n",
+        "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: sometimes}\n",
     );
     assert!(
-        e.contains("interrupt_mode") && e.contains("not supported"),
+        e.contains("interrupt_mode") && e.contains("one of batched, per_call"),
         "{e}"
+    );
+    assert!(
+        Stack::from_yaml_str(
+            "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: per_call}\n"
+        )
+        .is_ok()
     );
 }
