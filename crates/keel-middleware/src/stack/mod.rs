@@ -89,6 +89,8 @@ pub struct Stack {
     pub system_prompt: Option<String>,
     /// The `middleware` list, outermost first.
     pub middleware: Vec<StackEntry>,
+    /// The line of the `model` key (0 when absent).
+    model_line: u64,
 }
 
 impl Stack {
@@ -150,7 +152,10 @@ impl Stack {
         for (i, (key, _, node)) in top.iter().enumerate() {
             let v = At::new(key.clone(), node);
             match key.as_str() {
-                "model" => stack.model = (!v.is_null()).then(|| v.string()).transpose()?,
+                "model" => {
+                    stack.model = (!v.is_null()).then(|| v.string()).transpose()?;
+                    stack.model_line = node.line;
+                }
                 "system_prompt" => {
                     stack.system_prompt = (!v.is_null()).then(|| v.string()).transpose()?
                 }
@@ -179,6 +184,30 @@ impl Stack {
             }
         }
         Ok(out)
+    }
+
+    /// An agent builder for the file's `model` (resolved by `models`), with the system
+    /// prompt and the middleware; add tools and a checkpointer, then build. A file
+    /// without a `model` key, or naming a model `models` does not know, is an error
+    /// naming the line.
+    pub fn builder(&self, models: Arc<dyn ModelRegistry>) -> Result<AgentBuilder, StackError> {
+        let Some(name) = &self.model else {
+            return Err(StackError::Invalid {
+                key: "model".into(),
+                value: "(missing)".into(),
+                problem: "the stack names no model".into(),
+                allowed: "a model name the application resolves".into(),
+                line: 1,
+            });
+        };
+        let model = models
+            .resolve(name)
+            .ok_or_else(|| StackError::UnknownModel {
+                key: "model".into(),
+                name: name.clone(),
+                line: self.model_line,
+            })?;
+        self.agent_builder(model, models)
     }
 
     /// An agent builder with `model`, the system prompt and the middleware; add tools

@@ -256,3 +256,25 @@ fn human_in_the_loop_entries_load() {
         .is_ok()
     );
 }
+
+#[test]
+fn builder_resolves_the_files_model() {
+    let stack = Stack::from_yaml_str("system_prompt: hi\nmodel: main\n").unwrap();
+    assert!(stack.builder(any_model()).unwrap().build().is_ok());
+    let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
+    let Err(e) = stack.builder(none) else {
+        panic!("`main` is unknown")
+    };
+    assert!(
+        e.to_string()
+            .starts_with("model = \"main\" (line 2): no such model"),
+        "{e}"
+    );
+    let Err(e) = Stack::from_yaml_str("middleware: []\n")
+        .unwrap()
+        .builder(any_model())
+    else {
+        panic!("no model key")
+    };
+    assert!(e.to_string().contains("the stack names no model"), "{e}");
+}
