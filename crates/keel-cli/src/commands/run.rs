@@ -209,11 +209,18 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     };
     let requests = std::mem::take(&mut *model.requests.lock());
     if args.json {
-        let doc = json!({
-            "messages": output.state.messages.as_slice(),
-            "requests": requests,
-            "events": events,
-        });
+        // A struct, not a map, so the keys come in the documented order.
+        #[derive(serde::Serialize)]
+        struct Output<'a> {
+            messages: &'a [Message],
+            requests: Vec<Value>,
+            events: Vec<Value>,
+        }
+        let doc = Output {
+            messages: output.state.messages.as_slice(),
+            requests,
+            events,
+        };
         print(&clean_json(serde_json::to_string_pretty(&doc)?))?;
         print("\n")?;
     } else {
