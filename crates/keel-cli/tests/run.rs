@@ -36,6 +36,8 @@ fn the_example_stack_runs_and_prints_messages_requests_and_events() {
     ]);
     assert_eq!(code, 0, "{err}");
     let doc: Value = serde_json::from_str(&out).unwrap();
+    let at = |key: &str| out.find(&format!("\n  \"{key}\": [")).unwrap();
+    assert!(at("messages") < at("requests") && at("requests") < at("events"));
     let messages = doc["messages"].as_array().unwrap();
     let requests = doc["requests"].as_array().unwrap();
     let events = doc["events"].as_array().unwrap();
