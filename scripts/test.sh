@@ -54,3 +54,32 @@ sed 's/^  token_counter: approximate$/  token_counter: o200k_base/' examples/sum
 grep -q "token_counter: o200k_base" "$o200k_config"
 cargo run -q -p keel-cli -- replay examples/sessions/support-prj123.jsonl --config "$o200k_config" >/dev/null
 rm -f "$o200k_config"
+
+# --- built-in middleware (issue 15) ---
+# keel-middleware's behaviour against LangChain 1.5 itself: a fresh LangChain from PyPI
+# runs the shared scenarios (scripts/compare/middleware_diff.py) and the Rust test
+# compares Keel's messages, requests, todos, interrupts and errors with its output. The committed
+# expected.json (what `cargo test` compares with offline) must say the same.
+echo "== built-in middleware (issue 15)"
+cargo clippy -p keel-middleware -p keel-cli -p keel --all-targets --all-features -- -D warnings
+cargo clippy -p keel --no-default-features --features middleware -- -D warnings
+middleware_pyenv="${PYENV:-$PWD/target/pyenv-langchain}"
+if [ ! -x "$middleware_pyenv/bin/python" ]; then
+    python3 -m venv "$middleware_pyenv"
+    "$middleware_pyenv/bin/pip" install --quiet 'langchain==1.5.*' 'langchain-core>=1.8,<2'
+fi
+middleware_expected="$PWD/target/langchain-middleware/expected.json"
+"$middleware_pyenv/bin/python" scripts/compare/middleware_diff.py --out "$middleware_expected"
+KEEL_LANGCHAIN_EXPECTED="$middleware_expected" cargo test -p keel-middleware --test langchain_diff
+"$middleware_pyenv/bin/python" - "$middleware_expected" crates/keel-middleware/tests/fixtures/langchain/expected.json <<'PY'
+import json, sys
+fresh, committed = (json.load(open(p)) for p in sys.argv[1:])
+for doc in (fresh, committed):
+    doc.pop("langchain")
+if fresh != committed:
+    sys.exit("crates/keel-middleware/tests/fixtures/langchain/expected.json is stale: rerun scripts/compare/middleware_diff.py")
+PY
+# `keel run` on the example stack, and the example that loads it.
+cargo run -q -p keel-cli -- run --config examples/stack/support.yaml \
+    --transcript examples/stack/thread.jsonl --script examples/stack/answers.jsonl --json >/dev/null
+cargo run -q --features middleware --example middleware_stack >/dev/null

@@ -29,6 +29,10 @@ pub use keel_agent as agent;
 /// Rolling session memory (`keel-memory`).
 #[cfg(feature = "memory")]
 pub use keel_memory as memory;
+/// LangChain v1's built-in middleware and the YAML stack file (`keel-middleware`).
+/// Named `builtin` because `keel::middleware` is the middleware contract (keel-core).
+#[cfg(feature = "middleware")]
+pub use keel_middleware as builtin;
 /// The OpenAI-compatible chat model (`keel-openai`).
 #[cfg(feature = "openai")]
 pub use keel_openai as openai;

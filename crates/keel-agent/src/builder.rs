@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use keel_core::access::check_stack;
 use keel_core::message::Message;
 use keel_core::middleware::{Middleware, check_hooks};
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
@@ -126,6 +127,10 @@ impl AgentBuilder {
                 });
             }
         }
+
+        // Declared state keys and jumps, across the stack: a conflict fails here, naming
+        // the middleware, instead of mid-run.
+        check_stack(&self.middleware)?;
 
         let mut tools = HashMap::new();
         for t in &self.tools {

@@ -1,5 +1,6 @@
 //! What can go wrong building or running an agent.
 
+use keel_core::access::StackError;
 use keel_core::middleware::{JumpTarget, MiddlewareError, UndeclaredHooks};
 use keel_core::model::ModelError;
 use keel_core::state::StateError;
@@ -33,6 +34,10 @@ pub enum BuildError {
     /// silently skip it (see `keel_core::middleware::check_hooks`).
     #[error(transparent)]
     UndeclaredHooks(#[from] UndeclaredHooks),
+    /// The middlewares' declared state keys or jumps conflict (see
+    /// `keel_core::access::check_stack`).
+    #[error(transparent)]
+    Stack(#[from] StackError),
     /// The recursion limit must allow at least one model call.
     #[error(
         "recursion_limit = {value} is out of range: it must be at least 1 (model calls per run)"

@@ -126,7 +126,7 @@ impl Run {
                 Phase::AfterModel => match self.node_hooks(inner, NodeHook::AfterModel).await? {
                     Some(jump) => Phase::from(jump),
                     None if pending_tool_calls(&self.state.messages).is_empty() => {
-                        Phase::AfterAgent
+                        after_answered_calls(&self.state.messages)
                     }
                     None => Phase::Tools,
                 },
@@ -333,6 +333,17 @@ impl Run {
         .await;
         self.commit(inner, TOOLS_NODE, StateUpdate::messages(results), true)
             .await
+    }
+}
+
+/// Where the loop goes when nothing is pending: the end, unless the last AI message
+/// called tools and every call was answered without running (a middleware injected the
+/// results, e.g. a tool-call limit), in which case the model reads those results, as in
+/// LangChain's `create_agent` (`_make_model_to_tools_edge`, step 6).
+fn after_answered_calls(messages: &[Message]) -> Phase {
+    match messages.iter().rposition(Message::is_ai) {
+        Some(i) if !messages[i].tool_calls().is_empty() => Phase::BeforeModel,
+        _ => Phase::AfterAgent,
     }
 }
 

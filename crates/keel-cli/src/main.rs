@@ -37,6 +37,10 @@ enum Command {
     /// offline: the tokens each model call would send, against sending the last 100
     /// messages and the whole history, summary calls, cache hits, and the memory kept.
     Replay(commands::replay::Args),
+    /// Run one turn of a middleware stack (a YAML stack file) on a thread with a scripted
+    /// model, offline: the final thread, every request the model received, and the
+    /// middleware's stream events.
+    Run(commands::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Tokens(args) => commands::tokens::run(args, &cli.caps),
         Command::Compact(args) => commands::compact::run(args, &cli.caps),
         Command::Replay(args) => commands::replay::run(args, &cli.caps),
+        Command::Run(args) => commands::run::run(args, &cli.caps),
     };
     match result {
         Ok(code) => code,

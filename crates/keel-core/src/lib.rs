@@ -31,6 +31,7 @@
 //! }
 //! ```
 
+pub mod access;
 pub mod dangling;
 pub mod message;
 pub mod middleware;
@@ -43,6 +44,7 @@ pub mod tokens;
 pub mod tool;
 pub mod transcript;
 
+pub use access::{StackError, StateAccess, check_stack};
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,

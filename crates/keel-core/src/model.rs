@@ -334,6 +334,10 @@ pub enum ModelErrorKind {
     Connection,
     /// A middleware or the agent refused the call. Not retryable.
     Rejected,
+    /// The model answered with a refusal (it declined to produce the output), reported
+    /// as an error by a middleware that was asked to (LangChain's `ModelRefusalError`).
+    /// Not retryable: the same request is unlikely to succeed.
+    Refused,
 }
 
 impl ModelErrorKind {

@@ -35,7 +35,7 @@ pub mod middleware;
 pub use keel_core::pairs;
 pub mod plan;
 pub(crate) mod stages;
-mod yaml;
+pub mod yaml;
 
 pub use keel_summary::{
     SUMMARY_NAME, SUMMARY_PREFIX, events, extractive, summary_call, summary_message, transcript,

@@ -1,25 +1,36 @@
 //! A YAML value tree that remembers the line of every node, so configuration errors
-//! can point at the offending line even when the YAML itself is valid.
+//! can point at the offending line even when the YAML itself is valid. Public so that
+//! other configuration files (keel-middleware's stack file) parse the same way, with
+//! the same limits and error wording.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
 /// A YAML node with its line (1-based; 0 when unknown).
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
+pub struct Node {
+    /// The value.
     pub value: Yaml,
+    /// Its line.
     pub line: u64,
 }
 
 /// YAML values, as written.
 #[derive(Debug, Clone)]
-pub(crate) enum Yaml {
+pub enum Yaml {
+    /// `null`, `~` or nothing.
     Null,
+    /// `true` / `false`.
     Bool(bool),
+    /// A whole number.
     Int(i128),
+    /// A number with a fraction or exponent (`.inf`, `.nan` too).
     Float(f64),
+    /// A string.
     Str(String),
+    /// A list.
     Seq(Vec<Node>),
+    /// A mapping: key, the key's line, value; in document order.
     Map(Vec<(String, u64, Node)>),
 }
 
@@ -131,7 +142,7 @@ const MAX_NODES: usize = 20_000;
 
 /// Parses a YAML document into a line-aware tree. Errors carry the line and are said in
 /// words a person editing the file can act on, not in the parser's API terms.
-pub(crate) fn parse(text: &str) -> Result<Node, (String, Option<u64>)> {
+pub fn parse(text: &str) -> Result<Node, (String, Option<u64>)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
         return Ok(Node {

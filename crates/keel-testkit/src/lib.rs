@@ -5,6 +5,7 @@
 //!
 //! - [`ScriptedModel`] answers from a queue and records every request as received.
 //! - [`FnTool`] turns a closure into a [`Tool`].
+//! - `cpu::ThreadCpu` (feature `criterion`) measures benches in thread CPU time.
 //! - [`planted`] generates sessions with planted facts, to measure what a summary keeps.
 //!
 //! ```
@@ -30,6 +31,8 @@
 //!
 //! This crate is never a dependency of a binary's default features.
 
+#[cfg(feature = "criterion")]
+pub mod cpu;
 pub mod planted;
 
 use std::collections::VecDeque;
@@ -38,7 +41,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_core::message::{Content, Message};
 use keel_core::model::{
-    ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile, ModelSettings, ToolChoice,
+    ChatChunk, ChatModel, ChatRequest, ChatStream, ModelError, ModelErrorKind, ModelProfile,
+    ModelSettings, ToolChoice, message_to_chunks,
 };
 use keel_core::tool::{Tool, ToolError, ToolSpec};
 use parking_lot::Mutex;
@@ -76,6 +80,7 @@ pub struct ScriptedModel {
     profile: ModelProfile,
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    chunk_chars: Option<usize>,
 }
 
 impl ScriptedModel {
@@ -90,6 +95,7 @@ impl ScriptedModel {
             profile: ModelProfile::new("scripted", "scripted"),
             script: Mutex::new(Script::Queue(answers.into_iter().collect())),
             requests: Mutex::new(Vec::new()),
+            chunk_chars: None,
         }
     }
 
@@ -101,12 +107,22 @@ impl ScriptedModel {
             profile: ModelProfile::new("scripted", "scripted"),
             script: Mutex::new(Script::Fn(Box::new(f))),
             requests: Mutex::new(Vec::new()),
+            chunk_chars: None,
         }
     }
 
     /// Returns the model with another profile (name, provider, context window).
     pub fn with_profile(mut self, profile: ModelProfile) -> Self {
         self.profile = profile;
+        self
+    }
+
+    /// Returns the model streaming each answer's text in pieces of `chars` characters
+    /// (then the whole answer, as [`ChatChunk::Complete`]), as a provider streams tokens,
+    /// so tests can check what a stream carries mid-answer. Without it, the text is one
+    /// piece.
+    pub fn streaming_in(mut self, chars: usize) -> Self {
+        self.chunk_chars = Some(chars.max(1));
         self
     }
 
@@ -168,6 +184,37 @@ impl ChatModel for ScriptedModel {
         self.requests.lock().push(recorded);
         answer
     }
+
+    async fn stream(&self, request: ChatRequest<'_>) -> Result<ChatStream, ModelError> {
+        let message = self.invoke(request).await?;
+        let mut chunks = message_to_chunks(&message);
+        if let Some(n) = self.chunk_chars {
+            let text: Vec<char> = message.text().chars().collect();
+            chunks.retain(|c| !matches!(c, ChatChunk::Text { .. }));
+            let pieces = text.chunks(n).map(|piece| ChatChunk::Text {
+                text: piece.iter().collect(),
+            });
+            chunks.splice(0..0, pieces);
+        }
+        Ok(Box::pin(ready_stream(chunks)))
+    }
+}
+
+/// A stream over ready chunks.
+fn ready_stream(
+    chunks: Vec<ChatChunk>,
+) -> impl futures_core::Stream<Item = Result<ChatChunk, ModelError>> + Send {
+    struct Iter(std::vec::IntoIter<ChatChunk>);
+    impl futures_core::Stream for Iter {
+        type Item = Result<ChatChunk, ModelError>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Ready(self.0.next().map(Ok))
+        }
+    }
+    Iter(chunks.into_iter())
 }
 
 type ToolFn = Box<dyn Fn(Value) -> Result<Content, ToolError> + Send + Sync>;

@@ -1,0 +1,539 @@
+//! `HumanInTheLoop`: pauses the run before chosen tool calls until a person decides
+//! (LangChain's `HumanInTheLoopMiddleware`).
+//!
+//! - `after_model`: when the last AI message calls a tool listed in `interrupt_on`, the
+//!   run stops before any tool runs. The request for review (LangChain's `HITLRequest`:
+//!   one action request and one review config per gated call, plus the call ids) is
+//!   written to the `__interrupt__` state key, so it reaches `updates` stream consumers
+//!   as LangGraph's `__interrupt__` update does, and it is checkpointed with the thread.
+//! - [`HumanInTheLoop::resume`] takes one [`Decision`] per gated call (`approve`, `edit`,
+//!   `reject`, `respond`), stores them in the thread's checkpoint and runs the thread
+//!   again; `before_agent` applies them and jumps to the tools: approved and edited calls
+//!   run (an edit replaces the call's name and arguments), rejected and answered ones get
+//!   LangChain's tool results instead. The whole pause lives in the checkpointer, so a
+//!   resume works from another process, after a restart, with a persistent store.
+//!
+//! With [`InterruptMode::PerCall`] the run pauses once per gated call, in order, each
+//! pause holding one call; the calls run once the last one is decided.
+//!
+//! Put it first in the stack: its `after_model` then runs last (after-model hooks run
+//! innermost first), so the interrupt skips no other middleware's `after_model`.
+
+use async_trait::async_trait;
+use keel_agent::{Agent, AgentError, RunOutput};
+use keel_core::access::StateAccess;
+use keel_core::message::{Message, MessageBody, ToolStatus};
+use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::state::{AgentState, StateUpdate};
+use keel_core::store::Checkpoint;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::common::last_ai_index;
+use crate::error::ConfigError;
+use crate::events;
+
+/// The state key holding a pending interrupt (LangGraph's name for it).
+pub const INTERRUPT_KEY: &str = "__interrupt__";
+/// The state key holding the decisions a resume brings.
+pub const DECISIONS_KEY: &str = "hitl_decisions";
+/// LangChain's default description prefix.
+pub const DEFAULT_DESCRIPTION_PREFIX: &str = "Tool execution requires approval";
+
+/// A kind of decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionType {
+    /// Run the call as the model made it.
+    Approve,
+    /// Run it with other arguments (or another tool).
+    Edit,
+    /// Do not run it; tell the model why.
+    Reject,
+    /// Do not run it; answer it with a message (a successful result).
+    Respond,
+}
+
+/// A person's decision on one gated call (LangChain's decision shapes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Decision {
+    /// `{"type": "approve"}`
+    Approve,
+    /// `{"type": "edit", "edited_action": {"name": ..., "args": {...}}}`
+    Edit {
+        /// The call to run instead.
+        edited_action: Action,
+    },
+    /// `{"type": "reject", "message": "..."}` (message optional)
+    Reject {
+        /// Why, for the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// `{"type": "respond", "message": "..."}`
+    Respond {
+        /// The result the model reads.
+        message: String,
+    },
+}
+
+impl Decision {
+    fn kind(&self) -> DecisionType {
+        match self {
+            Decision::Approve => DecisionType::Approve,
+            Decision::Edit { .. } => DecisionType::Edit,
+            Decision::Reject { .. } => DecisionType::Reject,
+            Decision::Respond { .. } => DecisionType::Respond,
+        }
+    }
+}
+
+/// A tool call by name and arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    /// The tool.
+    pub name: String,
+    /// Its arguments.
+    pub args: Value,
+}
+
+/// One call awaiting review.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionRequest {
+    /// The tool.
+    pub name: String,
+    /// The arguments the model gave.
+    pub args: Value,
+    /// What the reviewer is shown.
+    pub description: String,
+}
+
+/// What a reviewer may decide about one call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReviewConfig {
+    /// The tool.
+    pub action_name: String,
+    /// The decisions allowed.
+    pub allowed_decisions: Vec<DecisionType>,
+}
+
+/// A pending interrupt: LangChain's `HITLRequest`, plus the ids of the gated calls (in
+/// the same order) and of the AI message that made them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// One per gated call.
+    pub action_requests: Vec<ActionRequest>,
+    /// One per gated call.
+    pub review_configs: Vec<ReviewConfig>,
+    /// The gated calls' ids.
+    pub tool_call_ids: Vec<String>,
+    /// The AI message's id.
+    pub message_id: String,
+}
+
+impl Interrupt {
+    /// The pending interrupt of a state, if any.
+    pub fn of(state: &AgentState) -> Option<Interrupt> {
+        state
+            .values
+            .get(INTERRUPT_KEY)
+            .filter(|v| !v.is_null())
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+}
+
+/// The review settings of one tool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InterruptOn {
+    /// The decisions allowed (not empty).
+    pub allowed_decisions: Vec<DecisionType>,
+    /// A fixed description, instead of the prefix, tool and arguments.
+    pub description: Option<String>,
+}
+
+impl InterruptOn {
+    /// Every decision allowed (LangChain's `True`).
+    pub fn all() -> Self {
+        InterruptOn {
+            allowed_decisions: vec![
+                DecisionType::Approve,
+                DecisionType::Edit,
+                DecisionType::Reject,
+                DecisionType::Respond,
+            ],
+            description: None,
+        }
+    }
+}
+
+/// A resume that cannot be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The thread has no pending interrupt.
+    #[error("thread {thread_id:?} has no pending interrupt to resume")]
+    NothingPending {
+        /// The thread.
+        thread_id: String,
+    },
+    /// One decision per gated call is needed.
+    #[error(
+        "the interrupt has {expected} pending tool call(s) but {given} decision(s) were given; give one per call, in order"
+    )]
+    DecisionCount {
+        /// Calls awaiting review.
+        expected: usize,
+        /// Decisions given.
+        given: usize,
+    },
+    /// Reading or writing the thread failed, or the resumed run failed.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}
+
+/// How the run pauses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InterruptMode {
+    /// One pause per model turn, for every gated call of the AI message (the default).
+    #[default]
+    Batched,
+    /// One pause per gated call, in order; the calls run once the last one is decided.
+    PerCall,
+}
+
+/// The state key listing the gated calls already decided while a per-call review is
+/// under way.
+pub const REVIEWED_KEY: &str = "hitl_reviewed";
+
+/// Pauses before chosen tool calls. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct HumanInTheLoop {
+    interrupt_on: Vec<(String, InterruptOn)>,
+    description_prefix: String,
+    mode: InterruptMode,
+}
+
+impl HumanInTheLoop {
+    /// Reviews calls of these tools.
+    pub fn new(
+        interrupt_on: Vec<(String, InterruptOn)>,
+        description_prefix: impl Into<String>,
+    ) -> Result<Self, ConfigError> {
+        if let Some((tool, _)) = interrupt_on
+            .iter()
+            .find(|(_, c)| c.allowed_decisions.is_empty())
+        {
+            return Err(ConfigError::new(
+                "human_in_the_loop",
+                format!("interrupt_on.{tool}.allowed_decisions"),
+                "[]",
+                "no decision is allowed",
+                "a non-empty list of approve, edit, reject, respond",
+            ));
+        }
+        Ok(HumanInTheLoop {
+            interrupt_on,
+            description_prefix: description_prefix.into(),
+            mode: InterruptMode::Batched,
+        })
+    }
+
+    /// The same reviews, pausing per gated call instead of per model turn.
+    pub fn with_mode(mut self, mode: InterruptMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The next interrupt for the AI message at `i`: its gated calls that have no result
+    /// and are not in `reviewed`, all of them (batched) or the first (per call).
+    fn next_interrupt(
+        &self,
+        messages: &[Message],
+        i: usize,
+        reviewed: &[String],
+    ) -> Option<Interrupt> {
+        let message = &messages[i];
+        let answered: Vec<&str> = messages[i + 1..]
+            .iter()
+            .filter_map(Message::tool_call_id)
+            .collect();
+        let mut pending = Interrupt {
+            action_requests: Vec::new(),
+            review_configs: Vec::new(),
+            tool_call_ids: Vec::new(),
+            message_id: message.id().to_owned(),
+        };
+        for call in message.tool_calls() {
+            let Some(config) = self.config(&call.name) else {
+                continue;
+            };
+            if answered.contains(&call.id.as_str()) || reviewed.contains(&call.id) {
+                continue;
+            }
+            let description = config.description.clone().unwrap_or_else(|| {
+                format!(
+                    "{}\n\nTool: {}\nArgs: {}",
+                    self.description_prefix,
+                    call.name,
+                    keel_tokens::pyrepr::py_repr(&call.args)
+                )
+            });
+            pending.action_requests.push(ActionRequest {
+                name: call.name.clone(),
+                args: call.args.clone(),
+                description,
+            });
+            pending.review_configs.push(ReviewConfig {
+                action_name: call.name.clone(),
+                allowed_decisions: config.allowed_decisions.clone(),
+            });
+            pending.tool_call_ids.push(call.id.clone());
+            if self.mode == InterruptMode::PerCall {
+                break;
+            }
+        }
+        (!pending.tool_call_ids.is_empty()).then_some(pending)
+    }
+
+    /// Pauses on `pending`: stores it and ends the run.
+    fn pause(
+        &self,
+        runtime: &Runtime,
+        mut update: StateUpdate,
+        pending: &Interrupt,
+    ) -> HookOutcome {
+        let value = serde_json::to_value(pending).unwrap_or(Value::Null);
+        events::counter(
+            &runtime.writer,
+            self.name(),
+            "interrupts",
+            1,
+            json!({"__interrupt__": value}),
+        );
+        update.values.insert(INTERRUPT_KEY.into(), value);
+        HookOutcome {
+            update,
+            jump: Some(JumpTarget::End),
+        }
+    }
+
+    fn config(&self, tool: &str) -> Option<&InterruptOn> {
+        self.interrupt_on
+            .iter()
+            .find(|(t, _)| t == tool)
+            .map(|(_, c)| c)
+    }
+
+    /// Resumes a paused thread with one decision per gated call, in order.
+    pub async fn resume(
+        agent: &Agent,
+        thread_id: &str,
+        decisions: Vec<Decision>,
+    ) -> Result<RunOutput, ResumeError> {
+        let state = agent.state(thread_id).await?.unwrap_or_default();
+        let Some(pending) = Interrupt::of(&state) else {
+            return Err(ResumeError::NothingPending {
+                thread_id: thread_id.to_owned(),
+            });
+        };
+        if pending.tool_call_ids.len() != decisions.len() {
+            return Err(ResumeError::DecisionCount {
+                expected: pending.tool_call_ids.len(),
+                given: decisions.len(),
+            });
+        }
+        let mut values = state.values.clone();
+        values.insert(
+            DECISIONS_KEY.into(),
+            serde_json::to_value(&decisions).unwrap_or(Value::Null),
+        );
+        let checkpoint = Checkpoint {
+            seq: 0,
+            run_id: "resume".into(),
+            node: "HumanInTheLoopMiddleware.resume".into(),
+            messages: state.messages.to_vec(),
+            values,
+            created_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        };
+        agent
+            .checkpointer()
+            .put(thread_id, checkpoint)
+            .await
+            .map_err(|source| AgentError::Checkpoint {
+                thread_id: thread_id.to_owned(),
+                source,
+            })?;
+        Ok(agent.invoke(thread_id, Vec::new()).await?)
+    }
+
+    fn fail(&self, hook: &'static str, message: String) -> MiddlewareError {
+        MiddlewareError {
+            middleware: "HumanInTheLoopMiddleware".into(),
+            hook,
+            message,
+        }
+    }
+}
+
+/// LangChain's result for a rejected or answered call.
+fn answer(call_id: &str, tool: &str, decision: &Decision) -> Option<Message> {
+    let (content, status) = match decision {
+        Decision::Respond { message } => (message.clone(), ToolStatus::Success),
+        Decision::Reject {
+            message: Some(reason),
+        } if !reason.is_empty() => (
+            format!("User rejected the tool call for `{tool}` with reason: {reason}"),
+            ToolStatus::Error,
+        ),
+        Decision::Reject { .. } => (
+            format!(
+                "User rejected the tool call for `{tool}` with id {call_id}. The tool was not executed. Do not retry this tool call unless the user explicitly requests it."
+            ),
+            ToolStatus::Error,
+        ),
+        _ => return None,
+    };
+    let mut m = Message::tool(call_id, content).with_name(tool);
+    if let MessageBody::Tool(t) = m.body_mut() {
+        t.status = status;
+    }
+    Some(m)
+}
+
+#[async_trait]
+impl Middleware for HumanInTheLoop {
+    fn name(&self) -> &str {
+        "HumanInTheLoopMiddleware"
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            before_agent: true,
+            after_model: true,
+            ..Hooks::NONE
+        }
+    }
+
+    fn jump_targets(&self) -> &[JumpTarget] {
+        &[JumpTarget::End, JumpTarget::Tools]
+    }
+
+    fn state_access(&self) -> StateAccess {
+        StateAccess::default()
+            .write(INTERRUPT_KEY)
+            .write(DECISIONS_KEY)
+    }
+
+    async fn before_agent(
+        &self,
+        state: &AgentState,
+        runtime: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        let Some(pending) = Interrupt::of(state) else {
+            return Ok(HookOutcome::proceed());
+        };
+        let decisions: Vec<Decision> = match state
+            .values
+            .get(DECISIONS_KEY)
+            .filter(|v| !v.is_null())
+        {
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                self.fail(
+                    "before_agent",
+                    format!("the stored decisions are not valid: {e}"),
+                )
+            })?,
+            None => {
+                return Err(self.fail(
+                    "before_agent",
+                    "the thread is paused for review: resume it with HumanInTheLoop::resume and one decision per pending tool call".into(),
+                ));
+            }
+        };
+        let Some(ai) = state
+            .messages
+            .iter()
+            .rposition(|m| m.id() == pending.message_id)
+        else {
+            return Err(self.fail(
+                "before_agent",
+                "the interrupted AI message is no longer in the thread".into(),
+            ));
+        };
+        let mut ai_message = state.messages[ai].clone();
+        let mut answers = Vec::new();
+        for (i, (call_id, decision)) in pending.tool_call_ids.iter().zip(&decisions).enumerate() {
+            let allowed = &pending.review_configs[i].allowed_decisions;
+            let tool = &pending.action_requests[i].name;
+            if !allowed.contains(&decision.kind()) {
+                return Err(self.fail(
+                    "before_agent",
+                    format!(
+                        "decision {:?} is not allowed for tool '{tool}'; expected one of {allowed:?}",
+                        decision.kind()
+                    ),
+                ));
+            }
+            match decision {
+                Decision::Edit { edited_action } => {
+                    if let MessageBody::Ai(body) = ai_message.body_mut()
+                        && let Some(call) = body.tool_calls.iter_mut().find(|c| &c.id == call_id)
+                    {
+                        call.name = edited_action.name.clone();
+                        call.args = edited_action.args.clone();
+                    }
+                }
+                other => answers.extend(answer(call_id, tool, other)),
+            }
+        }
+        events::counter(
+            &runtime.writer,
+            self.name(),
+            "resumed",
+            decisions.len() as u64,
+            json!({"decisions": decisions.iter().map(Decision::kind).collect::<Vec<_>>()}),
+        );
+        let mut reviewed: Vec<String> = state
+            .values
+            .get(REVIEWED_KEY)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        reviewed.extend(pending.tool_call_ids.iter().cloned());
+        let mut messages = state.messages.to_vec();
+        messages[ai] = ai_message.clone();
+        let mut update =
+            StateUpdate::messages(std::iter::once(ai_message).chain(answers.iter().cloned()));
+        messages.extend(answers);
+        update.values.insert(DECISIONS_KEY.into(), Value::Null);
+        // Per call: the next gated call of the same message, until none is left.
+        if let Some(next) = self.next_interrupt(&messages, ai, &reviewed) {
+            update.values.insert(REVIEWED_KEY.into(), json!(reviewed));
+            return Ok(self.pause(runtime, update, &next));
+        }
+        update.values.insert(INTERRUPT_KEY.into(), Value::Null);
+        update.values.insert(REVIEWED_KEY.into(), Value::Null);
+        Ok(HookOutcome {
+            update,
+            jump: Some(JumpTarget::Tools),
+        })
+    }
+
+    async fn after_model(
+        &self,
+        state: &AgentState,
+        runtime: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        let Some(i) = last_ai_index(&state.messages) else {
+            return Ok(HookOutcome::proceed());
+        };
+        match self.next_interrupt(&state.messages, i, &[]) {
+            Some(pending) => Ok(self.pause(runtime, StateUpdate::default(), &pending)),
+            None => Ok(HookOutcome::proceed()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,280 @@
+use std::sync::Arc;
+
+use keel_core::message::Message;
+use keel_core::model::ChatModel;
+use keel_testkit::ScriptedModel;
+
+use super::*;
+
+fn any_model() -> Arc<dyn ModelRegistry> {
+    let m: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
+    Arc::new(move |_: &str| Some(m.clone()))
+}
+
+fn err(text: &str) -> String {
+    match Stack::from_yaml_str(text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const FULL: &str = "\
+model: main
+system_prompt: Be brief.
+middleware:
+  - pii: {pii_type: email, strategy: redact, apply_to_input: true}
+  - model_call_limit: {run_limit: 2, exit_behavior: end}
+  - tool_call_limit: {tool_name: search, thread_limit: 5, run_limit: 3}
+  - model_retry: {max_retries: 3, initial_delay: 0, retry_on: [server, timeout], on_failure: error}
+  - tool_retry: {max_retries: 1, tools: [search], initial_delay: 0}
+  - tool_error: {on_error: 'Error: {error}', tools: [search]}
+  - model_fallback: [backup]
+  - context_editing: {edits: [{clear_tool_uses: {trigger: 1000, keep: 1, exclude_tools: [search]}}]}
+  - todo_list: {}
+  - summarization:
+      trigger:
+        - type: tokens
+          value: 4000
+      keep:
+        type: messages
+        value: 20
+";
+
+#[test]
+fn a_full_stack_loads_in_order_and_builds() {
+    let stack = Stack::from_yaml_str(FULL).unwrap();
+    assert_eq!(stack.model.as_deref(), Some("main"));
+    assert_eq!(stack.system_prompt.as_deref(), Some("Be brief."));
+    let names: Vec<&str> = stack.middleware.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pii",
+            "model_call_limit",
+            "tool_call_limit",
+            "model_retry",
+            "tool_retry",
+            "tool_error",
+            "model_fallback",
+            "context_editing",
+            "todo_list",
+            "summarization"
+        ]
+    );
+    assert_eq!(stack.middleware[9].line, 13);
+    let built = stack.middleware(any_model()).unwrap();
+    let names: Vec<&str> = built.iter().map(|m| m.name()).collect();
+    assert_eq!(names[0], "PIIMiddleware[email]");
+    assert_eq!(names[2], "ToolCallLimitMiddleware[search]");
+    assert_eq!(built.len(), 10);
+    let agent = stack
+        .agent_builder(Arc::new(ScriptedModel::new([])), any_model())
+        .unwrap()
+        .build();
+    assert!(agent.is_ok());
+}
+
+#[test]
+fn errors_name_key_value_range_and_line() {
+    assert_eq!(
+        err("middleware:\n  - pii: {pii_type: email, strategy: redakt}\n"),
+        "middleware[0].pii.strategy = \"redakt\" (line 2): is not a known value; allowed: one of block, redact, mask, hash"
+    );
+    assert_eq!(
+        err("middleware:\n  - pi: {pii_type: email}\n"),
+        "unknown key middleware[0].pi (line 2) (did you mean `pii`?)"
+    );
+    assert_eq!(
+        err("middleware:\n  - model_call_limit:\n      run_limt: 2\n"),
+        "unknown key middleware[0].model_call_limit.run_limt (line 3) (did you mean `run_limit`?)"
+    );
+    assert_eq!(
+        err("middleware:\n  - tool_call_limit: {thread_limit: 1, run_limit: 4}\n"),
+        "middleware[0].tool_call_limit.run_limit = 4: exceeds thread_limit (1); allowed: a whole number in [0, 1] (at most thread_limit) (line 2)"
+    );
+    assert_eq!(
+        err("middleware:\n  - model_call_limit: {run_limit: -1}\n"),
+        "middleware[0].model_call_limit.run_limit = -1 (line 2): is out of range; allowed: a whole number in [0, 1000000000]"
+    );
+    assert!(err("modle: x\n").contains("unknown key modle (line 1) (did you mean `model`?)"));
+    assert!(
+        err("middleware: [{pii: {pii_type: email}, model_call_limit: {run_limit: 1}}]\n")
+            .contains("one-key mapping")
+    );
+    assert!(err("middleware:\n  - pii: {pii_type: email\n").starts_with("invalid YAML"));
+}
+
+#[test]
+fn summarization_errors_keep_the_files_line_numbers() {
+    let text = "\
+system_prompt: hi
+middleware:
+  - model_call_limit: {run_limit: 2}
+  - summarization:
+      trigger:
+        type: tokens
+        value: -5
+  - todo_list: {}
+";
+    let e = err(text);
+    assert!(
+        e.starts_with("middleware[1].summarization.trigger.value = -5 (line 7)"),
+        "{e}"
+    );
+    let flow = "middleware:\n  - summarization: {trigerr: 5}\n";
+    let e = err(flow);
+    assert!(
+        e.contains("trigerr (line 2)") && e.contains("did you mean `trigger`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn summarization_listed_is_enabled_unless_it_says_otherwise() {
+    let on = Stack::from_yaml_str(
+        "middleware:\n  - summarization: {trigger: {type: messages, value: 50}}\n",
+    )
+    .unwrap();
+    assert_eq!(on.middleware(any_model()).unwrap().len(), 1);
+    let off = Stack::from_yaml_str(
+        "middleware:\n  - summarization: {enabled: false, trigger: {type: messages, value: 50}}\n",
+    )
+    .unwrap();
+    assert_eq!(off.middleware(any_model()).unwrap().len(), 0);
+}
+
+#[test]
+fn unknown_models_are_named_with_their_line() {
+    let stack =
+        Stack::from_yaml_str("middleware:\n  - model_fallback:\n      models: [a, b]\n").unwrap();
+    let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
+    let Err(e) = stack.middleware(none) else {
+        panic!("an unknown model must fail")
+    };
+    let e = e.to_string();
+    assert!(
+        e.starts_with("middleware[0].model_fallback.models[0] = \"a\" (line 3): no such model"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_loaded_stack_behaves_like_the_rust_one() {
+    let stack = Stack::from_yaml_str(
+        "middleware:\n  - model_call_limit: {run_limit: 1, exit_behavior: end}\n",
+    )
+    .unwrap();
+    let model = Arc::new(ScriptedModel::new([crate::test_support::call(
+        "c1",
+        "echo",
+        serde_json::json!({}),
+    )]));
+    let agent = stack
+        .agent_builder(model.clone(), any_model())
+        .unwrap()
+        .tool(keel_testkit::FnTool::echo("echo"))
+        .build()
+        .unwrap();
+    let out = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    assert_eq!(
+        out.last_message().unwrap().text(),
+        "Model call limits exceeded: run limit (1/1)"
+    );
+}
+
+#[test]
+fn the_model_driven_entries_load_and_resolve_their_models() {
+    let text = "\
+middleware:
+  - llm_tool_selector: {model: small, max_tools: 2, always_include: [echo], on_parsing_failure: all}
+  - llm_tool_emulator: {model: small, tools: [get_weather]}
+  - model_router:
+      instructions: Pick the model.
+      classifier: small
+      choices:
+        fast: {model: small, criteria: small talk}
+        deep: {model: large, criteria: hard questions}
+  - model_refusal: {}
+";
+    let stack = Stack::from_yaml_str(text).unwrap();
+    let built = stack.middleware(any_model()).unwrap();
+    let names: Vec<&str> = built.iter().map(|m| m.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "LLMToolSelectorMiddleware",
+            "LLMToolEmulator",
+            "ModelRouterMiddleware",
+            "ModelRefusalMiddleware"
+        ]
+    );
+    let only_small: Arc<dyn ModelRegistry> = {
+        let m: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new([]));
+        Arc::new(move |n: &str| (n == "small").then(|| m.clone()))
+    };
+    let Err(e) = stack.middleware(only_small) else {
+        panic!("`large` is unknown")
+    };
+    assert_eq!(
+        e.to_string(),
+        "middleware[2].model_router.choices.deep.model = \"large\" (line 9): no such model; the application resolves model names (for `keel run`, every name is the scripted model)"
+    );
+    assert!(
+        err("middleware:\n  - llm_tool_emulator: {tools: [x]}\n")
+            .contains("llm_tool_emulator.model = (missing): is required")
+    );
+}
+
+#[test]
+fn human_in_the_loop_entries_load() {
+    let stack = Stack::from_yaml_str(
+        "middleware:\n  - human_in_the_loop:\n      interrupt_on:\n        send_email: true\n        read_file: false\n        delete_file: {allowed_decisions: [approve, reject]}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        stack.middleware(any_model()).unwrap()[0].name(),
+        "HumanInTheLoopMiddleware"
+    );
+    let e = err(
+        "middleware:\n  - human_in_the_loop:\n      interrupt_on: {x: {allowed_decisions: [maybe]}}\n",
+    );
+    assert!(
+        e.contains("\"maybe\" is not a decision") && e.contains("(line 3)"),
+        "{e}"
+    );
+    let e = err(
+        "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: sometimes}\n",
+    );
+    assert!(
+        e.contains("interrupt_mode") && e.contains("one of batched, per_call"),
+        "{e}"
+    );
+    assert!(
+        Stack::from_yaml_str(
+            "middleware:\n  - human_in_the_loop: {interrupt_on: {x: true}, interrupt_mode: per_call}\n"
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn builder_resolves_the_files_model() {
+    let stack = Stack::from_yaml_str("system_prompt: hi\nmodel: main\n").unwrap();
+    assert!(stack.builder(any_model()).unwrap().build().is_ok());
+    let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
+    let Err(e) = stack.builder(none) else {
+        panic!("`main` is unknown")
+    };
+    assert!(
+        e.to_string()
+            .starts_with("model = \"main\" (line 2): no such model"),
+        "{e}"
+    );
+    let Err(e) = Stack::from_yaml_str("middleware: []\n")
+        .unwrap()
+        .builder(any_model())
+    else {
+        panic!("no model key")
+    };
+    assert!(e.to_string().contains("the stack names no model"), "{e}");
+}
