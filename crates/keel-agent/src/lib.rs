@@ -63,12 +63,13 @@
 //   builder  → agent, run, pipeline, checkpointer, error
 //   agent    → run, stream, output, error
 //   stream   → output, error
-//   run      → pipeline, output, error
-//   pipeline, output, checkpointer, error, offline → keel-core only
+//   run      → multitask, pipeline, output, error
+//   pipeline, output, checkpointer, multitask, error, offline → keel-core only
 mod agent;
 mod builder;
 mod checkpointer;
 mod error;
+mod multitask;
 pub mod offline;
 mod output;
 mod pipeline;
@@ -77,10 +78,11 @@ mod stream;
 
 pub use agent::Agent;
 pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
-pub use checkpointer::InMemoryCheckpointer;
+pub use checkpointer::{DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_THREADS, InMemoryCheckpointer};
 pub use error::{AgentError, BuildError};
+pub use multitask::MultitaskStrategy;
 pub use output::RunOutput;
-pub use pipeline::{INPUT_NODE, MODEL_NODE, TOOLS_NODE};
+pub use pipeline::{INPUT_NODE, MODEL_NODE, ROLLBACK_NODE, TOOLS_NODE};
 pub use stream::AgentStream;
 
 // The README's and the middleware guide's examples are compiled and run as doc tests

@@ -31,6 +31,7 @@
 //! }
 //! ```
 
+pub mod checkpoint_log;
 pub mod dangling;
 pub mod message;
 pub mod middleware;

@@ -100,7 +100,11 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "_sqlx_migrations",
         "chat_messages",
         "chat_messages_by_position",
+        "checkpoint_entries",
+        "checkpoint_entries_live",
+        "checkpoint_heads",
         "checkpoint_messages",
+        "checkpoint_steps",
         "checkpoints",
         "session_memory_state",
         "summary_cache",
@@ -122,7 +126,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, 2);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

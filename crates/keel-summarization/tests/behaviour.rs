@@ -40,6 +40,12 @@ impl SummaryStore for SpyStore {
         self.map.lock().insert(key.to_owned(), value.clone());
         Ok(())
     }
+    async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
+        let mut map = self.map.lock();
+        let before = map.len();
+        map.retain(|k, _| !k.starts_with(prefix));
+        Ok((before - map.len()) as u64)
+    }
 }
 
 // 1. Threshold first ---------------------------------------------------------------
