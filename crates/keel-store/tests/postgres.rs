@@ -6,6 +6,8 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
+mod common;
+
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -271,4 +273,11 @@ async fn connection_refused_fails_fast_naming_the_url() {
         !err.contains("s3cret") && !err.contains("timed out"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_strategy_keeps_every_message_on_postgres() {
+    let (_schema, options) = fresh_schema().await;
+    let store = store_in(&options, 10).await;
+    common::race_every_strategy(Arc::new(store)).await;
 }
