@@ -193,13 +193,14 @@ async fn build(
 
 /// Lost and duplicated messages of one thread, in its latest checkpoint and its history.
 async fn check_thread(
+    prefix: &str,
     thread: usize,
     runs: usize,
     checkpointer: &dyn Checkpointer,
     history: &dyn ChatHistoryStore,
     memory: &SessionMemoryMiddleware,
 ) -> Result<(usize, usize), String> {
-    let name = format!("thread-{thread}");
+    let name = format!("{prefix}-{thread}");
     let expected: Vec<String> = (0..runs)
         .flat_map(|r| {
             let q = input_id(thread, r);
@@ -238,11 +239,13 @@ async fn check_thread(
 async fn soak(args: Args) -> Result<bool, String> {
     let (agent, checkpointer, history, memory) = build(&args).await?;
     let runs_per_thread = args.messages / 2;
+    // Fresh thread ids on every soak, so a database that already holds one stays valid.
+    let prefix = format!("soak-{}", keel::message::new_id());
     let total = args.threads * runs_per_thread;
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..args.concurrency.min(total) {
-        let (agent, next) = (agent.clone(), next.clone());
+        let (agent, next, prefix) = (agent.clone(), next.clone(), prefix.clone());
         let threads = args.threads;
         workers.push(tokio::spawn(async move {
             let mut steps_us = Vec::new();
@@ -258,7 +261,7 @@ async fn soak(args: Args) -> Result<bool, String> {
                 .with_id(input_id(thread, run));
                 let started = Instant::now();
                 agent
-                    .invoke(&format!("thread-{thread}"), vec![input])
+                    .invoke(&format!("{prefix}-{thread}"), vec![input])
                     .await
                     .map_err(|e| format!("run {run} of thread {thread} failed: {e}"))?;
                 steps_us.push(started.elapsed().as_micros() as u64);
@@ -271,8 +274,15 @@ async fn soak(args: Args) -> Result<bool, String> {
     }
     let (mut lost, mut duplicated) = (0, 0);
     for thread in 0..args.threads {
-        let (l, d) =
-            check_thread(thread, runs_per_thread, &*checkpointer, &*history, &memory).await?;
+        let (l, d) = check_thread(
+            &prefix,
+            thread,
+            runs_per_thread,
+            &*checkpointer,
+            &*history,
+            &memory,
+        )
+        .await?;
         lost += l;
         duplicated += d;
     }
