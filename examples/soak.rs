@@ -86,7 +86,7 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if args.messages < 2 || args.messages % 2 != 0 {
+    if args.messages < 2 || !args.messages.is_multiple_of(2) {
         return Err(format!(
             "--messages = {}: expected an even number of at least 2 (each run adds a question and an answer)",
             args.messages

@@ -734,7 +734,7 @@ pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
     }
     let mut values = Map::new();
     values.insert("step".into(), json!(2));
-    let updates = vec![
+    let updates = [
         ("input", StateUpdate::messages([h1.clone()])),
         ("model", StateUpdate::messages([a1.clone()])),
         (
