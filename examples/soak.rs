@@ -118,19 +118,23 @@ fn answer_id(input: &str) -> String {
 /// The run's model: answers the latest user message under an id derived from it, so
 /// the checks below know exactly which messages every thread must hold.
 fn run_model() -> Arc<ScriptedModel> {
-    Arc::new(ScriptedModel::from_fn(|r: &RecordedRequest| {
-        let question = r
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.is_human() && m.name().is_none())
-            .map(|m| m.id().to_owned())
-            .unwrap_or_default();
-        Ok(
-            Message::ai("Noted; the ingest job on PRJ-123 is being checked.")
-                .with_id(answer_id(&question)),
-        )
-    }))
+    Arc::new(
+        ScriptedModel::from_fn(|r: &RecordedRequest| {
+            let question = r
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.is_human() && m.name().is_none())
+                .map(|m| m.id().to_owned())
+                .unwrap_or_default();
+            Ok(
+                Message::ai("Noted; the ingest job on PRJ-123 is being checked.")
+                    .with_id(answer_id(&question)),
+            )
+        })
+        // A soak makes 100,000 calls: keep no copy of them.
+        .without_recording(),
+    )
 }
 
 async fn build(
@@ -154,12 +158,16 @@ async fn build(
             (store.clone(), store)
         }
     };
-    let summary = Arc::new(ScriptedModel::from_fn(|_| {
-        Ok(Message::ai(
-            "- the user works on PRJ-123; the ingest job fails",
-        ))
-    }));
-    let fold = Arc::new(ScriptedModel::from_fn(|_| Ok(Message::ai(FOLD_ANSWER))));
+    let summary = Arc::new(
+        ScriptedModel::from_fn(|_| {
+            Ok(Message::ai(
+                "- the user works on PRJ-123; the ingest job fails",
+            ))
+        })
+        .without_recording(),
+    );
+    let fold =
+        Arc::new(ScriptedModel::from_fn(|_| Ok(Message::ai(FOLD_ANSWER))).without_recording());
     let mut settings = SessionMemorySettings::for_scope(SessionScope::new("soak", "user", "", ""))
         .with_pinned_keys(["project_id"]);
     settings.n_messages = 8;

@@ -139,8 +139,7 @@ mod store;
 
 pub use error::ConnectError;
 pub use keel_core::store::{
-    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome,
-    SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope, StoreError,
-    StoredMessage, SummaryStore,
+    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
+    SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 pub use store::{Backend, Storage, Store};

@@ -76,6 +76,7 @@ pub struct ScriptedModel {
     profile: ModelProfile,
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
+    record: bool,
 }
 
 impl ScriptedModel {
@@ -90,6 +91,7 @@ impl ScriptedModel {
             profile: ModelProfile::new("scripted", "scripted"),
             script: Mutex::new(Script::Queue(answers.into_iter().collect())),
             requests: Mutex::new(Vec::new()),
+            record: true,
         }
     }
 
@@ -101,12 +103,21 @@ impl ScriptedModel {
             profile: ModelProfile::new("scripted", "scripted"),
             script: Mutex::new(Script::Fn(Box::new(f))),
             requests: Mutex::new(Vec::new()),
+            record: true,
         }
     }
 
     /// Returns the model with another profile (name, provider, context window).
     pub fn with_profile(mut self, profile: ModelProfile) -> Self {
         self.profile = profile;
+        self
+    }
+
+    /// Returns the model keeping no copy of the requests it answers (a long soak run
+    /// would otherwise hold every request in memory): [`requests`](Self::requests) is
+    /// then empty, and [`calls`](Self::calls) 0.
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
         self
     }
 
@@ -165,7 +176,9 @@ impl ChatModel for ScriptedModel {
             }),
             Script::Fn(f) => f(&recorded),
         };
-        self.requests.lock().push(recorded);
+        if self.record {
+            self.requests.lock().push(recorded);
+        }
         answer
     }
 }
