@@ -28,14 +28,17 @@ pub enum MultitaskStrategy {
     Enqueue,
     /// The active run stops at its next step with
     /// [`AgentError::Interrupted`](crate::AgentError::Interrupted), keeping the steps it
-    /// completed; the new run then runs after them. Runs that arrive together: the
-    /// newest goes on, the others stop after recording their input.
+    /// completed (its `after_agent` hooks still run, so session memory records them);
+    /// the new run then runs after them. Runs that arrive together: the newest goes on,
+    /// the others stop right after their input and `before_agent` hooks.
     Interrupt,
     /// As `Interrupt`, but the stopped run's steps are reverted: the new run starts
     /// from the state the stopped run started from (one checkpoint restores it; nothing
     /// earlier is rewritten). The stopped run fails with
-    /// [`AgentError::RolledBack`](crate::AgentError::RolledBack). Values the stopped run
-    /// added under new keys stay (an update can set values, not unset them).
+    /// [`AgentError::RolledBack`](crate::AgentError::RolledBack) without running its
+    /// `after_agent` hooks. Values the stopped run added under new keys stay (an update
+    /// can set values, not unset them), and so does its input in chat history (recorded
+    /// when it started: the user did send it).
     Rollback,
 }
 

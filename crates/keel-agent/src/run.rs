@@ -151,17 +151,19 @@ impl Run {
                 other => break other?,
             }
         }
-        if turn.preempted() {
-            return Err(self.stopped(inner));
-        }
 
         let mut phase = match self.node_hooks(inner, NodeHook::BeforeAgent).await? {
             Some(jump) => Phase::from(jump),
             None => Phase::BeforeModel,
         };
         loop {
-            // A newer run wants the thread: stop between steps, keeping what is saved.
+            // A newer run wants the thread: stop between steps. Under `interrupt` the
+            // saved steps stay, and after_agent still runs so that what they hold reaches
+            // chat history; under `rollback` they are about to be reverted.
             if phase != Phase::AfterAgent && turn.preempted() {
+                if inner.multitask != MultitaskStrategy::Rollback {
+                    self.node_hooks(inner, NodeHook::AfterAgent).await?;
+                }
                 return Err(self.stopped(inner));
             }
             phase = match phase {
