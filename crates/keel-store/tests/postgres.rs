@@ -428,3 +428,66 @@ async fn two_processes_on_one_thread_lose_nothing() {
         history.len()
     );
 }
+
+/// A schema written before checkpoints became deltas (migration 0001 only): its threads
+/// continue from their latest checkpoint after the upgrade.
+#[tokio::test]
+async fn threads_written_before_the_delta_schema_continue_from_their_latest_checkpoint() {
+    use keel_core::message::Message;
+    use keel_core::state::StateUpdate;
+    use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
+    let (_schema, options) = fresh_schema().await;
+    {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/postgres/0001_init.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let a = serde_json::to_string(&Message::human("old question").with_id("a")).unwrap();
+        let b = serde_json::to_string(&Message::ai("old answer").with_id("b")).unwrap();
+        for (hash, body) in [("ha", &a), ("hb", &b)] {
+            sqlx::query("INSERT INTO checkpoint_messages VALUES ('t', $1, CAST($2 AS JSON))")
+                .bind(hash)
+                .bind(body)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        for (seq, hashes) in [(0i64, r#"["ha"]"#), (1, r#"["ha","hb"]"#)] {
+            sqlx::query(
+                "INSERT INTO checkpoints VALUES ('t', $1, 'r0', 'model', CAST($2 AS JSON), \
+                 CAST('{\"k\":1}' AS JSON), 5)",
+            )
+            .bind(seq)
+            .bind(hashes)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let store = store_in(&options, 2).await;
+    let latest = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(latest.seq, 1);
+    assert_eq!(
+        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(latest.values["k"], json!(1));
+    let next = CheckpointWrite {
+        parent: Some(1),
+        run_id: "r1".into(),
+        node: "input".into(),
+        update: StateUpdate::messages([Message::human("new").with_id("c")]),
+        created_at_ms: 6,
+    };
+    assert_eq!(
+        store.put("t", next).await.unwrap(),
+        PutOutcome::Saved { seq: 2 }
+    );
+    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
+}
