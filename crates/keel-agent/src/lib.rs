@@ -2,7 +2,10 @@
 //!
 //! The agent loop of Keel: a chat model and tools behind a middleware pipeline with
 //! LangChain v1's hook order, LangGraph's stream modes, and an append-only checkpoint per
-//! step.
+//! step. A checkpoint stores the step's change after the run's head (compare-and-swap,
+//! so a second writer gets [`AgentError::Conflict`] instead of overwriting), and the
+//! runs of one agent on one thread follow its [`MultitaskStrategy`] (`enqueue` by
+//! default; `reject`, `interrupt`, `rollback`).
 //!
 //! ```text
 //! input ─▶ before_agent A → B
