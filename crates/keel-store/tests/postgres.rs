@@ -357,7 +357,8 @@ async fn writer_process() {
 async fn two_processes_on_one_thread_lose_nothing() {
     let (schema, options) = fresh_schema().await;
     let store = store_in(&options, 2).await;
-    let start = (now_ms() + 1500).to_string();
+    // Far enough ahead for both processes to start and connect on a loaded machine.
+    let start = (now_ms() + 3000).to_string();
     let children: Vec<_> = ["A", "B"]
         .into_iter()
         .map(|name| {
