@@ -83,3 +83,16 @@ PY
 cargo run -q -p keel-cli -- run --config examples/stack/support.yaml \
     --transcript examples/stack/thread.jsonl --script examples/stack/answers.jsonl --json >/dev/null
 cargo run -q --features middleware --example middleware_stack >/dev/null
+# --- durable runtime (issue 14) ---
+# The agent-run tests (64 concurrent runs per multitask strategy on memory and SQLite,
+# the kill-and-resume child process, session deletion) ran with `cargo test` above;
+# the PostgreSQL ones (every strategy, two writer processes on one thread) ran with
+# keel-store's `--test postgres`. The soak example at CI size on every backend: it
+# exits non-zero if a message was lost or duplicated. Full size (1,000 threads of 200
+# messages, 64 at a time) is in docs/benchmarks.md.
+echo "== soak (issue 14)"
+soak_dir="$(mktemp -d)"
+cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16
+cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16 --db "sqlite://$soak_dir/soak.db"
+cargo run -q --features postgres --example soak -- --threads 100 --messages 60 --concurrency 16 --db "$KEEL_TEST_POSTGRES_URL"
+rm -rf "$soak_dir"

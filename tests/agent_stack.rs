@@ -242,6 +242,8 @@ async fn a_ui_receives_the_events_of_a_compacting_tool_turn_in_order() {
         events,
         [
             "values 9",
+            // session memory's before_agent records the input; state is unchanged.
+            "values 9",
             // First model call: under every trigger, sent as is. It asks for the tool.
             "messages tool_call Some(\"lookup_ticket\")",
             "updates model",

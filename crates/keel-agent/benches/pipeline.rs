@@ -29,7 +29,7 @@ use keel_core::middleware::{
 };
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
 use keel_core::state::AgentState;
-use keel_core::store::{Checkpoint, Checkpointer, StoreError};
+use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome, StoreError};
 
 /// Answers "ok" to everything; costs a message allocation.
 struct Echo(ModelProfile);
@@ -49,14 +49,19 @@ struct Discard;
 
 #[async_trait]
 impl Checkpointer for Discard {
-    async fn put(&self, _: &str, _: Checkpoint) -> Result<u64, StoreError> {
-        Ok(0)
+    async fn put(&self, _: &str, w: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        Ok(PutOutcome::Saved {
+            seq: w.parent.map_or(0, |p| p + 1),
+        })
     }
     async fn latest(&self, _: &str) -> Result<Option<Checkpoint>, StoreError> {
         Ok(None)
     }
     async fn history(&self, _: &str) -> Result<Vec<Checkpoint>, StoreError> {
         Ok(Vec::new())
+    }
+    async fn delete_thread(&self, _: &str) -> Result<u64, StoreError> {
+        Ok(0)
     }
 }
 

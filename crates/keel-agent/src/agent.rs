@@ -9,6 +9,7 @@ use keel_core::stream::{StreamMode, StreamWriter};
 use tokio::sync::mpsc;
 
 use crate::error::AgentError;
+use crate::multitask::MultitaskStrategy;
 use crate::output::{Modes, RunOutput};
 use crate::run::{Inner, Run};
 use crate::stream::AgentStream;
@@ -66,8 +67,30 @@ impl Agent {
             }))
     }
 
+    /// Deletes every checkpoint of a thread (part of deleting a session: see
+    /// `docs/operations.md`); returns how many went. A later run starts the thread
+    /// afresh.
+    pub async fn delete_thread(&self, thread_id: &str) -> Result<u64, AgentError> {
+        self.inner
+            .checkpointer
+            .delete_thread(thread_id)
+            .await
+            .map_err(|source| AgentError::Checkpoint {
+                thread_id: thread_id.to_owned(),
+                source,
+            })
+    }
+
+    /// The strategy for a run that arrives while another is active on its thread.
+    pub fn multitask_strategy(&self) -> MultitaskStrategy {
+        self.inner.multitask
+    }
+
     /// Runs the agent on a thread to completion. The thread resumes from its latest
-    /// checkpoint; `input` is appended to its messages.
+    /// checkpoint; `input` is appended to its messages (empty input resumes a thread
+    /// whose run stopped, for example after a crash). Tool calls the thread left without
+    /// results are answered with a "cancelled" result first. While another run of this
+    /// agent is active on the thread, the [`MultitaskStrategy`] decides.
     pub async fn invoke(
         &self,
         thread_id: &str,

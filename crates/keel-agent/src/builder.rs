@@ -13,6 +13,7 @@ use keel_core::tool::Tool;
 use crate::agent::Agent;
 use crate::checkpointer::InMemoryCheckpointer;
 use crate::error::BuildError;
+use crate::multitask::MultitaskStrategy;
 use crate::pipeline::Pipeline;
 use crate::run::Inner;
 
@@ -37,6 +38,7 @@ pub struct AgentBuilder {
     middleware: Vec<Arc<dyn Middleware>>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
     recursion_limit: Option<usize>,
+    multitask: MultitaskStrategy,
     settings: ModelSettings,
     tool_choice: Option<ToolChoice>,
 }
@@ -90,6 +92,13 @@ impl AgentBuilder {
     /// Model calls one run may make (default [`DEFAULT_RECURSION_LIMIT`]); at least 1.
     pub fn recursion_limit(mut self, limit: usize) -> Self {
         self.recursion_limit = Some(limit);
+        self
+    }
+
+    /// What a run does when another run of this agent is active on its thread
+    /// (default [`MultitaskStrategy::Enqueue`]).
+    pub fn multitask_strategy(mut self, strategy: MultitaskStrategy) -> Self {
+        self.multitask = strategy;
         self
     }
 
@@ -162,6 +171,8 @@ impl AgentBuilder {
                 .checkpointer
                 .unwrap_or_else(|| Arc::new(InMemoryCheckpointer::new())),
             recursion_limit,
+            multitask: self.multitask,
+            registry: Default::default(),
         }))
     }
 }

@@ -1,23 +1,57 @@
 //! An in-memory [`Checkpointer`]: the default for agents that need no persistence.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 
 use async_trait::async_trait;
-use keel_core::store::{Checkpoint, Checkpointer, StoreError};
+use keel_core::checkpoint_log::CheckpointLog;
+use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome, StoreError};
+use lru::LruCache;
 use parking_lot::Mutex;
 
-/// Keeps every checkpoint of every thread in process memory, append-only.
+/// Checkpoints kept per thread by [`InMemoryCheckpointer::new`].
+pub const DEFAULT_KEEP_CHECKPOINTS: usize = 32;
+/// Threads kept by [`InMemoryCheckpointer::new`].
+pub const DEFAULT_MAX_THREADS: usize = 10_000;
+
+/// Keeps checkpoints in process memory, bounded: the last `keep` checkpoints of each
+/// thread (older ones are folded into the state before them) and the `max_threads`
+/// most recently used threads (the least recently used thread is forgotten whole when
+/// one more starts).
 ///
-/// Lost on restart; SQL checkpointers live in `keel-store`.
-#[derive(Debug, Default)]
+/// Each thread holds its current state once (messages shared with the retained deltas)
+/// plus the state before its oldest retained checkpoint, so its memory is about twice
+/// its messages plus what its last `keep` steps added; a step costs what it changed,
+/// not the thread's length. Lost on restart, and a forgotten thread starts empty: use a
+/// `keel-store` database when a conversation must outlive the process or the bound.
+#[derive(Debug)]
 pub struct InMemoryCheckpointer {
-    threads: Mutex<HashMap<String, Vec<Checkpoint>>>,
+    threads: Mutex<LruCache<String, CheckpointLog>>,
+    keep: usize,
+}
+
+impl Default for InMemoryCheckpointer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl InMemoryCheckpointer {
-    /// An empty checkpointer.
+    /// A checkpointer keeping [`DEFAULT_KEEP_CHECKPOINTS`] checkpoints per thread and
+    /// [`DEFAULT_MAX_THREADS`] threads.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_limits(DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_THREADS)
+    }
+
+    /// A checkpointer keeping the last `keep` checkpoints per thread (0: all of them,
+    /// for tests that read a whole history) and at most `max_threads` threads (at least
+    /// 1).
+    pub fn with_limits(keep: usize, max_threads: usize) -> Self {
+        InMemoryCheckpointer {
+            threads: Mutex::new(LruCache::new(
+                NonZeroUsize::new(max_threads).unwrap_or(NonZeroUsize::MIN),
+            )),
+            keep,
+        }
     }
 
     /// How many threads have at least one checkpoint.
@@ -28,13 +62,17 @@ impl InMemoryCheckpointer {
 
 #[async_trait]
 impl Checkpointer for InMemoryCheckpointer {
-    async fn put(&self, thread_id: &str, mut checkpoint: Checkpoint) -> Result<u64, StoreError> {
+    async fn put(&self, thread_id: &str, write: CheckpointWrite) -> Result<PutOutcome, StoreError> {
         let mut threads = self.threads.lock();
-        let history = threads.entry(thread_id.to_owned()).or_default();
-        let seq = history.len() as u64;
-        checkpoint.seq = seq;
-        history.push(checkpoint);
-        Ok(seq)
+        if let Some(log) = threads.get_mut(thread_id) {
+            return log.put(write);
+        }
+        let mut log = CheckpointLog::new(self.keep);
+        let outcome = log.put(write)?;
+        if matches!(outcome, PutOutcome::Saved { .. }) {
+            threads.put(thread_id.to_owned(), log);
+        }
+        Ok(outcome)
     }
 
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
@@ -42,16 +80,25 @@ impl Checkpointer for InMemoryCheckpointer {
             .threads
             .lock()
             .get(thread_id)
-            .and_then(|h| h.last().cloned()))
+            .and_then(CheckpointLog::latest))
     }
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
         Ok(self
             .threads
             .lock()
-            .get(thread_id)
-            .cloned()
+            .peek(thread_id)
+            .map(CheckpointLog::history)
             .unwrap_or_default())
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .pop(thread_id)
+            .and_then(|log| log.head_seq())
+            .map_or(0, |seq| seq + 1))
     }
 }
 
@@ -59,28 +106,46 @@ impl Checkpointer for InMemoryCheckpointer {
 mod tests {
     use super::*;
     use keel_core::message::Message;
+    use keel_core::state::StateUpdate;
 
-    fn cp(node: &str) -> Checkpoint {
-        Checkpoint {
-            seq: 99,
+    fn write(parent: Option<u64>, node: &str) -> CheckpointWrite {
+        CheckpointWrite {
+            parent,
             run_id: "r".into(),
             node: node.into(),
-            messages: vec![Message::human("hi")],
-            values: Default::default(),
+            update: StateUpdate::messages([Message::human("hi")]),
             created_at_ms: 0,
         }
     }
 
     #[tokio::test]
-    async fn appends_and_assigns_seq_per_thread() {
-        let c = InMemoryCheckpointer::new();
-        assert_eq!(c.put("t", cp("input")).await.unwrap(), 0);
-        assert_eq!(c.put("t", cp("model")).await.unwrap(), 1);
-        assert_eq!(c.put("u", cp("input")).await.unwrap(), 0);
+    async fn appends_per_thread_and_forgets_the_least_recently_used_thread() {
+        let c = InMemoryCheckpointer::with_limits(0, 2);
+        assert_eq!(
+            c.put("t", write(None, "input")).await.unwrap(),
+            PutOutcome::Saved { seq: 0 }
+        );
+        assert_eq!(
+            c.put("t", write(Some(0), "model")).await.unwrap(),
+            PutOutcome::Saved { seq: 1 }
+        );
+        assert_eq!(
+            c.put("t", write(Some(0), "model")).await.unwrap(),
+            PutOutcome::Conflict { head: Some(1) }
+        );
+        assert_eq!(
+            c.put("u", write(None, "input")).await.unwrap(),
+            PutOutcome::Saved { seq: 0 }
+        );
         let h = c.history("t").await.unwrap();
         assert_eq!(h.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!(c.latest("t").await.unwrap().unwrap().node, "model");
+        assert_eq!(c.latest("t").await.unwrap().unwrap().messages.len(), 2);
         assert!(c.latest("none").await.unwrap().is_none());
+        // "t" was used last; a third thread pushes "u" out.
+        c.put("v", write(None, "input")).await.unwrap();
         assert_eq!(c.thread_count(), 2);
+        assert!(c.latest("u").await.unwrap().is_none());
+        assert_eq!(c.delete_thread("t").await.unwrap(), 2);
+        assert!(c.latest("t").await.unwrap().is_none());
     }
 }

@@ -6,6 +6,8 @@ use keel_core::model::ModelError;
 use keel_core::state::StateError;
 use keel_core::store::StoreError;
 
+use crate::multitask::MultitaskStrategy;
+
 /// A configuration the [`AgentBuilder`](crate::AgentBuilder) refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -99,6 +101,53 @@ pub enum AgentError {
     RecursionLimit {
         /// The configured limit (model calls per run).
         limit: usize,
+    },
+    /// Another run was active on the thread and the agent's multitask strategy is
+    /// `reject`. Nothing was written.
+    #[error(
+        "thread {thread_id:?} already has an active run and the multitask strategy is {strategy}: this run was rejected before writing anything; retry when the other run ends, or choose enqueue, interrupt or rollback"
+    )]
+    Rejected {
+        /// The thread.
+        thread_id: String,
+        /// Always [`MultitaskStrategy::Reject`].
+        strategy: MultitaskStrategy,
+    },
+    /// A newer run on the thread (strategy `interrupt`) stopped this one at a step
+    /// boundary. The steps it completed are kept in the thread's checkpoints.
+    #[error(
+        "run {run_id} on thread {thread_id:?} was interrupted by a newer run (multitask strategy interrupt); the steps it completed are kept"
+    )]
+    Interrupted {
+        /// The thread.
+        thread_id: String,
+        /// The stopped run.
+        run_id: String,
+    },
+    /// A newer run on the thread (strategy `rollback`) stopped this one at a step
+    /// boundary; the newer run reverts the thread to the state this one started from.
+    #[error(
+        "run {run_id} on thread {thread_id:?} was rolled back by a newer run (multitask strategy rollback); its steps are reverted"
+    )]
+    RolledBack {
+        /// The thread.
+        thread_id: String,
+        /// The stopped run.
+        run_id: String,
+    },
+    /// Another writer (usually another process sharing the database) appended to the
+    /// thread after the checkpoint this run built on. Nothing was overwritten: the
+    /// other writer's steps are kept, and this run's unsaved step is dropped.
+    #[error(
+        "thread {thread_id:?} moved on under this run: it built on checkpoint {parent:?}, but the head is now {head:?} (another process writes the same thread); nothing was overwritten, run again to continue from the new head"
+    )]
+    Conflict {
+        /// The thread.
+        thread_id: String,
+        /// The checkpoint this run built on (`None`: the empty thread).
+        parent: Option<u64>,
+        /// The head the checkpointer reported.
+        head: Option<u64>,
     },
     /// The checkpointer failed.
     #[error("checkpointer failed for thread {thread_id:?}: {source}")]

@@ -2,7 +2,10 @@
 //!
 //! The agent loop of Keel: a chat model and tools behind a middleware pipeline with
 //! LangChain v1's hook order, LangGraph's stream modes, and an append-only checkpoint per
-//! step.
+//! step. A checkpoint stores the step's change after the run's head (compare-and-swap,
+//! so a second writer gets [`AgentError::Conflict`] instead of overwriting), and the
+//! runs of one agent on one thread follow its [`MultitaskStrategy`] (`enqueue` by
+//! default; `reject`, `interrupt`, `rollback`).
 //!
 //! ```text
 //! input ─▶ before_agent A → B
@@ -63,12 +66,13 @@
 //   builder  → agent, run, pipeline, checkpointer, error
 //   agent    → run, stream, output, error
 //   stream   → output, error
-//   run      → pipeline, output, error
-//   pipeline, output, checkpointer, error, offline → keel-core only
+//   run      → multitask, pipeline, output, error
+//   pipeline, output, checkpointer, multitask, error, offline → keel-core only
 mod agent;
 mod builder;
 mod checkpointer;
 mod error;
+mod multitask;
 pub mod offline;
 mod output;
 mod pipeline;
@@ -77,10 +81,11 @@ mod stream;
 
 pub use agent::Agent;
 pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
-pub use checkpointer::InMemoryCheckpointer;
+pub use checkpointer::{DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_THREADS, InMemoryCheckpointer};
 pub use error::{AgentError, BuildError};
+pub use multitask::MultitaskStrategy;
 pub use output::RunOutput;
-pub use pipeline::{INPUT_NODE, MODEL_NODE, TOOLS_NODE};
+pub use pipeline::{INPUT_NODE, MODEL_NODE, ROLLBACK_NODE, TOOLS_NODE};
 pub use stream::AgentStream;
 
 // The README's and the middleware guide's examples are compiled and run as doc tests

@@ -13,6 +13,9 @@ pub const MODEL_NODE: &str = "model";
 pub const TOOLS_NODE: &str = "tools";
 /// Node name of the checkpoint holding a run's input.
 pub const INPUT_NODE: &str = "input";
+/// The node of the checkpoint that restores the state a rolled-back run started from
+/// (multitask strategy `rollback`).
+pub const ROLLBACK_NODE: &str = "rollback";
 
 /// A middleware in one hook's list, with its precomputed node name.
 pub(crate) struct HookEntry {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use keel_core::dangling::{DanglingCall, cancelled_result};
 use keel_core::message::{Message, MessageBody, ToolCall, new_id};
 use keel_core::middleware::{
     HookOutcome, JumpTarget, Middleware, MiddlewareError, ModelHandler, ModelRequest,
@@ -16,14 +17,19 @@ use keel_core::model::{
     ChatChunk, ChatModel, ChunkAggregator, ModelError, ModelSettings, ToolChoice,
 };
 use keel_core::state::{AgentState, MessageOp, StateUpdate};
-use keel_core::store::{Checkpoint, Checkpointer};
+use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
 use keel_core::stream::{StreamEvent, StreamWriter};
 use keel_core::tool::{Tool, ToolError, ToolSpec};
 use serde_json::Value;
 
 use crate::error::AgentError;
+use crate::multitask::{MultitaskStrategy, Registry, Turn};
 use crate::output::{Modes, RunOutput};
-use crate::pipeline::{INPUT_NODE, MODEL_NODE, NodeHook, Pipeline, TOOLS_NODE};
+use crate::pipeline::{INPUT_NODE, MODEL_NODE, NodeHook, Pipeline, ROLLBACK_NODE, TOOLS_NODE};
+
+/// How often a run reloads the thread and tries again when another writer moved the
+/// head before the run wrote anything (its input is then simply appended after theirs).
+const START_ATTEMPTS: usize = 8;
 
 /// Everything an agent is made of, shared by its runs (built by
 /// [`AgentBuilder`](crate::AgentBuilder)).
@@ -39,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) pipeline: Pipeline,
     pub(crate) checkpointer: Arc<dyn Checkpointer>,
     pub(crate) recursion_limit: usize,
+    pub(crate) multitask: MultitaskStrategy,
+    pub(crate) registry: Arc<Registry>,
 }
 
 /// Where the loop goes next.
@@ -68,6 +76,12 @@ pub(crate) struct Run {
     writer: StreamWriter,
     modes: Modes,
     state: Arc<AgentState>,
+    /// The checkpoint `state` is (`None`: the thread is empty).
+    head: Option<u64>,
+    /// True once this run saved a checkpoint.
+    wrote: bool,
+    /// The state the run started from, before its input (what `rollback` restores).
+    base: Option<Arc<AgentState>>,
     /// Calls that reached the model (every attempt of a retrying wrap hook counts).
     calls: AtomicU64,
     model_steps: usize,
@@ -81,6 +95,9 @@ impl Run {
             writer,
             modes,
             state: Arc::new(AgentState::default()),
+            head: None,
+            wrote: false,
+            base: None,
             calls: AtomicU64::new(0),
             model_steps: 0,
         }
@@ -92,21 +109,47 @@ impl Run {
         input: Vec<Message>,
     ) -> Result<RunOutput, AgentError> {
         let inner = &*inner;
-        if let Some(cp) = inner
-            .checkpointer
-            .latest(&self.thread_id)
-            .await
-            .map_err(|source| self.store_error(source))?
-        {
-            self.state = Arc::new(AgentState {
-                messages: Arc::new(cp.messages),
-                values: cp.values,
-                lineage: Default::default(),
+        let Some(mut turn) = inner.registry.enter(&self.thread_id, inner.multitask).await else {
+            return Err(AgentError::Rejected {
+                thread_id: self.thread_id.to_string(),
+                strategy: inner.multitask,
             });
+        };
+        let result = self.run_turn(inner, &mut turn, input).await;
+        if let (Err(AgentError::RolledBack { .. }), Some(handoff)) = (&result, &mut turn.handoff) {
+            handoff.rollback_to = self.base.clone();
         }
-        if !input.is_empty() {
-            self.commit(inner, INPUT_NODE, StateUpdate::messages(input), false)
-                .await?;
+        drop(turn);
+        result?;
+        let state = Arc::try_unwrap(self.state).unwrap_or_else(|shared| (*shared).clone());
+        Ok(RunOutput {
+            state,
+            run_id: self.run_id.to_string(),
+            model_steps: self.model_steps,
+        })
+    }
+
+    /// The run, once it holds the thread.
+    async fn run_turn(
+        &mut self,
+        inner: &Inner,
+        turn: &mut Turn,
+        input: Vec<Message>,
+    ) -> Result<(), AgentError> {
+        // A handoff is for the run right after the stopped one, and only under rollback.
+        let rollback_to = turn
+            .handoff
+            .as_mut()
+            .and_then(|h| h.rollback_to.take())
+            .filter(|_| inner.multitask == MultitaskStrategy::Rollback);
+        let mut attempt = 1;
+        loop {
+            match self.start(inner, rollback_to.as_deref(), &input).await {
+                Err(AgentError::Conflict { .. }) if !self.wrote && attempt < START_ATTEMPTS => {
+                    attempt += 1;
+                }
+                other => break other?,
+            }
         }
 
         let mut phase = match self.node_hooks(inner, NodeHook::BeforeAgent).await? {
@@ -114,6 +157,15 @@ impl Run {
             None => Phase::BeforeModel,
         };
         loop {
+            // A newer run wants the thread: stop between steps. Under `interrupt` the
+            // saved steps stay, and after_agent still runs so that what they hold reaches
+            // chat history; under `rollback` they are about to be reverted.
+            if phase != Phase::AfterAgent && turn.preempted() {
+                if inner.multitask != MultitaskStrategy::Rollback {
+                    self.node_hooks(inner, NodeHook::AfterAgent).await?;
+                }
+                return Err(self.stopped(inner));
+            }
             phase = match phase {
                 Phase::BeforeModel => match self.node_hooks(inner, NodeHook::BeforeModel).await? {
                     Some(jump) => Phase::from(jump),
@@ -143,13 +195,89 @@ impl Run {
         {
             return Err(AgentError::JumpAfterEnd { target: jump });
         }
+        Ok(())
+    }
 
-        let state = Arc::try_unwrap(self.state).unwrap_or_else(|shared| (*shared).clone());
-        Ok(RunOutput {
-            state,
-            run_id: self.run_id.to_string(),
-            model_steps: self.model_steps,
-        })
+    /// Loads the thread's head, restores `rollback_to` when asked, then saves the input
+    /// after a synthetic result for every tool call the last run left unanswered (a
+    /// crash or an interrupt between the model call and the tool results): providers
+    /// refuse a call without a result, and re-running a tool with side effects on
+    /// resume would be worse.
+    async fn start(
+        &mut self,
+        inner: &Inner,
+        rollback_to: Option<&AgentState>,
+        input: &[Message],
+    ) -> Result<(), AgentError> {
+        let latest = inner
+            .checkpointer
+            .latest(&self.thread_id)
+            .await
+            .map_err(|source| self.store_error(source))?;
+        (self.state, self.head) = match latest {
+            Some(cp) => (
+                Arc::new(AgentState {
+                    messages: Arc::new(cp.messages),
+                    values: cp.values,
+                    lineage: Default::default(),
+                }),
+                Some(cp.seq),
+            ),
+            None => (Arc::new(AgentState::default()), None),
+        };
+        if let Some(base) = rollback_to
+            && *base != *self.state
+        {
+            let mut update = StateUpdate {
+                messages: vec![MessageOp::RemoveAll],
+                values: base.values.clone(),
+            };
+            update.messages.extend(
+                base.messages
+                    .iter()
+                    .map(|m| MessageOp::Upsert { message: m.clone() }),
+            );
+            self.commit(inner, ROLLBACK_NODE, update, true).await?;
+        }
+        self.base = Some(self.state.clone());
+        // A run paused on purpose (human in the loop) resumes its pending calls.
+        let paused = self
+            .state
+            .values
+            .get(keel_core::state::INTERRUPT_KEY)
+            .is_some_and(|v| !v.is_null());
+        let dangling = if paused {
+            Vec::new()
+        } else {
+            pending_tool_calls(&self.state.messages)
+        };
+        let mut first: Vec<Message> = dangling
+            .into_iter()
+            .map(|call| {
+                cancelled_result(&DanglingCall {
+                    ai_index: 0,
+                    insert_at: 0,
+                    call_id: call.id,
+                    tool_name: call.name,
+                })
+            })
+            .collect();
+        first.extend(input.iter().cloned());
+        if !first.is_empty() {
+            self.commit(inner, INPUT_NODE, StateUpdate::messages(first), false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The error of a run a newer one stopped.
+    fn stopped(&self, inner: &Inner) -> AgentError {
+        let thread_id = self.thread_id.to_string();
+        let run_id = self.run_id.to_string();
+        match inner.multitask {
+            MultitaskStrategy::Rollback => AgentError::RolledBack { thread_id, run_id },
+            _ => AgentError::Interrupted { thread_id, run_id },
+        }
     }
 
     fn runtime(&self, node: &str) -> Runtime {
@@ -173,15 +301,32 @@ impl Run {
         }
     }
 
-    /// Applies an update, announces it, checkpoints the new state.
+    /// Applies an update, announces it, and saves it as a checkpoint after the run's
+    /// head (compare-and-swap: a head moved by another writer is
+    /// [`AgentError::Conflict`]).
     async fn commit(
         &mut self,
         inner: &Inner,
         node: &str,
-        update: StateUpdate,
+        mut update: StateUpdate,
         announce: bool,
     ) -> Result<(), AgentError> {
+        // Ids first, so the checkpoint stores the messages the state holds.
+        for op in &mut update.messages {
+            if let MessageOp::Upsert { message } = op
+                && message.id().is_empty()
+            {
+                message.set_id(new_id());
+            }
+        }
         let event = (announce && self.modes.updates).then(|| update.clone());
+        let write = CheckpointWrite {
+            parent: self.head,
+            run_id: self.run_id.to_string(),
+            node: node.to_owned(),
+            update: update.clone(),
+            created_at_ms: now_ms(),
+        };
         Arc::make_mut(&mut self.state)
             .apply(update)
             .map_err(|source| AgentError::State {
@@ -194,19 +339,24 @@ impl Run {
                 update,
             });
         }
-        let checkpoint = Checkpoint {
-            seq: 0,
-            run_id: self.run_id.to_string(),
-            node: node.to_owned(),
-            messages: self.state.messages.to_vec(),
-            values: self.state.values.clone(),
-            created_at_ms: now_ms(),
-        };
-        inner
+        let outcome = inner
             .checkpointer
-            .put(&self.thread_id, checkpoint)
+            .put(&self.thread_id, write)
             .await
             .map_err(|source| self.store_error(source))?;
+        match outcome {
+            PutOutcome::Saved { seq } => {
+                self.head = Some(seq);
+                self.wrote = true;
+            }
+            PutOutcome::Conflict { head } => {
+                return Err(AgentError::Conflict {
+                    thread_id: self.thread_id.to_string(),
+                    parent: self.head,
+                    head,
+                });
+            }
+        }
         self.emit_values();
         Ok(())
     }

@@ -32,6 +32,7 @@
 //! ```
 
 pub mod access;
+pub mod checkpoint_log;
 pub mod dangling;
 pub mod message;
 pub mod middleware;

@@ -13,6 +13,12 @@ use serde_json::{Map, Value};
 
 use crate::message::{Message, new_id};
 
+/// The state value that marks a run paused on purpose, waiting for a decision (LangGraph's
+/// `__interrupt__`; human-in-the-loop middleware writes it). While it is set, the next
+/// run resumes the last AI message's pending tool calls instead of answering them as
+/// cancelled, which is what happens to the calls of a run that crashed or was stopped.
+pub const INTERRUPT_KEY: &str = "__interrupt__";
+
 /// One change to the message list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

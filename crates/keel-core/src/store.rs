@@ -2,15 +2,17 @@
 //! cache's second level. Implementations live elsewhere (in-memory in `keel-agent`,
 //! SQLite and PostgreSQL in `keel-store`); every one passes the same conformance suite.
 //!
-//! Nothing here ever deletes a chat message: history and checkpoints are append-only.
-//! Only derived data (session-memory state, cached summaries) can be deleted, and only
-//! when the session itself is deleted.
+//! Nothing here ever rewrites a chat message: history and checkpoints are append-only.
+//! Data is deleted only when the session or thread itself is deleted
+//! ([`ChatHistoryStore::delete_session_history`], [`Checkpointer::delete_thread`],
+//! [`SessionMemoryStore::delete_session_states`], [`SummaryStore::delete_summaries`]).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::message::Message;
+use crate::state::StateUpdate;
 
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +28,7 @@ pub enum StoreError {
     Invalid(String),
 }
 
-/// One saved step of a thread: the full state at that point.
+/// One saved step of a thread, as read back: the full state at that point.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Position in the thread's history, from 0, assigned by the checkpointer.
@@ -44,16 +46,65 @@ pub struct Checkpoint {
     pub created_at_ms: i64,
 }
 
-/// Per-thread, append-only checkpoint history. `put` never overwrites: every checkpoint
-/// stays readable, so the full message list of any step is always recoverable.
+/// One step to append to a thread: what changed since its parent, not the whole state.
+///
+/// A checkpointer stores the change (new or replaced messages, removals, values set)
+/// and links it to `parent`, so a step costs what it changed whatever the thread's
+/// length, while the full state of every step stays recoverable
+/// ([`Checkpointer::history`]). This is LangGraph's split between a checkpoint and its
+/// pending writes, reduced to one delta per step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointWrite {
+    /// The seq the writer computed this step from: the thread's head when it read it,
+    /// `None` for a thread's first checkpoint. [`Checkpointer::put`] stores the step only
+    /// while this is still the head (compare-and-swap).
+    pub parent: Option<u64>,
+    /// The run that writes it.
+    pub run_id: String,
+    /// Which node wrote it (`input`, `model`, `tools`, `<Middleware>.<hook>`).
+    pub node: String,
+    /// What changed, applied to the parent's state with the add-messages reducer. Every
+    /// upserted message must carry a non-empty id (the agent assigns them before it
+    /// writes).
+    pub update: StateUpdate,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+/// The result of [`Checkpointer::put`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Stored; this is the new head.
+    Saved {
+        /// The seq assigned (`parent + 1`, or 0 for a thread's first checkpoint).
+        seq: u64,
+    },
+    /// Another writer moved the thread on since `parent` was read; nothing was written.
+    /// Reload the latest state before writing again.
+    Conflict {
+        /// The thread's head when the write was refused (`None`: the thread is empty,
+        /// for example deleted in the meantime).
+        head: Option<u64>,
+    },
+}
+
+/// Per-thread, append-only checkpoint history with one writer at a time.
+///
+/// `put` is a compare-and-swap on the thread's head: two writers that read the same head
+/// cannot both append to it, so the second gets [`PutOutcome::Conflict`] and no message
+/// of the first is ever overwritten, in one process or across many sharing a database.
 #[async_trait]
 pub trait Checkpointer: Send + Sync {
-    /// Appends a checkpoint; `checkpoint.seq` is ignored and the assigned seq returned.
-    async fn put(&self, thread_id: &str, checkpoint: Checkpoint) -> Result<u64, StoreError>;
-    /// The newest checkpoint.
+    /// Appends a step after `write.parent` if that is still the thread's head.
+    async fn put(&self, thread_id: &str, write: CheckpointWrite) -> Result<PutOutcome, StoreError>;
+    /// The newest checkpoint, with its full state.
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError>;
-    /// Every checkpoint, oldest first.
+    /// Every retained checkpoint with its full state, oldest first (a bounded
+    /// checkpointer documents how many it keeps).
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError>;
+    /// Deletes every checkpoint of a thread (part of deleting a session); returns how
+    /// many steps went. The thread starts again from seq 0.
+    async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError>;
 }
 
 /// The scope of chat history and session memory: `(flow_id, user_id, session_id,
@@ -126,6 +177,23 @@ pub trait ChatHistoryStore: Send + Sync {
         scope: &SessionScope,
         messages: &[StoredMessage],
     ) -> Result<(), StoreError>;
+    /// Appends the messages whose id is not stored in the scope yet and skips the others
+    /// (`ON CONFLICT DO NOTHING`), so a retried or concurrent turn with the same ids is a
+    /// no-op instead of an error. Ids must be non-empty and unique within the batch.
+    /// Returns how many were stored.
+    async fn append_new(
+        &self,
+        scope: &SessionScope,
+        messages: &[StoredMessage],
+    ) -> Result<u64, StoreError>;
+    /// Deletes the chat history of every context of `(flow_id, user_id, session_id)`;
+    /// returns how many messages went. Called by session deletion.
+    async fn delete_session_history(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError>;
     /// The newest `n`, oldest first.
     async fn last_n(
         &self,
@@ -215,4 +283,8 @@ pub trait SummaryStore: Send + Sync {
     async fn get_summary(&self, key: &str) -> Result<Option<Value>, StoreError>;
     /// Stores `value` under `key`, replacing the previous one.
     async fn put_summary(&self, key: &str, value: &Value) -> Result<(), StoreError>;
+    /// Deletes every value whose key starts with `prefix` (the summaries of a deleted
+    /// thread); returns how many went. An empty prefix is refused
+    /// ([`StoreError::Invalid`]): it would empty the whole cache.
+    async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError>;
 }

@@ -806,10 +806,11 @@ impl SessionCompressor {
     }
 
     /// Appends the messages of a turn to the chat history, skipping those already stored
-    /// (by id), system messages, summary messages and messages without an id. Stored
-    /// timestamps are strictly increasing in list order (never earlier than the newest
-    /// stored message), so `(timestamp, id)` order is the conversation order even when
-    /// ids do not sort. Returns how many were appended.
+    /// (by id, with [`ChatHistoryStore::append_new`], so a retried or concurrent turn is
+    /// a no-op rather than an error), system messages, summary messages and messages
+    /// without an id. Stored timestamps are strictly increasing in list order (never
+    /// earlier than the newest stored message), so `(timestamp, id)` order is the
+    /// conversation order even when ids do not sort. Returns how many were appended.
     pub async fn record(
         &self,
         scope: &SessionScope,
@@ -823,32 +824,38 @@ impl SessionCompressor {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let stored = self.history.last_n(scope, candidates.len()).await?;
-        let known: HashSet<&str> = stored.iter().map(|m| m.message.id()).collect();
-        let base = stored
+        let newest = self.history.last_n(scope, 1).await?;
+        let base = newest
             .last()
             .map_or(i64::MIN, |m| m.timestamp_ms.saturating_add(1))
             .max(now_ms());
+        let mut seen = HashSet::new();
         let rows: Vec<StoredMessage> = candidates
             .into_iter()
-            .filter(|m| !known.contains(m.id()))
+            // A list may hold one id twice (a message replaced in place is still one).
+            .filter(|m| seen.insert(m.id()))
             .enumerate()
             .map(|(i, m)| StoredMessage {
                 timestamp_ms: base.saturating_add(i as i64),
                 message: m.clone(),
             })
             .collect();
-        if !rows.is_empty() {
-            self.history.append(scope, &rows).await?;
-        }
-        Ok(rows.len())
+        let stored = self.history.append_new(scope, &rows).await?;
+        Ok(usize::try_from(stored).unwrap_or(usize::MAX))
     }
 
-    /// Deletes the session-memory state of every context of the scope's session (chat
-    /// history is append-only and stays). Call it wherever a session is deleted.
+    /// Deletes everything session memory stored for the scope's session, in every
+    /// context: its chat history and its state (summary, pinned keys). Call it wherever
+    /// a session is deleted; returns how many rows went.
     pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
-        self.states
+        let history = self
+            .history
+            .delete_session_history(&scope.flow_id, &scope.user_id, &scope.session_id)
+            .await?;
+        let states = self
+            .states
             .delete_session_states(&scope.flow_id, &scope.user_id, &scope.session_id)
-            .await
+            .await?;
+        Ok(history + states)
     }
 }

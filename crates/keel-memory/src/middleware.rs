@@ -5,8 +5,10 @@
 //! before. What came before is replaced by `[summary message, *last N]` from the store
 //! (computed once per run, so every model call of a tool loop sends the same prefix),
 //! and the current turn follows. State and stored history are never changed by the
-//! request rewrite; `after_agent` appends the turn to the chat history (unless
-//! disabled), which is the only write besides the state row.
+//! request rewrite; `before_agent` records the user's input in the chat history and
+//! `after_agent` the rest of the turn (unless disabled), idempotently by message id, so
+//! a run that fails midway still leaves its input in history and a retried turn writes
+//! nothing twice. Those are the only writes besides the state row.
 //!
 //! Without a store the middleware falls back to the last N earlier messages of the
 //! request (pair-safe) and says so once in the log.
@@ -113,7 +115,8 @@ impl SessionMemoryBuilder {
         self
     }
 
-    /// Whether `after_agent` appends each turn to the chat history (default `true`).
+    /// Whether the middleware appends each turn to the chat history (default `true`):
+    /// the input when the run starts, the rest when it ends.
     /// Turn it off when the application stores messages itself.
     pub fn record_history(mut self, record: bool) -> Self {
         self.record_history = record;
@@ -204,13 +207,41 @@ impl SessionMemoryMiddleware {
         self.settings.scope_for_thread(thread_id)
     }
 
-    /// Deletes the session-memory state of a session (every context). Chat history is
-    /// append-only and stays. Without a store there is nothing to delete (returns 0).
+    /// Deletes what session memory stored for a session (every context): its chat
+    /// history and its state. Deleting a session also takes the agent's checkpoints
+    /// (`Agent::delete_thread`) and cached summaries (`SummaryCache::purge_thread`); see
+    /// `docs/operations.md`. Without a store there is nothing to delete (returns 0).
     pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
         match &self.compressor {
             Some(c) => c.delete_session(scope).await,
             None => Ok(0),
         }
+    }
+
+    /// Appends the current turn to the chat history (skipping what is stored).
+    async fn record_turn(
+        &self,
+        state: &AgentState,
+        runtime: &Runtime,
+        hook: &'static str,
+    ) -> Result<(), MiddlewareError> {
+        let (true, Some(compressor)) = (self.record_history, &self.compressor) else {
+            return Ok(());
+        };
+        let scope = self.scope_for_thread(&runtime.thread_id);
+        let turn = &state.messages[turn_start(&state.messages)..];
+        compressor
+            .record(&scope, turn)
+            .await
+            .map_err(|e| MiddlewareError {
+                middleware: NAME.to_owned(),
+                hook,
+                message: format!(
+                    "could not append the turn to the chat history of session {:?}: {e}",
+                    scope.session_id
+                ),
+            })?;
+        Ok(())
     }
 
     fn log_fallback_once(&self) {
@@ -268,10 +299,20 @@ impl Middleware for SessionMemoryMiddleware {
 
     fn hooks(&self) -> Hooks {
         Hooks {
+            before_agent: true,
             wrap_model_call: true,
             after_agent: true,
             ..Hooks::NONE
         }
+    }
+
+    async fn before_agent(
+        &self,
+        state: &AgentState,
+        runtime: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        self.record_turn(state, runtime, "before_agent").await?;
+        Ok(HookOutcome::proceed())
     }
 
     async fn wrap_model_call(
@@ -291,21 +332,7 @@ impl Middleware for SessionMemoryMiddleware {
         runtime: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
         self.runs.lock().pop(runtime.run_id.as_ref());
-        if let (true, Some(compressor)) = (self.record_history, &self.compressor) {
-            let scope = self.scope_for_thread(&runtime.thread_id);
-            let turn = &state.messages[turn_start(&state.messages)..];
-            compressor
-                .record(&scope, turn)
-                .await
-                .map_err(|e| MiddlewareError {
-                    middleware: NAME.to_owned(),
-                    hook: "after_agent",
-                    message: format!(
-                        "could not append the turn to the chat history of session {:?}: {e}",
-                        scope.session_id
-                    ),
-                })?;
-        }
+        self.record_turn(state, runtime, "after_agent").await?;
         Ok(HookOutcome::proceed())
     }
 }

@@ -564,7 +564,7 @@ async fn the_summary_message_is_byte_identical_between_folds() {
 }
 
 #[tokio::test]
-async fn deleting_a_session_deletes_its_state_only() {
+async fn deleting_a_session_deletes_its_history_and_state_and_nothing_else() {
     let store = Arc::new(MemoryStore::new());
     let a = SessionScope::new("flow-test", "u", "del", "ctx-a");
     let b = SessionScope::new("flow-test", "u", "del", "ctx-b");
@@ -587,16 +587,16 @@ async fn deleting_a_session_deletes_its_state_only() {
             .delete_session(&a)
             .await
             .unwrap(),
-        2
+        30 + 30 + 2,
+        "two contexts' history and state"
     );
     assert_eq!(store.get_state(&a).await.unwrap(), None);
     assert_eq!(store.get_state(&b).await.unwrap(), None);
     assert!(store.get_state(&other).await.unwrap().is_some());
-    assert_eq!(
-        store.last_n(&a, 100).await.unwrap().len(),
-        30,
-        "chat history is append-only"
-    );
+    for sc in [&a, &b] {
+        assert!(store.last_n(sc, 100).await.unwrap().is_empty(), "{sc:?}");
+    }
+    assert_eq!(store.last_n(&other, 100).await.unwrap().len(), 30);
 }
 
 #[tokio::test]

@@ -356,7 +356,7 @@ async fn scopes_are_isolated_at_middleware_level() {
 }
 
 #[tokio::test]
-async fn deleting_the_session_through_the_middleware_drops_the_summary() {
+async fn deleting_the_session_through_the_middleware_drops_the_summary_and_history() {
     let store = Arc::new(MemoryStore::new());
     let scope = SessionScope::new("flow-mw", "ada", "del", "");
     let mw = Arc::new(
@@ -373,8 +373,10 @@ async fn deleting_the_session_through_the_middleware_drops_the_summary() {
         .await
         .unwrap();
     assert!(store.get_state(&scope).await.unwrap().is_some());
-    assert_eq!(mw.delete_session(&scope).await.unwrap(), 1);
+    // 12 seeded messages, the turn's input and answer, and the state row.
+    assert_eq!(mw.delete_session(&scope).await.unwrap(), 12 + 2 + 1);
     assert_eq!(store.get_state(&scope).await.unwrap(), None);
+    assert!(store.last_n(&scope, 100).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -399,4 +401,53 @@ async fn fold_events_reach_stream_consumers() {
     }
     stream.finish().await.unwrap();
     assert_eq!(kinds, ["context_compacting", "session_memory_folded"]);
+}
+
+/// The input is recorded when the run starts: a run whose model fails still leaves it
+/// in history, and the next turn (or a retry of the same one) records nothing twice.
+#[tokio::test]
+async fn a_failed_run_leaves_its_input_in_history_and_a_retry_writes_nothing_twice() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope, 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    let model = Arc::new(ScriptedModel::with_results([
+        Err(keel_core::model::ModelError::new(
+            keel_core::model::ModelErrorKind::Connection,
+            "the provider is down",
+        )),
+        Ok(Message::ai("back again").with_id("a1")),
+    ]));
+    let agent = agent(&model, mw.clone());
+    let input = Message::human("are you there?").with_id("q1");
+    let err = agent.invoke("s9", vec![input.clone()]).await.unwrap_err();
+    assert!(err.to_string().contains("provider is down"), "{err}");
+    let stored_scope = mw.scope_for_thread("s9");
+    let ids = |h: Vec<keel_core::store::StoredMessage>| {
+        h.into_iter()
+            .map(|m| m.message.id().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(store.last_n(&stored_scope, 10).await.unwrap()), ["q1"]);
+    // Resuming the thread (no new input) answers; the turn is recorded once.
+    agent.invoke("s9", vec![]).await.unwrap();
+    assert_eq!(
+        ids(store.last_n(&stored_scope, 10).await.unwrap()),
+        ["q1", "a1"]
+    );
+    // Recording the same turn again (a retried after_agent) is a no-op, not an error.
+    let state = agent.state("s9").await.unwrap().unwrap();
+    let compressor = mw.compressor().unwrap();
+    assert_eq!(
+        compressor
+            .record(&stored_scope, &state.messages)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(store.last_n(&stored_scope, 10).await.unwrap().len(), 2);
 }

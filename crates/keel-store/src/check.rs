@@ -33,6 +33,17 @@ pub(crate) fn session(flow_id: &str, user_id: &str, session_id: &str) -> Result<
     text("session_id", session_id)
 }
 
+/// Checks a key prefix for `delete_summaries`: storable and not empty (an empty prefix
+/// would delete every summary of every session).
+pub(crate) fn prefix(prefix: &str) -> Result<(), StoreError> {
+    if prefix.is_empty() {
+        return Err(StoreError::Invalid(
+            "prefix is empty, which would delete every cached summary; pass the key prefix of one thread".into(),
+        ));
+    }
+    text("prefix", prefix)
+}
+
 /// Checks a batch before `append`: ids are non-empty, storable and unique in the batch.
 /// (Uniqueness against stored rows is the backend's job, inside its transaction.)
 pub(crate) fn append_batch(messages: &[StoredMessage]) -> Result<(), StoreError> {

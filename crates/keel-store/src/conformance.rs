@@ -20,8 +20,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use keel_core::message::{Message, MessageBody, ToolCall};
+use keel_core::state::{AgentState, MessageOp, StateUpdate};
 use keel_core::store::{
-    Checkpoint, Cursor, SaveOutcome, SessionMemoryState, SessionScope, StoreError, StoredMessage,
+    CheckpointWrite, Cursor, PutOutcome, SaveOutcome, SessionMemoryState, SessionScope, StoreError,
+    StoredMessage,
 };
 use serde_json::{Map, Value, json};
 
@@ -59,16 +61,20 @@ macro_rules! ensure {
     };
 }
 
-/// Runs every check in order, then [`concurrent_cas`] with 64 tasks.
+/// Runs every check in order, then [`concurrent_cas`] and [`concurrent_checkpoints`]
+/// with 64 tasks.
 pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
     chat_history(&*store).await?;
+    idempotent_history(&*store).await?;
     scope_isolation(&*store).await?;
     state_compare_and_swap(&*store).await?;
     purge(&*store).await?;
     checkpoints_append_only(&*store).await?;
+    checkpoint_compare_and_swap(&*store).await?;
     summary_cache(&*store).await?;
     migrations_rerun(&*store).await?;
-    concurrent_cas(store, 64).await
+    concurrent_cas(store.clone(), 64).await?;
+    concurrent_checkpoints(store, 64).await
 }
 
 fn namespace() -> String {
@@ -245,6 +251,47 @@ pub async fn chat_history<S: Storage>(store: &S) -> Checked {
         "append to another context",
         store.append(&other, &[msg(1, "m1")]).await,
     )?;
+    Ok(())
+}
+
+/// `append_new` stores only ids the scope does not hold yet: a retried batch stores
+/// nothing and fails nothing, a batch mixing old and new ids stores the new ones, and
+/// the batch checks (`append`'s) still apply.
+pub async fn idempotent_history<S: Storage>(store: &S) -> Checked {
+    const C: &str = "idempotent_history";
+    let scope = SessionScope::new(format!("{}-flow", namespace()), "user", "session", "");
+    let batch = [msg(1, "m1"), msg(2, "m2")];
+    let n = call(C, "append_new", store.append_new(&scope, &batch).await)?;
+    ensure!(C, n == 2, "the first append_new stored {n} of 2");
+    let n = call(
+        C,
+        "append_new again",
+        store.append_new(&scope, &batch).await,
+    )?;
+    ensure!(C, n == 0, "a retried batch stored {n} messages again");
+    let n = call(
+        C,
+        "append_new",
+        store
+            .append_new(&scope, &[msg(9, "m2"), msg(3, "m3")])
+            .await,
+    )?;
+    ensure!(C, n == 1, "a batch with one new id stored {n}");
+    let all = call(C, "after", store.after(&scope, None, 100).await)?;
+    ensure!(
+        C,
+        ids(&all) == ["m1", "m2", "m3"] && all[1].timestamp_ms == 2,
+        "history after retries: {:?}; a skipped message must keep its first timestamp",
+        all.iter()
+            .map(|m| (m.timestamp_ms, m.message.id()))
+            .collect::<Vec<_>>()
+    );
+    let r = store.append_new(&scope, &[msg(4, "")]).await;
+    ensure!(C, is_invalid(&r), "an empty id gave {r:?}");
+    let r = store
+        .append_new(&scope, &[msg(4, "m4"), msg(5, "m4")])
+        .await;
+    ensure!(C, is_invalid(&r), "one id twice in a batch gave {r:?}");
     Ok(())
 }
 
@@ -574,6 +621,70 @@ pub async fn purge<S: Storage>(store: &S) -> Checked {
         n == 1,
         "purging state deleted chat history ({n} messages left of 1)"
     );
+    // Deleting the session's history: every context of it, nothing of another session.
+    call(C, "append", store.append(&doomed[1], &[msg(2, "h2")]).await)?;
+    call(C, "append", store.append(&kept[0], &[msg(1, "h1")]).await)?;
+    let gone = call(
+        C,
+        "delete_session_history",
+        store.delete_session_history(&flow, "u", "s").await,
+    )?;
+    ensure!(
+        C,
+        gone == 2,
+        "deleting the session's history removed {gone} of 2 messages"
+    );
+    for s in &doomed {
+        let n = call(C, "count_after", store.count_after(s, None).await)?;
+        ensure!(
+            C,
+            n == 0,
+            "{s:?} kept {n} messages after its session was deleted"
+        );
+    }
+    let n = call(C, "count_after", store.count_after(&kept[0], None).await)?;
+    ensure!(
+        C,
+        n == 1,
+        "another session lost its history ({n} of 1 left)"
+    );
+    // Summaries by key prefix: the thread's, not a longer thread id's.
+    let doomed_key = format!("{ns}-summary:thread-1#");
+    for key in [
+        format!("{doomed_key}a"),
+        format!("{doomed_key}b"),
+        format!("{ns}-summary:thread-10#a"),
+    ] {
+        call(C, "put_summary", store.put_summary(&key, &json!("s")).await)?;
+    }
+    let gone = call(
+        C,
+        "delete_summaries",
+        store.delete_summaries(&doomed_key).await,
+    )?;
+    ensure!(
+        C,
+        gone == 2,
+        "delete_summaries({doomed_key:?}) removed {gone} of 2"
+    );
+    let other = call(
+        C,
+        "get_summary",
+        store
+            .get_summary(&format!("{ns}-summary:thread-10#a"))
+            .await,
+    )?;
+    ensure!(
+        C,
+        other.is_some(),
+        "delete_summaries removed a key it does not prefix"
+    );
+    let r = store.delete_summaries("").await;
+    ensure!(
+        C,
+        is_invalid(&r),
+        "delete_summaries(\"\") gave {r:?}, expected Invalid"
+    );
     let again = call(
         C,
         "delete_session_states",
@@ -593,22 +704,21 @@ pub async fn purge<S: Storage>(store: &S) -> Checked {
     Ok(())
 }
 
-fn checkpoint(node: &str, messages: Vec<Message>, n: i64) -> Checkpoint {
-    let mut values = Map::new();
-    values.insert("step".into(), json!(n));
-    Checkpoint {
-        seq: 999,
+fn step(parent: Option<u64>, node: &str, update: StateUpdate) -> CheckpointWrite {
+    CheckpointWrite {
+        parent,
         run_id: "run-1".into(),
         node: node.into(),
-        messages,
-        values,
-        created_at_ms: 1_700_000_000_000 + n,
+        update,
+        created_at_ms: 1_700_000_000_000 + parent.map_or(0, |p| p as i64 + 1),
     }
 }
 
-/// Checkpoints are appended with seq 0, 1, 2, ... per thread whatever the caller passes;
-/// every earlier checkpoint keeps its exact messages, even when a later one rewrote a
-/// message under the same id.
+/// Steps are stored as deltas and read back as full states: seq 0, 1, 2, ... per thread;
+/// every step's state equals the add-messages reducer applied to the updates so far
+/// (an in-place rewrite under the same id, a removal, a removal of everything, one id
+/// upserted twice in one step, values); `latest` is the last of `history`; deleting
+/// the thread empties it and it starts again at seq 0.
 pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
     const C: &str = "checkpoints_append_only";
     let ns = namespace();
@@ -622,32 +732,89 @@ pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
     if let MessageBody::Human(h) = h1_edited.body_mut() {
         h.content = "hello (edited in place)".into();
     }
-    let written = vec![
-        checkpoint("input", vec![h1.clone()], 0),
-        checkpoint("model", vec![h1.clone(), a1.clone()], 1),
-        checkpoint("tools", vec![h1_edited, a1.clone(), t1.clone(), t1], 2),
-        checkpoint("empty", Vec::new(), 3),
+    let mut values = Map::new();
+    values.insert("step".into(), json!(2));
+    let updates = [
+        ("input", StateUpdate::messages([h1.clone()])),
+        ("model", StateUpdate::messages([a1.clone()])),
+        (
+            "tools",
+            StateUpdate {
+                messages: StateUpdate::messages([h1_edited, t1.clone(), t1.clone()]).messages,
+                values,
+            },
+        ),
+        (
+            "remove",
+            StateUpdate {
+                messages: vec![MessageOp::Remove { id: "a1".into() }],
+                ..Default::default()
+            },
+        ),
+        (
+            "wipe",
+            StateUpdate {
+                messages: vec![
+                    MessageOp::RemoveAll,
+                    MessageOp::Upsert {
+                        message: a1.clone(),
+                    },
+                ],
+                values: StateUpdate::value("step", json!(4)).values,
+            },
+        ),
+        ("empty", StateUpdate::default()),
     ];
-    for (i, cp) in written.iter().enumerate() {
-        let seq = call(C, "put", store.put(&thread, cp.clone()).await)?;
-        ensure!(C, seq == i as u64, "put #{i} was assigned seq {seq}");
+    let mut reference = AgentState::default();
+    let mut expected = Vec::new();
+    for (i, (node, update)) in updates.iter().enumerate() {
+        let parent = i.checked_sub(1).map(|p| p as u64);
+        let out = call(
+            C,
+            "put",
+            store.put(&thread, step(parent, node, update.clone())).await,
+        )?;
+        ensure!(
+            C,
+            out == PutOutcome::Saved { seq: i as u64 },
+            "put #{i} after {parent:?} gave {out:?}"
+        );
+        reference
+            .apply(update.clone())
+            .map_err(|e| fail(C, format!("the reference reducer refused step {i}: {e}")))?;
+        expected.push(reference.clone());
     }
     let history = call(C, "history", store.history(&thread).await)?;
     ensure!(
         C,
-        history.len() == written.len(),
-        "history has {} checkpoints",
-        history.len()
+        history.len() == updates.len(),
+        "history has {} checkpoints, wrote {}",
+        history.len(),
+        updates.len()
     );
-    for (i, (got, want)) in history.iter().zip(&written).enumerate() {
-        let want = Checkpoint {
-            seq: i as u64,
-            ..want.clone()
-        };
+    for (i, (got, want)) in history.iter().zip(&expected).enumerate() {
         ensure!(
             C,
-            *got == want,
-            "checkpoint {i} read back as {got:?}, wrote {want:?}"
+            got.seq == i as u64 && got.node == updates[i].0 && got.run_id == "run-1",
+            "checkpoint {i} is seq {} node {:?} run {:?}",
+            got.seq,
+            got.node,
+            got.run_id
+        );
+        ensure!(
+            C,
+            got.messages == *want.messages && got.values == want.values,
+            "checkpoint {i} read back as {:?} {:?}, the reducer says {:?} {:?}",
+            got.messages,
+            got.values,
+            want.messages,
+            want.values
+        );
+        ensure!(
+            C,
+            got.created_at_ms == 1_700_000_000_000 + i as i64,
+            "checkpoint {i} has created_at_ms {}",
+            got.created_at_ms
         );
     }
     let latest = call(C, "latest", store.latest(&thread).await)?;
@@ -667,6 +834,193 @@ pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
         C,
         call(C, "latest", store.latest(&other).await)?.is_none(),
         "an unknown thread has a latest checkpoint"
+    );
+    let gone = call(C, "delete_thread", store.delete_thread(&thread).await)?;
+    ensure!(
+        C,
+        gone == updates.len() as u64,
+        "delete_thread removed {gone} steps"
+    );
+    ensure!(
+        C,
+        call(C, "latest", store.latest(&thread).await)?.is_none()
+            && call(C, "history", store.history(&thread).await)?.is_empty(),
+        "a deleted thread still has checkpoints"
+    );
+    let out = call(
+        C,
+        "put",
+        store
+            .put(&thread, step(None, "input", StateUpdate::messages([h1])))
+            .await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Saved { seq: 0 },
+        "a deleted thread restarted at {out:?}"
+    );
+    let restarted = call(C, "latest", store.latest(&thread).await)?;
+    ensure!(
+        C,
+        restarted.as_ref().map(|c| c.messages.len()) == Some(1),
+        "a restarted thread has {restarted:?}"
+    );
+    Ok(())
+}
+
+/// `put` is a compare-and-swap on the head: a stale parent (or `None` on a thread that
+/// has steps) is a conflict naming the head and writes nothing; an invalid step (an
+/// empty id, removing an unknown id) is `Invalid` and writes nothing either.
+pub async fn checkpoint_compare_and_swap<S: Storage>(store: &S) -> Checked {
+    const C: &str = "checkpoint_compare_and_swap";
+    let thread = format!("{}-thread", namespace());
+    let first = StateUpdate::messages([Message::human("a").with_id("a")]);
+    let out = call(
+        C,
+        "put",
+        store
+            .put(&thread, step(Some(0), "input", first.clone()))
+            .await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Conflict { head: None },
+        "a parent on an empty thread gave {out:?}"
+    );
+    call(
+        C,
+        "put",
+        store.put(&thread, step(None, "input", first.clone())).await,
+    )?;
+    call(
+        C,
+        "put",
+        store
+            .put(
+                &thread,
+                step(
+                    Some(0),
+                    "model",
+                    StateUpdate::messages([Message::ai("b").with_id("b")]),
+                ),
+            )
+            .await,
+    )?;
+    for parent in [None, Some(0), Some(2), Some(u64::from(u32::MAX))] {
+        let lost = StateUpdate::messages([Message::ai("lost").with_id("lost")]);
+        let out = call(
+            C,
+            "put",
+            store.put(&thread, step(parent, "model", lost)).await,
+        )?;
+        ensure!(
+            C,
+            out == PutOutcome::Conflict { head: Some(1) },
+            "a write after {parent:?} when the head is 1 gave {out:?}"
+        );
+    }
+    let bad = [
+        StateUpdate::messages([Message::ai("x").with_id("")]),
+        StateUpdate {
+            messages: vec![
+                MessageOp::Upsert {
+                    message: Message::ai("x").with_id("x"),
+                },
+                MessageOp::Remove { id: "nope".into() },
+            ],
+            ..Default::default()
+        },
+    ];
+    for update in bad {
+        let r = store
+            .put(&thread, step(Some(1), "model", update.clone()))
+            .await;
+        ensure!(C, is_invalid(&r), "an invalid step {update:?} gave {r:?}");
+    }
+    let history = call(C, "history", store.history(&thread).await)?;
+    let ids: Vec<Vec<&str>> = history
+        .iter()
+        .map(|c| c.messages.iter().map(Message::id).collect())
+        .collect();
+    ensure!(
+        C,
+        ids == [vec!["a"], vec!["a", "b"]],
+        "refused writes changed the thread: {ids:?}"
+    );
+    Ok(())
+}
+
+/// `tasks` writers append to one thread at once, each reading the head and retrying on
+/// conflict until it wins once: every step is stored once, seqs are 0..tasks with no
+/// gap, and the final state holds every writer's message exactly once.
+pub async fn concurrent_checkpoints<S: Storage + 'static>(store: Arc<S>, tasks: usize) -> Checked {
+    const C: &str = "concurrent_checkpoints";
+    let thread = format!("{}-thread", namespace());
+    let max_attempts = tasks.saturating_mul(4).max(16);
+    let start = Arc::new(tokio::sync::Barrier::new(tasks));
+    let mut handles = Vec::with_capacity(tasks);
+    for writer in 0..tasks {
+        let (store, thread, start) = (store.clone(), thread.clone(), start.clone());
+        handles.push(tokio::spawn(async move {
+            let mut conflicts = 0usize;
+            for round in 0..max_attempts {
+                let latest = store.latest(&thread).await;
+                // In the first round every writer reads before any writes, so all of them
+                // hold the empty thread and exactly one may win it (the barrier comes
+                // before any early return so that a failing writer cannot strand the rest).
+                if round == 0 {
+                    start.wait().await;
+                }
+                let head = call(C, "latest", latest)?.map(|c| c.seq);
+                let update = StateUpdate::messages([
+                    Message::human(format!("from {writer}")).with_id(format!("w{writer}"))
+                ]);
+                match call(
+                    C,
+                    "put",
+                    store.put(&thread, step(head, "input", update)).await,
+                )? {
+                    PutOutcome::Saved { .. } => return Ok(conflicts),
+                    PutOutcome::Conflict { .. } => conflicts += 1,
+                }
+                tokio::task::yield_now().await;
+            }
+            Err(fail(
+                C,
+                format!("writer {writer} lost {max_attempts} races in a row"),
+            ))
+        }));
+    }
+    let mut conflicts = 0;
+    for h in handles {
+        conflicts += h
+            .await
+            .map_err(|e| fail(C, format!("a writer task failed: {e}")))??;
+    }
+    ensure!(
+        C,
+        tasks < 2 || conflicts > 0,
+        "{tasks} writers never collided, so the race was not exercised"
+    );
+    let history = call(C, "history", store.history(&thread).await)?;
+    let seqs: Vec<u64> = history.iter().map(|c| c.seq).collect();
+    ensure!(
+        C,
+        seqs == (0..tasks as u64).collect::<Vec<_>>(),
+        "seqs after the race: {seqs:?}"
+    );
+    let last = history
+        .last()
+        .map(|c| c.messages.clone())
+        .unwrap_or_default();
+    let mut ids: Vec<&str> = last.iter().map(Message::id).collect();
+    ids.sort_unstable();
+    let mut want: Vec<String> = (0..tasks).map(|w| format!("w{w}")).collect();
+    want.sort_unstable();
+    ensure!(
+        C,
+        ids == want.iter().map(String::as_str).collect::<Vec<_>>(),
+        "the final state holds {ids:?}, expected each writer once"
     );
     Ok(())
 }

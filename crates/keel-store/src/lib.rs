@@ -52,8 +52,14 @@
 //! - **Scope is a security boundary.** Every chat-history and session-state query filters
 //!   by the full `(flow_id, user_id, session_id, context_id)`; deleting a session's state
 //!   filters by `(flow_id, user_id, session_id)`. No API reads by session id alone.
-//! - **Messages are never modified.** No API updates or deletes a chat-history row or a
-//!   checkpoint; `append` is all-or-nothing and rejects an id already in the scope.
+//! - **Messages are never modified.** No API updates a chat-history row or a checkpoint;
+//!   they are deleted only with their session (`delete_session_history`) or thread
+//!   (`delete_thread`). `append` is all-or-nothing and rejects an id already in the
+//!   scope; `append_new` skips such ids instead (`ON CONFLICT DO NOTHING`), so recording
+//!   a retried turn is a no-op.
+//! - **One writer per checkpoint step.** [`Checkpointer::put`] appends only after the
+//!   head its writer read; a concurrent writer gets `PutOutcome::Conflict` and writes
+//!   nothing, in one process or across processes sharing a database.
 //! - **History order** is `(timestamp_ms, message id)`, ids compared byte-wise (PostgreSQL
 //!   uses `COLLATE "C"` so that its order matches SQLite's and Rust's).
 //! - **Compare-and-swap** as [`SessionMemoryStore::save_state`] documents: insert when
@@ -74,14 +80,19 @@
 //! versions in `_sqlx_migrations`; PostgreSQL serialises concurrent migrators with an
 //! advisory lock).
 //!
-//! - `checkpoint_messages (thread_id, content_hash) -> body`: each distinct message
-//!   of a thread stored once, as its JSON, keyed by a SHA-256-derived hash of that JSON.
-//! - `checkpoints (thread_id, seq)`: `run_id`, `node`, `message_hashes` (a JSON
-//!   array of hashes, in order), `state_values` (JSON), `created_at_ms`. Append-only: seq
-//!   is `max + 1` per thread. Why not a full snapshot per checkpoint: a thread's checkpoint
-//!   N repeats almost all of N-1, so snapshots grow quadratically; here a checkpoint costs
-//!   one short hash per message. Why a content hash and not the message id: middleware may
-//!   rewrite a message in place under the same id, and both versions must stay readable.
+//! - Checkpoints (migration 0002), stored as deltas so a step costs what it changed:
+//!   `checkpoint_heads (thread_id)`: `head_seq` (compare-and-swap target),
+//!   `next_position`, `state_values` (JSON, the head's values);
+//!   `checkpoint_steps (thread_id, seq)`: `run_id`, `node`, `values_set` (JSON, what the
+//!   step set), `created_at_ms`; `checkpoint_entries (thread_id, position, added_seq)`:
+//!   one version of a message, in the state of every seq in `[added_seq, removed_seq)`,
+//!   with `message_id` and `body` (JSON), indexed on `(thread_id, message_id)` for live
+//!   versions. A replacement under the same id closes the old version and opens one at
+//!   the same position, so every step's state stays readable. These columns are `TEXT`
+//!   on both dialects (never queried inside), so both run the same statements.
+//! - `checkpoint_messages` and `checkpoints` (migration 0001): the earlier layout, a
+//!   content-addressed message per row and a list of hashes per step. Migration 0002
+//!   carries each thread's latest checkpoint over; older steps stay readable there.
 //! - `chat_messages`: primary key `(flow_id, user_id, session_id, context_id,
 //!   message_id)`, plus `timestamp_ms`, `role` and `body` (the message's JSON); indexed on
 //!   `(flow_id, user_id, session_id, context_id, timestamp_ms, message_id)` for `last_n`,
@@ -92,7 +103,7 @@
 //!   `summary_model`, `version`, `created_at_ms`, `updated_at_ms`.
 //! - `summary_cache (key) -> value` (JSON), `updated_at_ms`.
 //!
-//! JSON columns are `TEXT` on SQLite and `JSON` on PostgreSQL (not `JSONB`: `JSON` keeps
+//! Other JSON columns are `TEXT` on SQLite and `JSON` on PostgreSQL (not `JSONB`: `JSON` keeps
 //! the text as written and accepts every string serde_json can produce, `\u0000` included).
 //!
 //! ## Operations
@@ -108,8 +119,10 @@
 //!   `search_path` with `postgres::PostgresStore::connect_with`).
 //! - **Memory** when there is no database: nothing survives a restart.
 //!
-//! Deleting a session: call [`SessionMemoryStore::delete_session_states`] alongside your
-//! own session deletion. Chat history is never deleted by this crate.
+//! Deleting a session: [`ChatHistoryStore::delete_session_history`],
+//! [`SessionMemoryStore::delete_session_states`], [`Checkpointer::delete_thread`] and
+//! [`SummaryStore::delete_summaries`] (by key prefix) remove what a session stored; see
+//! `docs/operations.md`, "Deleting a session".
 
 pub mod conformance;
 pub mod error;
@@ -126,7 +139,7 @@ mod store;
 
 pub use error::ConnectError;
 pub use keel_core::store::{
-    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
-    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
+    SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 pub use store::{Backend, Storage, Store};

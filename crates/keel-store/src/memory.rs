@@ -25,10 +25,11 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use keel_core::checkpoint_log::CheckpointLog;
 use keel_core::message::Message;
 use keel_core::store::{
-    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
-    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
+    SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -44,7 +45,8 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Inner {
-    checkpoints: HashMap<String, Vec<Checkpoint>>,
+    /// Every step of every thread, as deltas with a materialized head.
+    checkpoints: HashMap<String, CheckpointLog>,
     history: HashMap<SessionScope, ScopeHistory>,
     states: HashMap<SessionScope, SessionMemoryState>,
     summaries: HashMap<String, Value>,
@@ -78,22 +80,26 @@ fn stored(cursor: &Cursor, message: &Message) -> StoredMessage {
     }
 }
 
-fn check_checkpoint(thread_id: &str, checkpoint: &Checkpoint) -> Result<(), StoreError> {
+fn check_checkpoint(thread_id: &str, write: &CheckpointWrite) -> Result<(), StoreError> {
     check::text("thread_id", thread_id)?;
-    check::text("checkpoint.run_id", &checkpoint.run_id)?;
-    check::text("checkpoint.node", &checkpoint.node)
+    check::text("checkpoint.run_id", &write.run_id)?;
+    check::text("checkpoint.node", &write.node)
 }
 
 #[async_trait]
 impl Checkpointer for MemoryStore {
-    async fn put(&self, thread_id: &str, mut checkpoint: Checkpoint) -> Result<u64, StoreError> {
-        check_checkpoint(thread_id, &checkpoint)?;
+    async fn put(&self, thread_id: &str, write: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        check_checkpoint(thread_id, &write)?;
         let mut inner = self.inner.lock();
-        let thread = inner.checkpoints.entry(thread_id.to_owned()).or_default();
-        let seq = thread.len() as u64;
-        checkpoint.seq = seq;
-        thread.push(checkpoint);
-        Ok(seq)
+        if let Some(log) = inner.checkpoints.get_mut(thread_id) {
+            return log.put(write);
+        }
+        let mut log = CheckpointLog::new(0);
+        let outcome = log.put(write)?;
+        if matches!(outcome, PutOutcome::Saved { .. }) {
+            inner.checkpoints.insert(thread_id.to_owned(), log);
+        }
+        Ok(outcome)
     }
 
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
@@ -102,7 +108,7 @@ impl Checkpointer for MemoryStore {
         Ok(inner
             .checkpoints
             .get(thread_id)
-            .and_then(|t| t.last().cloned()))
+            .and_then(CheckpointLog::latest))
     }
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
@@ -111,8 +117,18 @@ impl Checkpointer for MemoryStore {
         Ok(inner
             .checkpoints
             .get(thread_id)
-            .cloned()
+            .map(CheckpointLog::history)
             .unwrap_or_default())
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
+        check::text("thread_id", thread_id)?;
+        let mut inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .remove(thread_id)
+            .and_then(|log| log.head_seq())
+            .map_or(0, |seq| seq + 1))
     }
 }
 
@@ -136,6 +152,44 @@ impl ChatHistoryStore for MemoryStore {
             rows.by_position.insert(m.cursor(), m.message.clone());
         }
         Ok(())
+    }
+
+    async fn append_new(
+        &self,
+        scope: &SessionScope,
+        messages: &[StoredMessage],
+    ) -> Result<u64, StoreError> {
+        check::scope(scope)?;
+        check::append_batch(messages)?;
+        let mut inner = self.inner.lock();
+        let rows = inner.history.entry(scope.clone()).or_default();
+        let mut stored = 0;
+        for m in messages {
+            if rows.ids.insert(m.message.id().to_owned()) {
+                rows.by_position.insert(m.cursor(), m.message.clone());
+                stored += 1;
+            }
+        }
+        Ok(stored)
+    }
+
+    async fn delete_session_history(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        check::session(flow_id, user_id, session_id)?;
+        let mut inner = self.inner.lock();
+        let mut deleted = 0;
+        inner.history.retain(|s, rows| {
+            let doomed = s.flow_id == flow_id && s.user_id == user_id && s.session_id == session_id;
+            if doomed {
+                deleted += rows.ids.len() as u64;
+            }
+            !doomed
+        });
+        Ok(deleted)
     }
 
     async fn last_n(
@@ -259,5 +313,13 @@ impl SummaryStore for MemoryStore {
             .summaries
             .insert(key.to_owned(), value.clone());
         Ok(())
+    }
+
+    async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
+        check::prefix(prefix)?;
+        let mut inner = self.inner.lock();
+        let before = inner.summaries.len();
+        inner.summaries.retain(|k, _| !k.starts_with(prefix));
+        Ok((before - inner.summaries.len()) as u64)
     }
 }

@@ -23,6 +23,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 const QUERIES: Queries = Queries {
     append: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
              timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, CAST($8 AS JSON))",
+    append_new: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
+             timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, CAST($8 AS JSON)) \
+             ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
     insert_state: "INSERT INTO session_memory_state (flow_id, user_id, session_id, context_id, \
              summary, pinned, covered_until_message_id, covered_until_timestamp, absorbed_count, \
              summary_model, version, created_at_ms, updated_at_ms) \
@@ -37,30 +40,27 @@ const QUERIES: Queries = Queries {
              VALUES ($1, CAST($2 AS JSON), $3) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
              updated_at_ms = excluded.updated_at_ms",
-    put_blobs: "INSERT INTO checkpoint_messages (thread_id, content_hash, body) \
-             SELECT $1, e ->> 0, CAST(e ->> 1 AS JSON) \
-             FROM json_array_elements(CAST($2 AS JSON)) AS e \
-             ON CONFLICT DO NOTHING",
-    put_checkpoint: "INSERT INTO checkpoints (thread_id, seq, run_id, node, message_hashes, \
-             state_values, created_at_ms) \
-             SELECT $1, COALESCE(MAX(seq) + 1, 0), $2, $3, CAST($4 AS JSON), CAST($5 AS JSON), $6 \
-             FROM checkpoints WHERE thread_id = $1 RETURNING seq",
-    blobs_of_checkpoint: "SELECT content_hash, CAST(body AS TEXT) AS body \
-             FROM checkpoint_messages WHERE thread_id = $1 AND content_hash IN \
-             (SELECT json_array_elements_text(c.message_hashes) FROM checkpoints c \
-              WHERE c.thread_id = $1 AND c.seq = $2)",
 };
 
 /// The embedded migrations, in order. Expand-only. sqlx takes an advisory lock while
 /// it runs them, so processes starting together do not race.
 fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        "init".into(),
-        MigrationType::Simple,
-        include_str!("../migrations/postgres/0001_init.sql").into_sql_str(),
-        false,
-    )])
+    Migrator::with_migrations(vec![
+        Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0001_init.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            "checkpoint deltas".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0002_checkpoint_deltas.sql").into_sql_str(),
+            false,
+        ),
+    ])
 }
 
 /// A store on PostgreSQL. Cheap to clone (clones share the pool).

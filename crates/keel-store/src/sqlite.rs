@@ -24,6 +24,9 @@ const FILE_POOL_SIZE: u32 = 4;
 const QUERIES: Queries = Queries {
     append: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
              timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    append_new: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
+             timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
     insert_state: "INSERT INTO session_memory_state (flow_id, user_id, session_id, context_id, \
              summary, pinned, covered_until_message_id, covered_until_timestamp, absorbed_count, \
              summary_model, version, created_at_ms, updated_at_ms) \
@@ -37,18 +40,6 @@ const QUERIES: Queries = Queries {
     put_summary: "INSERT INTO summary_cache (key, value, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
              updated_at_ms = excluded.updated_at_ms",
-    // `WHERE true` resolves SQLite's parsing ambiguity between a join and an upsert.
-    put_blobs: "INSERT INTO checkpoint_messages (thread_id, content_hash, body) \
-             SELECT $1, json_extract(value, '$[0]'), json_extract(value, '$[1]') \
-             FROM json_each($2) WHERE true ON CONFLICT DO NOTHING",
-    put_checkpoint: "INSERT INTO checkpoints (thread_id, seq, run_id, node, message_hashes, \
-             state_values, created_at_ms) \
-             SELECT $1, COALESCE(MAX(seq) + 1, 0), $2, $3, $4, $5, $6 \
-             FROM checkpoints WHERE thread_id = $1 RETURNING seq",
-    blobs_of_checkpoint: "SELECT content_hash, body FROM checkpoint_messages \
-             WHERE thread_id = $1 AND content_hash IN \
-             (SELECT j.value FROM checkpoints c, json_each(c.message_hashes) j \
-              WHERE c.thread_id = $1 AND c.seq = $2)",
 };
 
 /// The embedded migrations, in order. Expand-only.
@@ -75,13 +66,22 @@ async fn run_migrations(pool: &SqlitePool) -> Result<(), sqlx::migrate::MigrateE
 }
 
 fn migrator() -> Migrator {
-    Migrator::with_migrations(vec![Migration::new(
-        1,
-        "init".into(),
-        MigrationType::Simple,
-        include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
-        false,
-    )])
+    Migrator::with_migrations(vec![
+        Migration::new(
+            1,
+            "init".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0001_init.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            "checkpoint deltas".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0002_checkpoint_deltas.sql").into_sql_str(),
+            false,
+        ),
+    ])
 }
 
 /// True for SQLite's "cannot write" errors.

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use keel_core::store::{
-    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
-    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
+    SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 use serde_json::Value;
 
@@ -179,8 +179,8 @@ impl Storage for MemoryStore {
 
 #[async_trait]
 impl Checkpointer for Store {
-    async fn put(&self, thread_id: &str, checkpoint: Checkpoint) -> Result<u64, StoreError> {
-        dispatch!(self, s => s.put(thread_id, checkpoint).await)
+    async fn put(&self, thread_id: &str, write: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        dispatch!(self, s => s.put(thread_id, write).await)
     }
 
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
@@ -189,6 +189,10 @@ impl Checkpointer for Store {
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
         dispatch!(self, s => s.history(thread_id).await)
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.delete_thread(thread_id).await)
     }
 }
 
@@ -200,6 +204,23 @@ impl ChatHistoryStore for Store {
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
         dispatch!(self, s => s.append(scope, messages).await)
+    }
+
+    async fn append_new(
+        &self,
+        scope: &SessionScope,
+        messages: &[StoredMessage],
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.append_new(scope, messages).await)
+    }
+
+    async fn delete_session_history(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.delete_session_history(flow_id, user_id, session_id).await)
     }
 
     async fn last_n(
@@ -264,6 +285,10 @@ impl SummaryStore for Store {
 
     async fn put_summary(&self, key: &str, value: &Value) -> Result<(), StoreError> {
         dispatch!(self, s => s.put_summary(key, value).await)
+    }
+
+    async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.delete_summaries(prefix).await)
     }
 }
 

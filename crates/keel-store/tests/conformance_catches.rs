@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_core::store::{
-    ChatHistoryStore, Checkpoint, Checkpointer, Cursor, SaveOutcome, SessionMemoryState,
-    SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
+    ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
+    SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 use keel_store::memory::MemoryStore;
 use keel_store::{Backend, Storage, conformance};
@@ -20,6 +20,8 @@ enum Bug {
     IgnoresContext,
     /// Reads after a cursor by timestamp only, dropping rows that tie on it.
     TimestampOnlyCursor,
+    /// Appends a checkpoint after whatever the head is (no parent check).
+    CheckpointLastWriterWins,
 }
 
 struct Buggy {
@@ -45,8 +47,11 @@ impl Buggy {
 
 #[async_trait]
 impl Checkpointer for Buggy {
-    async fn put(&self, t: &str, c: Checkpoint) -> Result<u64, StoreError> {
-        self.inner.put(t, c).await
+    async fn put(&self, t: &str, mut w: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        if let Bug::CheckpointLastWriterWins = self.bug {
+            w.parent = self.inner.latest(t).await?.map(|c| c.seq);
+        }
+        self.inner.put(t, w).await
     }
     async fn latest(&self, t: &str) -> Result<Option<Checkpoint>, StoreError> {
         self.inner.latest(t).await
@@ -54,12 +59,21 @@ impl Checkpointer for Buggy {
     async fn history(&self, t: &str) -> Result<Vec<Checkpoint>, StoreError> {
         self.inner.history(t).await
     }
+    async fn delete_thread(&self, t: &str) -> Result<u64, StoreError> {
+        self.inner.delete_thread(t).await
+    }
 }
 
 #[async_trait]
 impl ChatHistoryStore for Buggy {
     async fn append(&self, s: &SessionScope, m: &[StoredMessage]) -> Result<(), StoreError> {
         self.inner.append(&self.scope(s), m).await
+    }
+    async fn append_new(&self, s: &SessionScope, m: &[StoredMessage]) -> Result<u64, StoreError> {
+        self.inner.append_new(&self.scope(s), m).await
+    }
+    async fn delete_session_history(&self, f: &str, u: &str, s: &str) -> Result<u64, StoreError> {
+        self.inner.delete_session_history(f, u, s).await
     }
     async fn last_n(&self, s: &SessionScope, n: usize) -> Result<Vec<StoredMessage>, StoreError> {
         self.inner.last_n(&self.scope(s), n).await
@@ -119,6 +133,9 @@ impl SummaryStore for Buggy {
     }
     async fn put_summary(&self, k: &str, v: &Value) -> Result<(), StoreError> {
         self.inner.put_summary(k, v).await
+    }
+    async fn delete_summaries(&self, p: &str) -> Result<u64, StoreError> {
+        self.inner.delete_summaries(p).await
     }
 }
 
@@ -181,4 +198,20 @@ async fn dropping_timestamp_ties_is_caught() {
     let f = failure(Bug::TimestampOnlyCursor).await;
     assert_eq!(f.check, "chat_history", "{f}");
     assert!(f.detail.contains("tie"), "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_without_a_parent_check_is_caught() {
+    let f = failure(Bug::CheckpointLastWriterWins).await;
+    assert_eq!(f.check, "checkpoint_compare_and_swap", "{f}");
+    let f = conformance::concurrent_checkpoints(
+        Arc::new(Buggy {
+            inner: MemoryStore::new(),
+            bug: Bug::CheckpointLastWriterWins,
+        }),
+        16,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(f.check, "concurrent_checkpoints", "{f}");
 }

@@ -6,6 +6,8 @@
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
+mod common;
+
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -100,7 +102,11 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "_sqlx_migrations",
         "chat_messages",
         "chat_messages_by_position",
+        "checkpoint_entries",
+        "checkpoint_entries_live",
+        "checkpoint_heads",
         "checkpoint_messages",
+        "checkpoint_steps",
         "checkpoints",
         "session_memory_state",
         "summary_cache",
@@ -122,7 +128,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, 2);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 
@@ -267,4 +273,222 @@ async fn connection_refused_fails_fast_naming_the_url() {
         !err.contains("s3cret") && !err.contains("timed out"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_strategy_keeps_every_message_on_postgres() {
+    let (_schema, options) = fresh_schema().await;
+    let store = store_in(&options, 10).await;
+    common::race_every_strategy(Arc::new(store)).await;
+}
+
+/// Set in the writer processes of the two-process test: the schema to write in.
+const WRITER_SCHEMA: &str = "KEEL_TEST_WRITER_SCHEMA";
+/// The writer's name (its input ids start with it).
+const WRITER_NAME: &str = "KEEL_TEST_WRITER_NAME";
+/// Milliseconds since the epoch at which both writers start.
+const WRITER_START: &str = "KEEL_TEST_WRITER_START_MS";
+const RUNS_PER_WRITER: usize = 32;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Runs only inside the writer processes `two_processes_on_one_thread_lose_nothing`
+/// starts; on its own it has nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a writer process of two_processes_on_one_thread_lose_nothing"]
+async fn writer_process() {
+    let (Ok(schema), Ok(name), Ok(start)) = (
+        std::env::var(WRITER_SCHEMA),
+        std::env::var(WRITER_NAME),
+        std::env::var(WRITER_START),
+    ) else {
+        return;
+    };
+    let options = PgConnectOptions::from_str(&url())
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    let store = Arc::new(store_in(&options, 8).await);
+    let agent = common::agent(store, keel_agent::MultitaskStrategy::Enqueue);
+    let start: u64 = start.parse().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(
+        start.saturating_sub(now_ms()),
+    ))
+    .await;
+    let runs: Vec<_> = (0..RUNS_PER_WRITER)
+        .map(|i| {
+            let agent = agent.clone();
+            let id = format!("{name}-{i}");
+            tokio::spawn(async move {
+                let input = keel_core::message::Message::human("go").with_id(&id);
+                match agent.invoke("shared", vec![input]).await {
+                    Ok(out) => {
+                        let ids: Vec<&str> = out
+                            .state
+                            .messages
+                            .iter()
+                            .map(|m| m.id())
+                            .skip_while(|m| *m != id)
+                            .collect();
+                        format!("RESULT {id} completed {}", ids.join(","))
+                    }
+                    Err(keel_agent::AgentError::Conflict { .. }) => {
+                        format!("RESULT {id} conflict")
+                    }
+                    Err(e) => format!("RESULT {id} error {e}"),
+                }
+            })
+        })
+        .collect();
+    for r in runs {
+        println!("{}", r.await.unwrap());
+    }
+}
+
+/// Two processes run 32 runs each on one thread of one database. Within a process the
+/// agent queues them; across processes the checkpointer's compare-and-swap decides:
+/// every run completes or fails with `AgentError::Conflict`, and no committed message
+/// is lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_thread_lose_nothing() {
+    let (schema, options) = fresh_schema().await;
+    let store = store_in(&options, 2).await;
+    // Far enough ahead for both processes to start and connect on a loaded machine.
+    let start = (now_ms() + 3000).to_string();
+    let children: Vec<_> = ["A", "B"]
+        .into_iter()
+        .map(|name| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "writer_process", "--ignored", "--nocapture"])
+                .env(WRITER_SCHEMA, &schema)
+                .env(WRITER_NAME, name)
+                .env(WRITER_START, &start)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut completed = Vec::new();
+    let mut conflicts = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a writer failed: {}", out.status);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let results: Vec<&str> = text.lines().filter(|l| l.starts_with("RESULT ")).collect();
+        assert_eq!(results.len(), RUNS_PER_WRITER, "{text}");
+        for line in results {
+            let parts: Vec<&str> = line.splitn(4, ' ').collect();
+            match parts[2] {
+                "completed" => completed.push(
+                    parts[3]
+                        .split(',')
+                        .map(str::to_owned)
+                        .collect::<Vec<String>>(),
+                ),
+                "conflict" => conflicts += 1,
+                other => panic!("unexpected outcome {other}: {line}"),
+            }
+        }
+    }
+    assert!(!completed.is_empty(), "no run completed");
+    assert!(conflicts > 0, "the two processes never collided");
+    let history = keel_core::store::Checkpointer::history(&store, "shared")
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = history.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, (0..history.len() as u64).collect::<Vec<_>>());
+    let last = &history.last().unwrap().messages;
+    let mut seen = std::collections::HashSet::new();
+    for m in last {
+        assert!(seen.insert(m.id().to_owned()), "{} is duplicated", m.id());
+    }
+    for run in &completed {
+        for id in run {
+            assert!(seen.contains(id), "{id} of a completed run is lost");
+        }
+    }
+    // Every message any step committed is still in the latest state: nothing was
+    // overwritten (no step removes messages here).
+    for cp in &history {
+        for m in &cp.messages {
+            assert!(
+                seen.contains(m.id()),
+                "{} (seq {}) was lost",
+                m.id(),
+                cp.seq
+            );
+        }
+    }
+    eprintln!(
+        "two processes: {} completed, {conflicts} conflicts, {} steps",
+        completed.len(),
+        history.len()
+    );
+}
+
+/// A schema written before checkpoints became deltas (migration 0001 only): its threads
+/// continue from their latest checkpoint after the upgrade.
+#[tokio::test]
+async fn threads_written_before_the_delta_schema_continue_from_their_latest_checkpoint() {
+    use keel_core::message::Message;
+    use keel_core::state::StateUpdate;
+    use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
+    let (_schema, options) = fresh_schema().await;
+    {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/postgres/0001_init.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let a = serde_json::to_string(&Message::human("old question").with_id("a")).unwrap();
+        let b = serde_json::to_string(&Message::ai("old answer").with_id("b")).unwrap();
+        for (hash, body) in [("ha", &a), ("hb", &b)] {
+            sqlx::query("INSERT INTO checkpoint_messages VALUES ('t', $1, CAST($2 AS JSON))")
+                .bind(hash)
+                .bind(body)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        for (seq, hashes) in [(0i64, r#"["ha"]"#), (1, r#"["ha","hb"]"#)] {
+            sqlx::query(
+                "INSERT INTO checkpoints VALUES ('t', $1, 'r0', 'model', CAST($2 AS JSON), \
+                 CAST('{\"k\":1}' AS JSON), 5)",
+            )
+            .bind(seq)
+            .bind(hashes)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let store = store_in(&options, 2).await;
+    let latest = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(latest.seq, 1);
+    assert_eq!(
+        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(latest.values["k"], json!(1));
+    let next = CheckpointWrite {
+        parent: Some(1),
+        run_id: "r1".into(),
+        node: "input".into(),
+        update: StateUpdate::messages([Message::human("new").with_id("c")]),
+        created_at_ms: 6,
+    };
+    assert_eq!(
+        store.put("t", next).await.unwrap(),
+        PutOutcome::Saved { seq: 2 }
+    );
+    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
 }

@@ -5,7 +5,12 @@
 
 use std::sync::Arc;
 
-use keel_core::store::{SessionMemoryState, SessionMemoryStore, SessionScope, SummaryStore};
+use keel_core::message::Message;
+use keel_core::state::StateUpdate;
+use keel_core::store::{
+    CheckpointWrite, Checkpointer, PutOutcome, SessionMemoryState, SessionMemoryStore,
+    SessionScope, SummaryStore,
+};
 use keel_store::sqlite::SqliteStore;
 use keel_store::{Backend, Storage, Store, conformance};
 use serde_json::json;
@@ -71,14 +76,18 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "_sqlx_migrations",
         "chat_messages",
         "chat_messages_by_position",
+        "checkpoint_entries",
+        "checkpoint_entries_live",
+        "checkpoint_heads",
         "checkpoint_messages",
+        "checkpoint_steps",
         "checkpoints",
         "session_memory_state",
         "summary_cache",
     ] {
         assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
     }
-    assert_eq!(applied(&first).await, 1);
+    assert_eq!(applied(&first).await, 2);
     first
         .save_state(&scope, &SessionMemoryState::default(), 0)
         .await
@@ -90,7 +99,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     // A restarted process: connect migrates again; nothing changes, nothing is lost.
     let second = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(tables(&second).await, schema);
-    assert_eq!(applied(&second).await, 1);
+    assert_eq!(applied(&second).await, 2);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
     assert_eq!(
         second.get_summary("k").await.unwrap(),
@@ -202,4 +211,60 @@ async fn concurrent_first_start_on_a_new_file_all_succeed() {
         assert_eq!(applied(&stores[0]).await, applied(&stores[7]).await);
         assert!(applied(&stores[0]).await >= 1);
     }
+}
+
+/// A database written before checkpoints became deltas (migration 0001 only): its
+/// threads continue from their latest checkpoint after the upgrade.
+#[tokio::test]
+async fn threads_written_before_the_delta_schema_continue_from_their_latest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(&dir);
+    {
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::raw_sql(include_str!("../migrations/sqlite/0001_init.sql"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let a = serde_json::to_string(&Message::human("old question").with_id("a")).unwrap();
+        let b = serde_json::to_string(&Message::ai("old answer").with_id("b")).unwrap();
+        for (hash, body) in [("ha", &a), ("hb", &b)] {
+            sqlx::query("INSERT INTO checkpoint_messages VALUES ('t', $1, $2)")
+                .bind(hash)
+                .bind(body)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        for (seq, hashes) in [(0, r#"["ha"]"#), (1, r#"["ha","hb"]"#)] {
+            sqlx::query(
+                "INSERT INTO checkpoints VALUES ('t', $1, 'r0', 'model', $2, '{\"k\":1}', 5)",
+            )
+            .bind(seq)
+            .bind(hashes)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let store = SqliteStore::connect(&url).await.unwrap();
+    let latest = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(latest.seq, 1);
+    assert_eq!(
+        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(latest.values["k"], json!(1));
+    let next = CheckpointWrite {
+        parent: Some(1),
+        run_id: "r1".into(),
+        node: "input".into(),
+        update: StateUpdate::messages([Message::human("new").with_id("c")]),
+        created_at_ms: 6,
+    };
+    assert_eq!(
+        store.put("t", next).await.unwrap(),
+        PutOutcome::Saved { seq: 2 }
+    );
+    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
 }

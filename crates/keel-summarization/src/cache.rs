@@ -30,7 +30,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, OnceLock};
 
 use keel_core::message::Message;
-use keel_core::store::SummaryStore;
+use keel_core::store::{StoreError, SummaryStore};
 use lru::LruCache;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -243,6 +243,33 @@ impl SummaryCache {
     /// Forgets a thread in process (the second level keeps its copy).
     pub fn invalidate(&self, thread_id: &str) {
         self.entries.lock().pop(thread_id);
+    }
+
+    /// Deletes every summary of a thread: in process, the entries keyed `thread_id`
+    /// or `thread_id#<recipe>`; in the second level, every `thread_id#<recipe>` entry
+    /// (the keys the middleware writes, see
+    /// [`cache_key`](crate::SummarizationMiddleware::cache_key)), whatever recipe wrote
+    /// them. Part of deleting a session, since a summary holds the session's text.
+    /// Returns how many second-level entries went; a second-level failure is returned
+    /// (after the in-process entries are gone) so the caller can retry.
+    pub async fn purge_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
+        let prefix = format!("{thread_id}#");
+        {
+            let mut entries = self.entries.lock();
+            let doomed: Vec<String> = entries
+                .iter()
+                .map(|(k, _)| k)
+                .filter(|k| *k == thread_id || k.starts_with(&prefix))
+                .cloned()
+                .collect();
+            for k in doomed {
+                entries.pop(&k);
+            }
+        }
+        match &self.store {
+            Some(store) => store.delete_summaries(&store_key(&prefix)).await,
+            None => Ok(0),
+        }
     }
 
     /// Waits until no other task is summarizing `thread_id`, then holds the gate until

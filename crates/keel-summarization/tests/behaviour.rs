@@ -17,7 +17,7 @@ use keel_core::pairs::check_pairs;
 use keel_core::store::{StoreError, SummaryStore};
 use keel_core::tool::ToolSpec;
 use keel_summarization::SUMMARY_PREFIX;
-use keel_summarization::cache::SummaryCache;
+use keel_summarization::cache::{CachedSummary, SummaryCache};
 use keel_summarization::events::SummarySource;
 use keel_summarization::middleware::Action;
 use parking_lot::Mutex;
@@ -39,6 +39,12 @@ impl SummaryStore for SpyStore {
     async fn put_summary(&self, key: &str, value: &Value) -> Result<(), StoreError> {
         self.map.lock().insert(key.to_owned(), value.clone());
         Ok(())
+    }
+    async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
+        let mut map = self.map.lock();
+        let before = map.len();
+        map.retain(|k, _| !k.starts_with(prefix));
+        Ok((before - map.len()) as u64)
     }
 }
 
@@ -1050,4 +1056,24 @@ async fn extractive_mode_makes_no_model_call() {
             .count()
             <= 20
     );
+}
+
+/// Deleting a session: every summary of its thread goes, in process and in the second
+/// level, whatever recipe wrote it; a thread whose id merely starts the same stays.
+#[tokio::test]
+async fn purging_a_thread_removes_its_summaries_everywhere_and_nothing_else() {
+    let store = Arc::new(SpyStore::default());
+    let cache = SummaryCache::new(8).with_store(store.clone());
+    let msgs = vec![Message::human("secret").with_id("1")];
+    for key in ["t1#recipe-a", "t1#recipe-b", "t10#recipe-a"] {
+        cache
+            .put(key, CachedSummary::new("- secret", &msgs, 1, vec![]))
+            .await;
+    }
+    assert_eq!(cache.purge_thread("t1").await.unwrap(), 2);
+    assert_eq!(cache.len(), 1);
+    let keys: Vec<String> = store.map.lock().keys().cloned().collect();
+    assert_eq!(keys, [keel_summarization::cache::store_key("t10#recipe-a")]);
+    assert!(cache.get("t1#recipe-a").await.is_none());
+    assert!(cache.get("t10#recipe-a").await.is_some());
 }

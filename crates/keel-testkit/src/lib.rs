@@ -81,6 +81,7 @@ pub struct ScriptedModel {
     script: Mutex<Script>,
     requests: Mutex<Vec<RecordedRequest>>,
     chunk_chars: Option<usize>,
+    record: bool,
 }
 
 impl ScriptedModel {
@@ -96,6 +97,7 @@ impl ScriptedModel {
             script: Mutex::new(Script::Queue(answers.into_iter().collect())),
             requests: Mutex::new(Vec::new()),
             chunk_chars: None,
+            record: true,
         }
     }
 
@@ -108,6 +110,7 @@ impl ScriptedModel {
             script: Mutex::new(Script::Fn(Box::new(f))),
             requests: Mutex::new(Vec::new()),
             chunk_chars: None,
+            record: true,
         }
     }
 
@@ -123,6 +126,14 @@ impl ScriptedModel {
     /// piece.
     pub fn streaming_in(mut self, chars: usize) -> Self {
         self.chunk_chars = Some(chars.max(1));
+        self
+    }
+
+    /// Returns the model keeping no copy of the requests it answers (a long soak run
+    /// would otherwise hold every request in memory): [`requests`](Self::requests) is
+    /// then empty, and [`calls`](Self::calls) 0.
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
         self
     }
 
@@ -181,7 +192,9 @@ impl ChatModel for ScriptedModel {
             }),
             Script::Fn(f) => f(&recorded),
         };
-        self.requests.lock().push(recorded);
+        if self.record {
+            self.requests.lock().push(recorded);
+        }
         answer
     }
 

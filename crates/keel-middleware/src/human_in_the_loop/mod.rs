@@ -25,7 +25,7 @@ use keel_core::access::StateAccess;
 use keel_core::message::{Message, MessageBody, ToolStatus};
 use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
-use keel_core::store::Checkpoint;
+use keel_core::store::{CheckpointWrite, PutOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ use crate::error::ConfigError;
 use crate::events;
 
 /// The state key holding a pending interrupt (LangGraph's name for it).
-pub const INTERRUPT_KEY: &str = "__interrupt__";
+pub const INTERRUPT_KEY: &str = keel_core::state::INTERRUPT_KEY;
 /// The state key holding the decisions a resume brings.
 pub const DECISIONS_KEY: &str = "hitl_decisions";
 /// LangChain's default description prefix.
@@ -347,24 +347,46 @@ impl HumanInTheLoop {
             DECISIONS_KEY.into(),
             serde_json::to_value(&decisions).unwrap_or(Value::Null),
         );
-        let checkpoint = Checkpoint {
-            seq: 0,
+        let head = agent
+            .checkpointer()
+            .latest(thread_id)
+            .await
+            .map_err(|source| AgentError::Checkpoint {
+                thread_id: thread_id.to_owned(),
+                source,
+            })?
+            .map(|cp| cp.seq);
+        let write = CheckpointWrite {
+            parent: head,
             run_id: "resume".into(),
             node: "HumanInTheLoopMiddleware.resume".into(),
-            messages: state.messages.to_vec(),
-            values,
+            update: StateUpdate {
+                messages: Vec::new(),
+                values: values
+                    .into_iter()
+                    .filter(|(k, _)| k == DECISIONS_KEY)
+                    .collect(),
+            },
             created_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64),
         };
-        agent
+        let outcome = agent
             .checkpointer()
-            .put(thread_id, checkpoint)
+            .put(thread_id, write)
             .await
             .map_err(|source| AgentError::Checkpoint {
                 thread_id: thread_id.to_owned(),
                 source,
             })?;
+        if let PutOutcome::Conflict { head: now } = outcome {
+            return Err(AgentError::Conflict {
+                thread_id: thread_id.to_owned(),
+                parent: head,
+                head: now,
+            }
+            .into());
+        }
         Ok(agent.invoke(thread_id, Vec::new()).await?)
     }
 

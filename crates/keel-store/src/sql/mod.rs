@@ -3,12 +3,9 @@
 //! Only statements that write JSON differ between SQLite and PostgreSQL; each backend
 //! passes those in its [`Queries`].
 
-use std::collections::HashMap;
-
 use keel_core::message::Message;
 use keel_core::store::{Checkpoint, Cursor, SessionMemoryState, StoreError, StoredMessage};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::check;
 
@@ -17,6 +14,8 @@ use crate::check;
 pub(crate) struct Queries {
     /// `$1..$4` scope, `$5` message id, `$6` timestamp, `$7` role, `$8` body JSON.
     pub append: &'static str,
+    /// As `append`, skipping an id already stored in the scope.
+    pub append_new: &'static str,
     /// `$1..$4` scope, `$5` summary, `$6` pinned JSON, `$7` cursor id, `$8` cursor
     /// timestamp, `$9` absorbed, `$10` model, `$11` version, `$12` created, `$13` updated.
     pub insert_state: &'static str,
@@ -24,13 +23,6 @@ pub(crate) struct Queries {
     pub update_state: &'static str,
     /// `$1` key, `$2` value JSON, `$3` updated.
     pub put_summary: &'static str,
-    /// `$1` thread, `$2` a JSON array of `[hash, body JSON text]` pairs.
-    pub put_blobs: &'static str,
-    /// `$1` thread, `$2` run id, `$3` node, `$4` hashes JSON, `$5` values JSON, `$6`
-    /// created; returns `seq`.
-    pub put_checkpoint: &'static str,
-    /// `$1` thread, `$2` seq: `content_hash`, `body` of the messages of one checkpoint.
-    pub blobs_of_checkpoint: &'static str,
 }
 
 /// A statement filtered by the full scope `$1..$4`, the only way chat history is read.
@@ -71,14 +63,51 @@ pub(crate) const DELETE_STATES: &str =
     "DELETE FROM session_memory_state WHERE flow_id = $1 AND user_id = $2 AND session_id = $3";
 pub(crate) const GET_SUMMARY: &str =
     "SELECT CAST(value AS TEXT) AS value FROM summary_cache WHERE key = $1";
-pub(crate) const LATEST_CHECKPOINT: &str = "SELECT seq, run_id, node, \
-     CAST(message_hashes AS TEXT) AS message_hashes, CAST(state_values AS TEXT) AS state_values, \
-     created_at_ms FROM checkpoints WHERE thread_id = $1 ORDER BY seq DESC LIMIT 1";
-pub(crate) const ALL_CHECKPOINTS: &str = "SELECT seq, run_id, node, \
-     CAST(message_hashes AS TEXT) AS message_hashes, CAST(state_values AS TEXT) AS state_values, \
-     created_at_ms FROM checkpoints WHERE thread_id = $1 ORDER BY seq";
-pub(crate) const ALL_BLOBS: &str =
-    "SELECT content_hash, CAST(body AS TEXT) AS body FROM checkpoint_messages WHERE thread_id = $1";
+pub(crate) const DELETE_HISTORY: &str =
+    "DELETE FROM chat_messages WHERE flow_id = $1 AND user_id = $2 AND session_id = $3";
+pub(crate) const DELETE_SUMMARIES: &str = "DELETE FROM summary_cache \
+     WHERE substr(key, 1, length(CAST($1 AS TEXT))) = CAST($1 AS TEXT)";
+
+// Checkpoints (migration 0002): the same statements on both dialects.
+pub(crate) const HEAD_CREATE: &str = "INSERT INTO checkpoint_heads \
+     (thread_id, head_seq, next_position, state_values) VALUES ($1, 0, 0, '{}') \
+     ON CONFLICT (thread_id) DO NOTHING";
+pub(crate) const HEAD_ADVANCE: &str = "UPDATE checkpoint_heads SET head_seq = $2 \
+     WHERE thread_id = $1 AND head_seq = $3 RETURNING next_position, state_values";
+pub(crate) const HEAD_SEQ: &str = "SELECT head_seq FROM checkpoint_heads WHERE thread_id = $1";
+pub(crate) const HEAD_SET: &str =
+    "UPDATE checkpoint_heads SET next_position = $2, state_values = $3 WHERE thread_id = $1";
+pub(crate) const STEP_INSERT: &str = "INSERT INTO checkpoint_steps \
+     (thread_id, seq, run_id, node, values_set, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
+pub(crate) const ENTRY_LIVE: &str = "SELECT position, added_seq FROM checkpoint_entries \
+     WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL";
+pub(crate) const ENTRY_INSERT: &str = "INSERT INTO checkpoint_entries \
+     (thread_id, position, added_seq, removed_seq, message_id, body) \
+     VALUES ($1, $2, $3, NULL, $4, $5)";
+pub(crate) const ENTRY_REWRITE: &str = "UPDATE checkpoint_entries SET body = $4 \
+     WHERE thread_id = $1 AND position = $2 AND added_seq = $3";
+pub(crate) const ENTRY_RETIRE: &str = "UPDATE checkpoint_entries SET removed_seq = $4 \
+     WHERE thread_id = $1 AND position = $2 AND added_seq = $3";
+pub(crate) const ENTRY_RETIRE_ALL: &str = "UPDATE checkpoint_entries SET removed_seq = $2 \
+     WHERE thread_id = $1 AND removed_seq IS NULL";
+pub(crate) const LATEST_STEP: &str = "SELECT h.head_seq, h.state_values, s.run_id, s.node, \
+     s.created_at_ms FROM checkpoint_heads h JOIN checkpoint_steps s \
+     ON s.thread_id = h.thread_id AND s.seq = h.head_seq WHERE h.thread_id = $1";
+pub(crate) const ENTRIES_AT: &str = "SELECT body FROM checkpoint_entries \
+     WHERE thread_id = $1 AND added_seq <= $2 AND (removed_seq IS NULL OR removed_seq > $2) \
+     ORDER BY position";
+pub(crate) const ALL_STEPS: &str = "SELECT seq, run_id, node, values_set, created_at_ms \
+     FROM checkpoint_steps WHERE thread_id = $1 ORDER BY seq";
+pub(crate) const ALL_ENTRIES: &str = "SELECT added_seq, removed_seq, body \
+     FROM checkpoint_entries WHERE thread_id = $1 ORDER BY position, added_seq";
+/// Deleting a thread: every checkpoint table, the ones of migration 0001 included.
+pub(crate) const DELETE_THREAD: [&str; 5] = [
+    "DELETE FROM checkpoint_entries WHERE thread_id = $1",
+    "DELETE FROM checkpoint_heads WHERE thread_id = $1",
+    "DELETE FROM checkpoints WHERE thread_id = $1",
+    "DELETE FROM checkpoint_messages WHERE thread_id = $1",
+    "DELETE FROM checkpoint_steps WHERE thread_id = $1",
+];
 
 /// A driver error as a store error.
 pub(crate) fn backend(e: sqlx::Error) -> StoreError {
@@ -114,94 +143,126 @@ pub(crate) fn stored_message(timestamp_ms: i64, body: &str) -> Result<StoredMess
     })
 }
 
-/// The key of a message in `checkpoint_messages`: the first 128 bits of the SHA-256 of
-/// its JSON, in hex. Content-addressed rather than keyed by id because middleware may
-/// rewrite a message under the same id, and both versions must stay recoverable.
-pub(crate) fn content_hash(body: &str) -> String {
-    let digest = Sha256::digest(body.as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+/// A JSON object as stored text.
+pub(crate) fn encode_values(values: &Map<String, Value>) -> Result<String, StoreError> {
+    serde_json::to_string(values)
+        .map_err(|e| StoreError::Invalid(format!("checkpoint values cannot be serialized: {e}")))
 }
 
-/// A checkpoint ready for the two inserts.
-pub(crate) struct EncodedCheckpoint {
-    /// JSON array of `[hash, body]` pairs, each distinct message once.
-    pub blobs: String,
-    /// JSON array of hashes, in message order.
-    pub hashes: String,
-    /// JSON object of state values.
-    pub values: String,
+/// Stored values merged with the ones a step sets.
+pub(crate) fn merge_values(stored: &str, set: &Map<String, Value>) -> Result<String, StoreError> {
+    let mut values: Map<String, Value> = decode_json("checkpoint_heads.state_values", stored)?;
+    values.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    encode_values(&values)
 }
 
-pub(crate) fn encode_checkpoint(cp: &Checkpoint) -> Result<EncodedCheckpoint, StoreError> {
-    let mut hashes = Vec::with_capacity(cp.messages.len());
-    let mut blobs = Vec::with_capacity(cp.messages.len());
-    let mut seen = std::collections::HashSet::new();
-    for m in &cp.messages {
-        let body = encode_message(m)?;
-        let hash = content_hash(&body);
-        if seen.insert(hash.clone()) {
-            blobs.push(Value::Array(vec![
-                Value::String(hash.clone()),
-                Value::String(body),
-            ]));
-        }
-        hashes.push(Value::String(hash));
+/// The seq after `parent`.
+pub(crate) fn next_seq(parent: Option<u64>) -> Result<i64, StoreError> {
+    match parent {
+        None => Ok(0),
+        Some(p) => check::to_i64("checkpoint parent + 1", p.saturating_add(1)),
     }
-    let to_text = |v: &Value| {
-        serde_json::to_string(v)
-            .map_err(|e| StoreError::Invalid(format!("checkpoint cannot be serialized: {e}")))
-    };
-    Ok(EncodedCheckpoint {
-        blobs: to_text(&Value::Array(blobs))?,
-        hashes: to_text(&Value::Array(hashes))?,
-        values: to_text(&Value::Object(cp.values.clone()))?,
-    })
 }
 
-/// The columns of a `checkpoints` row.
-pub(crate) struct CheckpointRow {
+/// Checks what a checkpoint write names before any statement runs.
+pub(crate) fn check_write(
+    thread_id: &str,
+    write: &keel_core::store::CheckpointWrite,
+) -> Result<(), StoreError> {
+    check::text("thread_id", thread_id)?;
+    check::text("checkpoint.run_id", &write.run_id)?;
+    check::text("checkpoint.node", &write.node)?;
+    for (i, op) in write.update.messages.iter().enumerate() {
+        match op {
+            keel_core::state::MessageOp::Upsert { message } if message.id().is_empty() => {
+                return Err(StoreError::Invalid(format!(
+                    "update.messages[{i}] has an empty id; a checkpoint needs an id per message"
+                )));
+            }
+            keel_core::state::MessageOp::Upsert { message } => {
+                check::text(&format!("update.messages[{i}].id"), message.id())?
+            }
+            keel_core::state::MessageOp::Remove { id } => {
+                check::text(&format!("update.messages[{i}].id"), id)?
+            }
+            keel_core::state::MessageOp::RemoveAll => {}
+        }
+    }
+    Ok(())
+}
+
+/// A `checkpoint_steps` row.
+pub(crate) struct StepRow {
     pub seq: i64,
     pub run_id: String,
     pub node: String,
-    pub message_hashes: String,
-    pub state_values: String,
+    pub values_set: String,
     pub created_at_ms: i64,
 }
 
-/// Rebuilds a checkpoint from its row and the decoded messages of its thread.
-pub(crate) fn decode_checkpoint(
-    row: CheckpointRow,
-    messages: &HashMap<String, Message>,
+/// A `checkpoint_entries` row, in `(position, added_seq)` order.
+pub(crate) struct EntryRow {
+    pub added_seq: i64,
+    pub removed_seq: Option<i64>,
+    pub body: String,
+}
+
+/// The latest checkpoint from its step, the head's values and its entries' bodies.
+pub(crate) fn decode_latest(
+    seq: i64,
+    values: &str,
+    run_id: String,
+    node: String,
+    created_at_ms: i64,
+    bodies: &[(String,)],
 ) -> Result<Checkpoint, StoreError> {
-    let hashes: Vec<String> = decode_json("checkpoints.message_hashes", &row.message_hashes)?;
-    let values: Map<String, Value> = decode_json("checkpoints.state_values", &row.state_values)?;
-    let seq = check::to_u64("checkpoints.seq", row.seq)?;
-    let messages = hashes
-        .iter()
-        .map(|h| {
-            messages.get(h).cloned().ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "checkpoint {seq} refers to message {h}, which is not stored"
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(Checkpoint {
-        seq,
-        run_id: row.run_id,
-        node: row.node,
-        messages,
-        values,
-        created_at_ms: row.created_at_ms,
+        seq: check::to_u64("checkpoint_heads.head_seq", seq)?,
+        run_id,
+        node,
+        messages: bodies
+            .iter()
+            .map(|(b,)| decode_json("checkpoint_entries.body", b))
+            .collect::<Result<_, _>>()?,
+        values: decode_json("checkpoint_heads.state_values", values)?,
+        created_at_ms,
     })
 }
 
-/// Decodes `(content_hash, body)` rows.
-pub(crate) fn decode_blobs(
-    rows: Vec<(String, String)>,
-) -> Result<HashMap<String, Message>, StoreError> {
-    rows.into_iter()
-        .map(|(h, body)| Ok((h, decode_json("checkpoint_messages.body", &body)?)))
+/// Every step's full state: a step's messages are the entries whose range
+/// `[added_seq, removed_seq)` holds its seq, by position; its values fold every
+/// `values_set` up to it. Entries written after the last step read are ignored, so a
+/// concurrent writer cannot tear the result.
+pub(crate) fn decode_history(
+    steps: Vec<StepRow>,
+    entries: Vec<EntryRow>,
+) -> Result<Vec<Checkpoint>, StoreError> {
+    let messages: Vec<Message> = entries
+        .iter()
+        .map(|e| decode_json("checkpoint_entries.body", &e.body))
+        .collect::<Result<_, _>>()?;
+    let mut values = Map::new();
+    steps
+        .into_iter()
+        .map(|step| {
+            let set: Map<String, Value> =
+                decode_json("checkpoint_steps.values_set", &step.values_set)?;
+            values.extend(set);
+            let s = step.seq;
+            Ok(Checkpoint {
+                seq: check::to_u64("checkpoint_steps.seq", s)?,
+                run_id: step.run_id,
+                node: step.node,
+                messages: entries
+                    .iter()
+                    .zip(&messages)
+                    .filter(|(e, _)| e.added_seq <= s && e.removed_seq.is_none_or(|r| r > s))
+                    .map(|(_, m)| m.clone())
+                    .collect(),
+                values: values.clone(),
+                created_at_ms: step.created_at_ms,
+            })
+        })
         .collect()
 }
 
@@ -270,10 +331,6 @@ pub(crate) fn encode_state(
     })
 }
 
-/// How many times `put` retries when a concurrent writer took the same seq (PostgreSQL
-/// under READ COMMITTED; SQLite serialises writers and never needs it).
-pub(crate) const CHECKPOINT_RETRIES: usize = 16;
-
 /// Implements every storage trait for `$store`, a struct with a `pool: sqlx::Pool<$db>`
 /// field, using the shared queries above and the dialect's `$q: &Queries`.
 /// The query for messages of `scope` after `cursor` (`start` when there is none), with
@@ -300,45 +357,6 @@ pub(crate) use bind_scope_cursor;
 macro_rules! impl_sql_store {
     ($store:ty, $db:ty, $q:expr) => {
         impl $store {
-            async fn fetch_blobs(
-                &self,
-                thread_id: &str,
-                seq: Option<i64>,
-            ) -> Result<std::collections::HashMap<String, keel_core::message::Message>, StoreError>
-            {
-                let rows: Vec<(String, String)> = match seq {
-                    Some(seq) => {
-                        sqlx::query_as($q.blobs_of_checkpoint)
-                            .bind(thread_id)
-                            .bind(seq)
-                            .fetch_all(&self.pool)
-                            .await
-                    }
-                    None => {
-                        sqlx::query_as($crate::sql::ALL_BLOBS)
-                            .bind(thread_id)
-                            .fetch_all(&self.pool)
-                            .await
-                    }
-                }
-                .map_err($crate::sql::backend)?;
-                $crate::sql::decode_blobs(rows)
-            }
-
-            fn checkpoint_row(
-                row: &<$db as sqlx::Database>::Row,
-            ) -> Result<$crate::sql::CheckpointRow, sqlx::Error> {
-                use sqlx::Row as _;
-                Ok($crate::sql::CheckpointRow {
-                    seq: row.try_get("seq")?,
-                    run_id: row.try_get("run_id")?,
-                    node: row.try_get("node")?,
-                    message_hashes: row.try_get("message_hashes")?,
-                    state_values: row.try_get("state_values")?,
-                    created_at_ms: row.try_get("created_at_ms")?,
-                })
-            }
-
             fn messages(
                 rows: Vec<(i64, String)>,
             ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
@@ -346,103 +364,29 @@ macro_rules! impl_sql_store {
                     .map(|(ts, body)| $crate::sql::stored_message(*ts, body))
                     .collect()
             }
-        }
 
-        #[async_trait::async_trait]
-        impl keel_core::store::Checkpointer for $store {
-            async fn put(
-                &self,
-                thread_id: &str,
-                checkpoint: keel_core::store::Checkpoint,
-            ) -> Result<u64, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                $crate::check::text("checkpoint.run_id", &checkpoint.run_id)?;
-                $crate::check::text("checkpoint.node", &checkpoint.node)?;
-                let enc = $crate::sql::encode_checkpoint(&checkpoint)?;
-                // Blobs first and on their own: an interrupted put leaves at most unused
-                // blobs, which the next put of the same messages reuses.
-                sqlx::query($q.put_blobs)
-                    .bind(thread_id)
-                    .bind(&enc.blobs)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let mut last_error = None;
-                for _ in 0..$crate::sql::CHECKPOINT_RETRIES {
-                    let r: Result<(i64,), sqlx::Error> = sqlx::query_as($q.put_checkpoint)
-                        .bind(thread_id)
-                        .bind(&checkpoint.run_id)
-                        .bind(&checkpoint.node)
-                        .bind(&enc.hashes)
-                        .bind(&enc.values)
-                        .bind(checkpoint.created_at_ms)
-                        .fetch_one(&self.pool)
-                        .await;
-                    match r {
-                        Ok((seq,)) => return $crate::check::to_u64("checkpoints.seq", seq),
-                        Err(e) if $crate::sql::is_unique_violation(&e) => last_error = Some(e),
-                        Err(e) => return Err($crate::sql::backend(e)),
-                    }
-                }
-                Err(StoreError::Backend(format!(
-                    "checkpoint of thread {thread_id:?} lost the race for a seq {} times: {}",
-                    $crate::sql::CHECKPOINT_RETRIES,
-                    last_error.map(|e| e.to_string()).unwrap_or_default()
-                )))
-            }
-
-            async fn latest(
-                &self,
-                thread_id: &str,
-            ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let row = sqlx::query($crate::sql::LATEST_CHECKPOINT)
+            async fn head_seq(&self, thread_id: &str) -> Result<Option<u64>, StoreError> {
+                let row: Option<(i64,)> = sqlx::query_as($crate::sql::HEAD_SEQ)
                     .bind(thread_id)
                     .fetch_optional(&self.pool)
                     .await
                     .map_err($crate::sql::backend)?;
-                let Some(row) = row else { return Ok(None) };
-                let row = Self::checkpoint_row(&row).map_err($crate::sql::backend)?;
-                let blobs = self.fetch_blobs(thread_id, Some(row.seq)).await?;
-                $crate::sql::decode_checkpoint(row, &blobs).map(Some)
+                row.map(|(s,)| $crate::check::to_u64("checkpoint_heads.head_seq", s))
+                    .transpose()
             }
 
-            async fn history(
+            /// Appends a chat-history batch in one transaction with `query` (`append`:
+            /// fail on a stored id; `append_new`: skip it); returns the rows stored.
+            async fn append_with(
                 &self,
-                thread_id: &str,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let rows = sqlx::query($crate::sql::ALL_CHECKPOINTS)
-                    .bind(thread_id)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                if rows.is_empty() {
-                    return Ok(Vec::new());
-                }
-                // Read after the checkpoints: every blob a listed checkpoint refers to was
-                // committed before it, so this read sees them all.
-                let blobs = self.fetch_blobs(thread_id, None).await?;
-                rows.iter()
-                    .map(|r| {
-                        let row = Self::checkpoint_row(r).map_err($crate::sql::backend)?;
-                        $crate::sql::decode_checkpoint(row, &blobs)
-                    })
-                    .collect()
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl keel_core::store::ChatHistoryStore for $store {
-            async fn append(
-                &self,
+                query: &'static str,
                 scope: &keel_core::store::SessionScope,
                 messages: &[keel_core::store::StoredMessage],
-            ) -> Result<(), StoreError> {
+            ) -> Result<u64, StoreError> {
                 $crate::check::scope(scope)?;
                 $crate::check::append_batch(messages)?;
                 if messages.is_empty() {
-                    return Ok(());
+                    return Ok(0);
                 }
                 let bodies = messages
                     .iter()
@@ -450,8 +394,9 @@ macro_rules! impl_sql_store {
                     .collect::<Result<Vec<_>, _>>()?;
                 // One transaction: a batch with one duplicate id stores nothing.
                 let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                let mut stored = 0;
                 for (m, body) in messages.iter().zip(&bodies) {
-                    let r = sqlx::query($q.append)
+                    let r = sqlx::query(query)
                         .bind(&scope.flow_id)
                         .bind(&scope.user_id)
                         .bind(&scope.session_id)
@@ -463,14 +408,288 @@ macro_rules! impl_sql_store {
                         .execute(&mut *tx)
                         .await;
                     match r {
-                        Ok(_) => {}
+                        Ok(done) => stored += done.rows_affected(),
                         Err(e) if $crate::sql::is_unique_violation(&e) => {
                             return Err($crate::check::duplicate_id(m.message.id()));
                         }
                         Err(e) => return Err($crate::sql::backend(e)),
                     }
                 }
-                tx.commit().await.map_err($crate::sql::backend)
+                tx.commit().await.map_err($crate::sql::backend)?;
+                Ok(stored)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl keel_core::store::Checkpointer for $store {
+            async fn put(
+                &self,
+                thread_id: &str,
+                write: keel_core::store::CheckpointWrite,
+            ) -> Result<keel_core::store::PutOutcome, StoreError> {
+                use keel_core::state::MessageOp;
+                use keel_core::store::PutOutcome;
+                $crate::sql::check_write(thread_id, &write)?;
+                let seq = $crate::sql::next_seq(write.parent)?;
+                let values_set = $crate::sql::encode_values(&write.update.values)?;
+                let bodies = write
+                    .update
+                    .messages
+                    .iter()
+                    .map(|op| match op {
+                        MessageOp::Upsert { message } => {
+                            $crate::sql::encode_message(message).map(Some)
+                        }
+                        _ => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                // Compare-and-swap on the head row: under concurrent writers exactly one
+                // moves it from `parent`; the others change nothing and report a conflict.
+                let head: Option<(i64, String)> = match write.parent {
+                    None => {
+                        let done = sqlx::query($crate::sql::HEAD_CREATE)
+                            .bind(thread_id)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err($crate::sql::backend)?;
+                        (done.rows_affected() == 1).then(|| (0, "{}".to_owned()))
+                    }
+                    Some(parent) => sqlx::query_as($crate::sql::HEAD_ADVANCE)
+                        .bind(thread_id)
+                        .bind(seq)
+                        .bind($crate::check::to_i64("checkpoint parent", parent)?)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($crate::sql::backend)?,
+                };
+                let Some((mut next_position, stored_values)) = head else {
+                    drop(tx);
+                    return Ok(PutOutcome::Conflict {
+                        head: self.head_seq(thread_id).await?,
+                    });
+                };
+                sqlx::query($crate::sql::STEP_INSERT)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .bind(&write.run_id)
+                    .bind(&write.node)
+                    .bind(&values_set)
+                    .bind(write.created_at_ms)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                let start_position = next_position;
+                for ((i, op), body) in write.update.messages.iter().enumerate().zip(&bodies) {
+                    let id = match op {
+                        MessageOp::Upsert { message } => message.id(),
+                        MessageOp::Remove { id } => id.as_str(),
+                        MessageOp::RemoveAll => {
+                            sqlx::query($crate::sql::ENTRY_RETIRE_ALL)
+                                .bind(thread_id)
+                                .bind(seq)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            continue;
+                        }
+                    };
+                    let live: Option<(i64, i64)> = sqlx::query_as($crate::sql::ENTRY_LIVE)
+                        .bind(thread_id)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                    match (body, live) {
+                        // A version written by this same step was never visible: rewrite it.
+                        (Some(body), Some((position, added))) if added == seq => {
+                            sqlx::query($crate::sql::ENTRY_REWRITE)
+                                .bind(thread_id)
+                                .bind(position)
+                                .bind(added)
+                                .bind(body)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                        }
+                        (_, Some((position, added))) => {
+                            sqlx::query($crate::sql::ENTRY_RETIRE)
+                                .bind(thread_id)
+                                .bind(position)
+                                .bind(added)
+                                .bind(seq)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            if let Some(body) = body {
+                                sqlx::query($crate::sql::ENTRY_INSERT)
+                                    .bind(thread_id)
+                                    .bind(position)
+                                    .bind(seq)
+                                    .bind(id)
+                                    .bind(body)
+                                    .execute(&mut *tx)
+                                    .await
+                                    .map_err($crate::sql::backend)?;
+                            }
+                        }
+                        (Some(body), None) => {
+                            sqlx::query($crate::sql::ENTRY_INSERT)
+                                .bind(thread_id)
+                                .bind(next_position)
+                                .bind(seq)
+                                .bind(id)
+                                .bind(body)
+                                .execute(&mut *tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            next_position += 1;
+                        }
+                        (None, None) => {
+                            // Dropping the transaction rolls the whole step back.
+                            return Err(StoreError::Invalid(format!(
+                                "update.messages[{i}] removes message {id:?}, which is not in the state"
+                            )));
+                        }
+                    }
+                }
+                if next_position != start_position || !write.update.values.is_empty() {
+                    let values = $crate::sql::merge_values(&stored_values, &write.update.values)?;
+                    sqlx::query($crate::sql::HEAD_SET)
+                        .bind(thread_id)
+                        .bind(next_position)
+                        .bind(values)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                }
+                tx.commit().await.map_err($crate::sql::backend)?;
+                Ok(PutOutcome::Saved {
+                    seq: $crate::check::to_u64("seq", seq)?,
+                })
+            }
+
+            async fn latest(
+                &self,
+                thread_id: &str,
+            ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
+                let row: Option<(i64, String, String, String, i64)> =
+                    sqlx::query_as($crate::sql::LATEST_STEP)
+                        .bind(thread_id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                let Some((seq, values, run_id, node, created_at_ms)) = row else {
+                    return Ok(None);
+                };
+                // The state at `seq`, whatever a concurrent writer commits meanwhile.
+                let bodies: Vec<(String,)> = sqlx::query_as($crate::sql::ENTRIES_AT)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                $crate::sql::decode_latest(seq, &values, run_id, node, created_at_ms, &bodies)
+                    .map(Some)
+            }
+
+            async fn history(
+                &self,
+                thread_id: &str,
+            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
+                let steps: Vec<(i64, String, String, String, i64)> =
+                    sqlx::query_as($crate::sql::ALL_STEPS)
+                        .bind(thread_id)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                if steps.is_empty() {
+                    return Ok(Vec::new());
+                }
+                // Read after the steps: every entry a listed step needs is committed.
+                let entries: Vec<(i64, Option<i64>, String)> =
+                    sqlx::query_as($crate::sql::ALL_ENTRIES)
+                        .bind(thread_id)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                $crate::sql::decode_history(
+                    steps
+                        .into_iter()
+                        .map(|(seq, run_id, node, values_set, created_at_ms)| {
+                            $crate::sql::StepRow {
+                                seq,
+                                run_id,
+                                node,
+                                values_set,
+                                created_at_ms,
+                            }
+                        })
+                        .collect(),
+                    entries
+                        .into_iter()
+                        .map(|(added_seq, removed_seq, body)| $crate::sql::EntryRow {
+                            added_seq,
+                            removed_seq,
+                            body,
+                        })
+                        .collect(),
+                )
+            }
+
+            async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
+                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                let mut steps = 0;
+                for q in $crate::sql::DELETE_THREAD {
+                    // The last statement deletes the steps: its count is the answer.
+                    steps = sqlx::query(q)
+                        .bind(thread_id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($crate::sql::backend)?
+                        .rows_affected();
+                }
+                tx.commit().await.map_err($crate::sql::backend)?;
+                Ok(steps)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl keel_core::store::ChatHistoryStore for $store {
+            async fn append(
+                &self,
+                scope: &keel_core::store::SessionScope,
+                messages: &[keel_core::store::StoredMessage],
+            ) -> Result<(), StoreError> {
+                self.append_with($q.append, scope, messages).await.map(|_| ())
+            }
+
+            async fn append_new(
+                &self,
+                scope: &keel_core::store::SessionScope,
+                messages: &[keel_core::store::StoredMessage],
+            ) -> Result<u64, StoreError> {
+                self.append_with($q.append_new, scope, messages).await
+            }
+
+            async fn delete_session_history(
+                &self,
+                flow_id: &str,
+                user_id: &str,
+                session_id: &str,
+            ) -> Result<u64, StoreError> {
+                $crate::check::session(flow_id, user_id, session_id)?;
+                let done = sqlx::query($crate::sql::DELETE_HISTORY)
+                    .bind(flow_id)
+                    .bind(user_id)
+                    .bind(session_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(done.rows_affected())
             }
 
             async fn last_n(
@@ -671,6 +890,16 @@ macro_rules! impl_sql_store {
                     .await
                     .map_err($crate::sql::backend)?;
                 Ok(())
+            }
+
+            async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
+                $crate::check::prefix(prefix)?;
+                let done = sqlx::query($crate::sql::DELETE_SUMMARIES)
+                    .bind(prefix)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(done.rows_affected())
             }
         }
     };

@@ -1,0 +1,166 @@
+//! One writer per thread: a run whose head another writer moved fails with a typed
+//! conflict and overwrites nothing; `reject` refuses a second run; a thread left with a
+//! dangling tool call resumes with the call answered as cancelled.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_agent::{Agent, AgentError, InMemoryCheckpointer, MultitaskStrategy};
+use keel_core::message::{Content, Message, ToolCall};
+use keel_core::state::StateUpdate;
+use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
+use keel_core::tool::{Tool, ToolError, ToolSpec};
+use keel_testkit::ScriptedModel;
+use serde_json::json;
+use tokio::sync::Notify;
+
+/// A tool that tells the test it started, then waits for the test's go.
+struct Gate {
+    spec: ToolSpec,
+    started: Arc<Notify>,
+    go: Arc<Notify>,
+}
+
+#[async_trait]
+impl Tool for Gate {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _: serde_json::Value) -> Result<Content, ToolError> {
+        self.started.notify_one();
+        self.go.notified().await;
+        Ok(Content::Text("done".into()))
+    }
+}
+
+fn calls_gate() -> Message {
+    Message::ai("").with_tool_calls(vec![ToolCall::new("call-1", "gate", json!({}))])
+}
+
+fn gated_agent(
+    checkpointer: Arc<InMemoryCheckpointer>,
+    strategy: MultitaskStrategy,
+) -> (Agent, Arc<Notify>, Arc<Notify>) {
+    let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let agent = Agent::builder()
+        .model(Arc::new(ScriptedModel::new([
+            calls_gate(),
+            Message::ai("finished"),
+        ])))
+        .tool(Gate {
+            spec: ToolSpec::new("gate", "waits", json!({"type": "object"})),
+            started: started.clone(),
+            go: go.clone(),
+        })
+        .checkpointer(checkpointer)
+        .multitask_strategy(strategy)
+        .build()
+        .unwrap();
+    (agent, started, go)
+}
+
+#[tokio::test]
+async fn a_run_whose_head_another_writer_moved_fails_with_conflict_and_overwrites_nothing() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
+    let run = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.invoke("t", vec![Message::human("go")]).await }
+    });
+    started.notified().await;
+    // Another process appends to the thread while the tool runs.
+    let head = checkpointer.latest("t").await.unwrap().unwrap().seq;
+    let other = CheckpointWrite {
+        parent: Some(head),
+        run_id: "other-process".into(),
+        node: "input".into(),
+        update: StateUpdate::messages([Message::human("me too").with_id("other")]),
+        created_at_ms: 0,
+    };
+    assert_eq!(
+        checkpointer.put("t", other).await.unwrap(),
+        PutOutcome::Saved { seq: head + 1 }
+    );
+    go.notify_one();
+    let err = run.await.unwrap().unwrap_err();
+    match &err {
+        AgentError::Conflict {
+            thread_id,
+            parent,
+            head: now,
+        } => {
+            assert_eq!(thread_id, "t");
+            assert_eq!(*parent, Some(head));
+            assert_eq!(*now, Some(head + 1));
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(err.to_string().contains("nothing was overwritten"), "{err}");
+    let state = agent.state("t").await.unwrap().unwrap();
+    assert_eq!(
+        state.messages.last().unwrap().id(),
+        "other",
+        "the other writer's step stays"
+    );
+}
+
+#[tokio::test]
+async fn reject_refuses_a_second_run_while_the_first_is_active() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Reject);
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move { agent.invoke("t", vec![Message::human("first")]).await }
+    });
+    started.notified().await;
+    let err = agent
+        .invoke("t", vec![Message::human("second").with_id("second")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Rejected { thread_id, strategy: MultitaskStrategy::Reject } if thread_id == "t"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("reject"), "{err}");
+    go.notify_one();
+    let out = first.await.unwrap().unwrap();
+    assert!(out.state.messages.iter().all(|m| m.id() != "second"));
+    assert_eq!(out.last_message().unwrap().text(), "finished");
+}
+
+#[tokio::test]
+async fn a_dangling_tool_call_is_answered_as_cancelled_when_the_thread_resumes() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    // A crashed run left this: the model asked for a tool, no result was saved.
+    let crashed = CheckpointWrite {
+        parent: None,
+        run_id: "crashed".into(),
+        node: "model".into(),
+        update: StateUpdate::messages([
+            Message::human("deploy").with_id("q"),
+            calls_gate().with_id("a"),
+        ]),
+        created_at_ms: 0,
+    };
+    checkpointer.put("t", crashed).await.unwrap();
+    let model = Arc::new(ScriptedModel::new([Message::ai("resumed")]));
+    let agent = Agent::builder()
+        .model(model.clone())
+        .checkpointer(checkpointer.clone())
+        .build()
+        .unwrap();
+    let out = agent.invoke("t", vec![]).await.unwrap();
+    let sent: Vec<String> = model.requests()[0]
+        .messages
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    assert_eq!(sent, ["q", "a", "cancelled-call-1"]);
+    assert_eq!(out.state.messages.len(), 4);
+    let history = checkpointer.history("t").await.unwrap();
+    assert_eq!(
+        history.iter().map(|c| c.node.as_str()).collect::<Vec<_>>(),
+        ["model", "input", "model"]
+    );
+}
