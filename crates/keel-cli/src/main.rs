@@ -37,6 +37,9 @@ enum Command {
     /// offline: the tokens each model call would send, against sending the last 100
     /// messages and the whole history, summary calls, cache hits, and the memory kept.
     Replay(commands::replay::Args),
+    /// Serve an agent described in a keel.yaml over the LangGraph Agent Server protocol
+    /// (assistants, threads, runs, SSE streaming), with a chat page at `/`.
+    Serve(commands::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Tokens(args) => commands::tokens::run(args, &cli.caps),
         Command::Compact(args) => commands::compact::run(args, &cli.caps),
         Command::Replay(args) => commands::replay::run(args, &cli.caps),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(code) => code,

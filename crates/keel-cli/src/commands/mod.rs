@@ -9,6 +9,7 @@ use keel_replay::input::DEFAULT_MAX_LINE_BYTES;
 pub mod check_transcript;
 pub mod compact;
 pub mod replay;
+pub mod serve;
 pub mod tokens;
 
 /// What a command returns: the exit code on success, or an error that `main` prints as
