@@ -205,8 +205,15 @@ impl StackConfig {
     /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
     /// second level).
     pub fn build(&self, store: Arc<Store>) -> Result<Agent, StackError> {
-        let (model, online): (Arc<dyn ChatModel>, bool) = match self.model_choice()? {
-            ModelChoice::Offline => (Arc::new(OfflineModel::new()), false),
+        let (model, online) = self.model()?;
+        self.build_with_model(store, model, online)
+    }
+
+    /// The model the `model` key describes, and whether it is a server (`true`) rather
+    /// than the offline model.
+    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), StackError> {
+        Ok(match self.model_choice()? {
+            ModelChoice::Offline => (Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>, false),
             ModelChoice::OpenAi {
                 model,
                 base_url,
@@ -232,7 +239,17 @@ impl StackConfig {
                     .map_err(|e| invalid("model", &e.to_string()))?;
                 (Arc::new(model), true)
             }
-        };
+        })
+    }
+
+    /// Builds the stack around a model of the caller's (the `model` key is ignored).
+    /// `online` picks how session memory folds: with the model, or extractively.
+    pub fn build_with_model(
+        &self,
+        store: Arc<Store>,
+        model: Arc<dyn ChatModel>,
+        online: bool,
+    ) -> Result<Agent, StackError> {
         let profile = model.profile().clone();
         let mut builder = Agent::builder().model(model).checkpointer(store.clone());
         if let Some(prompt) = &self.system_prompt {

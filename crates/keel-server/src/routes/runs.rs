@@ -487,7 +487,12 @@ pub async fn join_stream(
             }
         }
     };
-    let names = query.all("stream_mode");
+    // The SDKs send `stream_mode=` (empty) for "the run's own modes".
+    let names: Vec<&str> = query
+        .all("stream_mode")
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .collect();
     let filter = if names.is_empty() {
         None
     } else {

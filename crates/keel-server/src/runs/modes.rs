@@ -118,7 +118,11 @@ impl ModeSet {
         if self.has(WireMode::Values) {
             out.push(StreamMode::Values);
         }
-        if self.has(WireMode::Updates) || self.has(WireMode::Messages) || self.has(WireMode::Events)
+        // Tool results reach `messages`/`messages-tuple` whole, from the tools node's update.
+        if self.has(WireMode::Updates)
+            || self.has(WireMode::Messages)
+            || self.has(WireMode::MessagesTuple)
+            || self.has(WireMode::Events)
         {
             out.push(StreamMode::Updates);
         }

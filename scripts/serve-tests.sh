@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Tests of `keel serve` (issue 16) with real clients, against servers on loopback.
+#
+#   scripts/serve-tests.sh python     # the official Python client, langgraph-sdk (PyPI)
+#   scripts/serve-tests.sh js         # the official JS client, @langchain/langgraph-sdk (npm)
+#   scripts/serve-tests.sh browser    # the chat page in headless Chromium; screenshot under target/
+#   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
+#   scripts/serve-tests.sh all        # python, js, browser, load 50
+#
+# Everything a test needs is installed by this script, idempotently, under
+# target/serve-tests/ (a Python venv, node_modules) or with apt-get (nodejs, npm,
+# chromium) when missing. Servers are the scripted one (examples/keel.yaml's middleware
+# around keel-testkit's ScriptedModel: crates/keel-server/examples/scripted_server.rs)
+# and `keel serve` itself; each is stopped by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+WORK="$ROOT/target/serve-tests"
+mkdir -p "$WORK"
+
+SDK_PY_VERSION="0.4.14"
+SDK_JS_VERSION="1.9.2"
+
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]:-}"; do
+        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+build() {
+    cargo build -q -p keel-server --example scripted_server
+    cargo build -q -p keel-cli
+}
+
+# start_server LOGNAME CMD ARGS... — starts a server printing "listening on http://ADDR",
+# sets URL to that address.
+start_server() {
+    local name="$1"
+    shift
+    local log="$WORK/$name.log"
+    "$@" >"$log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 200); do
+        if URL="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)" && [[ -n "$URL" ]]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "serve-tests: $name did not start:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+scripted() {
+    start_server "$@"
+}
+
+python_env() {
+    local venv="$WORK/venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -c "import langgraph_sdk, httpx; assert langgraph_sdk.__version__ == '$SDK_PY_VERSION'" 2>/dev/null; then
+        "$venv/bin/pip" install -q "langgraph-sdk==$SDK_PY_VERSION" httpx
+    fi
+    PY="$venv/bin/python"
+}
+
+node_env() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+    fi
+    local dir="$WORK/js"
+    mkdir -p "$dir"
+    if [[ ! -f "$dir/node_modules/@langchain/langgraph-sdk/package.json" ]] ||
+        ! grep -q "\"version\": \"$SDK_JS_VERSION\"" "$dir/node_modules/@langchain/langgraph-sdk/package.json"; then
+        (cd "$dir" && [[ -f package.json ]] || echo '{"private": true, "type": "module"}' >package.json
+         cd "$dir" && npm install --silent --no-audit --no-fund "@langchain/langgraph-sdk@$SDK_JS_VERSION" >/dev/null)
+    fi
+}
+
+run_python() {
+    build
+    python_env
+    scripted python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    local open="$URL"
+    scripted python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --api-keys "alice-key-1=alice,bob-key-22=bob"
+    local auth="$URL"
+    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth"
+}
+
+run_js() {
+    build
+    node_env
+    scripted js-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    cp crates/keel-server/tests/sdk/js_sdk_test.mjs "$WORK/js/"
+    node "$WORK/js/js_sdk_test.mjs" "$URL"
+}
+
+case "${1:-all}" in
+    python) run_python ;;
+    js) run_js ;;
+    all)
+        run_python
+        run_js
+        ;;
+    *)
+        echo "usage: $0 python|js|all" >&2
+        exit 2
+        ;;
+esac
