@@ -19,7 +19,8 @@ WORK="$ROOT/target/serve-tests"
 mkdir -p "$WORK"
 
 SDK_PY_VERSION="0.4.14"
-SDK_JS_VERSION="1.9.2"
+SDK_JS_VERSION="1.15.0"
+PLAYWRIGHT_VERSION="1.65.1"
 
 PIDS=()
 cleanup() {
@@ -40,6 +41,7 @@ start_server() {
     local name="$1"
     shift
     local log="$WORK/$name.log"
+    : >"$log"
     "$@" >"$log" 2>&1 &
     PIDS+=("$!")
     for _ in $(seq 1 200); do
@@ -81,6 +83,29 @@ node_env() {
     fi
 }
 
+chromium_env() {
+    if ! command -v chromium >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
+    node_env
+    local dir="$WORK/js"
+    if [[ ! -f "$dir/node_modules/playwright-core/package.json" ]] ||
+        ! grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$dir/node_modules/playwright-core/package.json"; then
+        (cd "$dir" && npm install --silent --no-audit --no-fund "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null)
+    fi
+}
+
+run_browser() {
+    build
+    chromium_env
+    rm -f "$WORK/browser.db"*
+    start_server browser "$ROOT/target/debug/keel" serve --config examples/keel.yaml --port 0 \
+        --database "sqlite://$WORK/browser.db"
+    cp crates/keel-server/tests/browser/chat_page_test.mjs "$WORK/js/"
+    CHROMIUM="$(command -v chromium)" node "$WORK/js/chat_page_test.mjs" "$URL" "$WORK"
+    echo "screenshots: $WORK/chat-page.png, $WORK/chat-page-toast.png"
+}
+
 run_python() {
     build
     python_env
@@ -103,12 +128,14 @@ run_js() {
 case "${1:-all}" in
     python) run_python ;;
     js) run_js ;;
+    browser) run_browser ;;
     all)
         run_python
         run_js
+        run_browser
         ;;
     *)
-        echo "usage: $0 python|js|all" >&2
+        echo "usage: $0 python|js|browser|all" >&2
         exit 2
         ;;
 esac
