@@ -106,6 +106,18 @@ run_browser() {
     echo "screenshots: $WORK/chat-page.png, $WORK/chat-page-toast.png"
 }
 
+# The load test: N concurrent streaming runs against one scripted server. CI runs 50
+# on a debug build; docs/benchmarks.md has 200 on a release build (PROFILE=release).
+run_load() {
+    local runs="${1:-200}" profile="${PROFILE:-debug}"
+    local flags=()
+    [[ "$profile" == release ]] && flags=(--release)
+    cargo build -q "${flags[@]}" -p keel-server --example scripted_server --example load
+    start_server load-server "$ROOT/target/$profile/examples/scripted_server" --port 0 --pace-ms 5
+    local pid="${PIDS[-1]}"
+    "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" --pace-ms 5
+}
+
 run_python() {
     build
     python_env
@@ -129,13 +141,15 @@ case "${1:-all}" in
     python) run_python ;;
     js) run_js ;;
     browser) run_browser ;;
+    load) run_load "${2:-200}" ;;
     all)
         run_python
         run_js
         run_browser
+        run_load 50
         ;;
     *)
-        echo "usage: $0 python|js|browser|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|all" >&2
         exit 2
         ;;
 esac
