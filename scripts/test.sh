@@ -54,3 +54,15 @@ sed 's/^  token_counter: approximate$/  token_counter: o200k_base/' examples/sum
 grep -q "token_counter: o200k_base" "$o200k_config"
 cargo run -q -p keel-cli -- replay examples/sessions/support-prj123.jsonl --config "$o200k_config" >/dev/null
 rm -f "$o200k_config"
+
+# --- keel serve (issue 16) ---
+# The server with the official Python and JavaScript SDKs, the chat page in headless
+# Chromium (screenshots under target/serve-tests/), and a small load test (50
+# concurrent streaming runs; docs/benchmarks.md has 200 on a release build). The
+# script installs what it needs (venv, npm packages, chromium) under target/.
+echo "== keel serve"
+cargo clippy -p keel-server --all-features --all-targets -- -D warnings
+scripts/serve-tests.sh python
+scripts/serve-tests.sh js
+scripts/serve-tests.sh browser
+scripts/serve-tests.sh load 50

@@ -96,7 +96,9 @@ async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
     let mut last_values = Value::Null;
     let mut ended = false;
     while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else { continue };
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
         buffer.push_str(std::str::from_utf8(&data)?);
         while let Some(cut) = buffer.find("\n\n") {
             let block: String = buffer.drain(..cut + 2).collect();
@@ -190,7 +192,11 @@ async fn baseline(runs: usize, pace: Duration) -> Result<(f64, u64), Error> {
             let agent = agent.clone();
             tokio::spawn(async move {
                 let input = vec![Message::human(format!("load run {i}: hello there"))];
-                let modes = [StreamMode::Values, StreamMode::Updates, StreamMode::Messages];
+                let modes = [
+                    StreamMode::Values,
+                    StreamMode::Updates,
+                    StreamMode::Messages,
+                ];
                 let mut stream = agent.stream(&format!("baseline-{i}"), input, &modes);
                 let mut events = 0u64;
                 while stream.next().await.is_some() {
@@ -211,7 +217,10 @@ async fn baseline(runs: usize, pace: Duration) -> Result<(f64, u64), Error> {
 async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
     let url = flag(&args, "--url").ok_or("--url http://127.0.0.1:PORT is required")?;
-    let host = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let host = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
     let runs: usize = flag(&args, "--runs").map_or(Ok(200), |r| r.parse())?;
     let pace = Duration::from_millis(flag(&args, "--pace-ms").map_or(Ok(5), |p| p.parse())?);
     let pid = flag(&args, "--server-pid");
@@ -242,7 +251,11 @@ async fn main() -> Result<(), Error> {
     totals.sort();
     let events: u64 = reports.iter().map(|r| r.events).sum();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!("runs: {} ok, {} lost or out of order", reports.len(), failures.len());
+    println!(
+        "runs: {} ok, {} lost or out of order",
+        reports.len(),
+        failures.len()
+    );
     println!(
         "wall {:.2} s: {:.1} runs/s, {:.0} events/s ({events} events)",
         wall.as_secs_f64(),

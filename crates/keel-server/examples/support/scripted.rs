@@ -85,7 +85,6 @@ pub fn answer(request: &RecordedRequest) -> Result<Message, ModelError> {
     )))
 }
 
-
 /// The paced scripted model.
 pub fn model(pace: Duration) -> Paced {
     Paced {
