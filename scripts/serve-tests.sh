@@ -121,7 +121,10 @@ run_load() {
 run_python() {
     build
     python_env
-    scripted python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    # Records and checkpoints in SQLite for one server, in memory for the other.
+    rm -f "$WORK/python.db"*
+    scripted python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5 \
+        --database "sqlite://$WORK/python.db"
     local open="$URL"
     scripted python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
         --api-keys "alice-key-1=alice,bob-key-22=bob"

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use keel_server::auth::ApiKeys;
 use keel_server::config::StackConfig;
+use keel_server::lease::Leases;
+use keel_server::registry::Registry;
 use keel_server::{ServerOptions, router_with};
 use keel_store::Store;
 
@@ -43,11 +45,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let stack = StackConfig::from_file(&config)?;
     let model = scripted::model(pace);
-    let store = Arc::new(Store::connect(&database).await?);
-    let agent = stack.build_with_model(store, Arc::new(model), false)?;
+    let store = Store::connect(&database).await?;
+    let registry = Registry::for_store(&store).await?;
+    let leases = match &store {
+        #[cfg(feature = "postgres")]
+        Store::Postgres(pg) => Leases::Postgres(pg.pool().clone()),
+        _ => Leases::Local,
+    };
+    let agent = stack.build_with_model(Arc::new(store), Arc::new(model), false)?;
     let options = ServerOptions {
         graph_id: stack.name.clone(),
         api_keys: keys,
+        registry: Some(Arc::new(registry)),
+        leases,
         ..ServerOptions::default()
     };
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;

@@ -13,6 +13,7 @@ use tower_http::cors::{Any, CorsLayer};
 use crate::auth::{ApiKeys, authenticate};
 use crate::error::ApiError;
 use crate::extract::BodyLimit;
+use crate::lease::Leases;
 use crate::registry::Registry;
 use crate::routes::{assistants, page, runs, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
@@ -37,6 +38,11 @@ pub struct ServerOptions {
     pub runs: RunLimits,
     /// Serve the chat page at `/`.
     pub page: bool,
+    /// Where thread and run records live; `None` keeps them in memory
+    /// ([`Registry::for_store`] puts them in the agent's database).
+    pub registry: Option<Arc<Registry>>,
+    /// How runs of one thread exclude each other across processes.
+    pub leases: Leases,
 }
 
 impl Default for ServerOptions {
@@ -48,6 +54,8 @@ impl Default for ServerOptions {
             max_body_bytes: 2 * 1024 * 1024,
             runs: RunLimits::default(),
             page: true,
+            registry: None,
+            leases: Leases::Local,
         }
     }
 }
@@ -81,12 +89,16 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
         model_name,
         provider,
     };
-    let registry = Arc::new(Registry::new());
+    let registry = options
+        .registry
+        .clone()
+        .unwrap_or_else(|| Arc::new(Registry::memory()));
     let manager = Arc::new(RunManager::new(
         agent,
         registry.clone(),
         assistant,
         options.runs.clone(),
+        options.leases.clone(),
     ));
     let state = AppState { registry, manager };
 

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod lease;
 pub mod registry;
 pub mod routes;
 pub mod runs;

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 
 use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::time::{now_ms, rfc3339};
 
 /// A run's status, as the protocol names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RunStatus {
     /// Queued behind another run of its thread.
     Pending,
@@ -43,7 +44,7 @@ impl RunStatus {
 }
 
 /// A thread's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ThreadStatus {
     /// No run in progress.
     Idle,
@@ -76,7 +77,7 @@ impl ThreadStatus {
 
 /// What to do when a run is created on a thread that is already running one (the
 /// protocol's `multitask_strategy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Strategy {
     /// Refuse the new run (409).
     Reject,
@@ -114,7 +115,7 @@ impl Strategy {
 }
 
 /// A thread's record.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadRecord {
     /// The id.
     pub thread_id: String,
@@ -146,7 +147,7 @@ impl ThreadRecord {
 }
 
 /// A run's record.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {
     /// The id.
     pub run_id: String,
@@ -187,21 +188,6 @@ impl RunRecord {
     }
 }
 
-#[derive(Debug, Default)]
-struct Tables {
-    threads: HashMap<String, ThreadRecord>,
-    runs: HashMap<String, RunRecord>,
-    /// Run ids per thread, oldest first.
-    thread_runs: HashMap<String, Vec<String>>,
-}
-
-/// Thread and run records of one server process. Every read is scoped by owner: a
-/// thread of another owner is reported as missing.
-#[derive(Debug, Default)]
-pub struct Registry {
-    tables: RwLock<Tables>,
-}
-
 /// Filters of `POST /threads/search`.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadFilter {
@@ -213,74 +199,262 @@ pub struct ThreadFilter {
     pub status: Option<ThreadStatus>,
 }
 
+impl ThreadFilter {
+    fn keeps(&self, r: &ThreadRecord) -> bool {
+        self.status.is_none_or(|s| r.status == s)
+            && self
+                .ids
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&r.thread_id))
+            && self
+                .metadata
+                .iter()
+                .all(|(k, v)| r.metadata.get(k) == Some(v))
+    }
+}
+
+/// A registry operation that failed in the database.
+#[derive(Debug, thiserror::Error)]
+#[error("server records: {0}")]
+pub struct RegistryError(String);
+
+impl RegistryError {
+    /// An error from anything displayable (a database error).
+    pub fn new(e: impl std::fmt::Display) -> Self {
+        RegistryError(e.to_string())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    threads: HashMap<String, ThreadRecord>,
+    runs: HashMap<String, RunRecord>,
+}
+
+/// Where the records live.
+#[derive(Debug)]
+enum Backend {
+    Memory(RwLock<Tables>),
+    Sqlite(sqlx::SqlitePool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+}
+
+/// Thread and run records, in memory or in the agent's database (SQLite, or PostgreSQL
+/// shared by several server processes). Each record is one row holding its JSON; the
+/// tables are created on first use, next to keel-store's, and only ever added to.
+///
+/// Every read by thread is scoped by owner: another owner's thread reads as missing.
+#[derive(Debug)]
+pub struct Registry {
+    backend: Backend,
+}
+
+const CREATE_THREADS: &str = "CREATE TABLE IF NOT EXISTS keel_server_threads (
+    thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, record TEXT NOT NULL)";
+const CREATE_THREADS_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS keel_server_threads_owner ON keel_server_threads (owner)";
+const CREATE_RUNS: &str = "CREATE TABLE IF NOT EXISTS keel_server_runs (
+    run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
+    record TEXT NOT NULL)";
+const CREATE_RUNS_INDEX: &str = "CREATE INDEX IF NOT EXISTS keel_server_runs_thread ON keel_server_runs (thread_id, created_at_ms)";
+
+/// Runs `$body` with `$pool` bound to whichever SQL pool `$self` holds; `$memory` for the
+/// in-memory backend.
+macro_rules! sql {
+    ($self:expr, $tables:ident => $memory:expr, $pool:ident => $body:expr) => {
+        match &$self.backend {
+            Backend::Memory($tables) => $memory,
+            Backend::Sqlite($pool) => $body,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres($pool) => $body,
+        }
+    };
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String, RegistryError> {
+    serde_json::to_string(value).map_err(RegistryError::new)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, RegistryError> {
+    serde_json::from_str(text).map_err(RegistryError::new)
+}
+
 impl Registry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
+    /// Records in this process's memory (lost on restart).
+    pub fn memory() -> Self {
+        Registry {
+            backend: Backend::Memory(RwLock::new(Tables::default())),
+        }
+    }
+
+    /// Records in the store's database (in memory for a memory store), tables created if
+    /// missing.
+    pub async fn for_store(store: &keel_store::Store) -> Result<Self, RegistryError> {
+        let backend = match store {
+            keel_store::Store::Memory(_) => return Ok(Self::memory()),
+            keel_store::Store::Sqlite(s) => Backend::Sqlite(s.pool().clone()),
+            #[cfg(feature = "postgres")]
+            keel_store::Store::Postgres(s) => Backend::Postgres(s.pool().clone()),
+            #[allow(unreachable_patterns)]
+            _ => return Ok(Self::memory()),
+        };
+        let registry = Registry { backend };
+        for statement in [
+            CREATE_THREADS,
+            CREATE_THREADS_INDEX,
+            CREATE_RUNS,
+            CREATE_RUNS_INDEX,
+        ] {
+            sql!(registry, _t => {}, pool => {
+                sqlx::query(statement)
+                    .execute(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            });
+        }
+        Ok(registry)
+    }
+
+    /// True when records are shared through a database other processes can reach.
+    pub fn is_shared(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if matches!(self.backend, Backend::Postgres(_)) {
+            return true;
+        }
+        false
     }
 
     /// Inserts a thread; `false` when the id is taken.
-    pub fn insert_thread(&self, record: ThreadRecord) -> bool {
-        let mut t = self.tables.write();
-        if t.threads.contains_key(&record.thread_id) {
-            return false;
-        }
-        t.threads.insert(record.thread_id.clone(), record);
-        true
+    pub async fn insert_thread(&self, record: ThreadRecord) -> Result<bool, RegistryError> {
+        let text = encode(&record)?;
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.threads.contains_key(&record.thread_id) {
+                return Ok(false);
+            }
+            t.threads.insert(record.thread_id.clone(), record);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query(
+                "INSERT INTO keel_server_threads (thread_id, owner, record) VALUES ($1, $2, $3) ON CONFLICT (thread_id) DO NOTHING",
+            )
+            .bind(&record.thread_id)
+            .bind(&record.owner)
+            .bind(&text)
+            .execute(pool)
+            .await
+            .map_err(RegistryError::new)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    async fn thread_any(&self, thread_id: &str) -> Result<Option<ThreadRecord>, RegistryError> {
+        sql!(self, t => Ok(t.read().threads.get(thread_id).cloned()), pool => {
+            let row: Option<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_threads WHERE thread_id = $1")
+                    .bind(thread_id)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            row.map(|(text,)| decode(&text)).transpose()
+        })
+    }
+
+    async fn write_thread(&self, record: &ThreadRecord) -> Result<(), RegistryError> {
+        let text = encode(record)?;
+        sql!(self, t => {
+            t.write().threads.insert(record.thread_id.clone(), record.clone());
+            Ok(())
+        }, pool => {
+            sqlx::query("UPDATE keel_server_threads SET record = $2 WHERE thread_id = $1")
+                .bind(&record.thread_id)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
     }
 
     /// The thread, if it exists and belongs to `owner`.
-    pub fn thread(&self, owner: &str, thread_id: &str) -> Option<ThreadRecord> {
-        self.tables
-            .read()
-            .threads
-            .get(thread_id)
-            .filter(|t| t.owner == owner)
-            .cloned()
+    pub async fn thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> Result<Option<ThreadRecord>, RegistryError> {
+        Ok(self
+            .thread_any(thread_id)
+            .await?
+            .filter(|t| t.owner == owner))
     }
 
     /// True when a thread with this id exists, whoever owns it.
-    pub fn thread_exists(&self, thread_id: &str) -> bool {
-        self.tables.read().threads.contains_key(thread_id)
+    pub async fn thread_exists(&self, thread_id: &str) -> Result<bool, RegistryError> {
+        Ok(self.thread_any(thread_id).await?.is_some())
     }
 
     /// Changes a thread of `owner`; `None` when it is not theirs or does not exist.
-    pub fn update_thread(
+    pub async fn update_thread(
         &self,
         owner: &str,
         thread_id: &str,
         change: impl FnOnce(&mut ThreadRecord),
-    ) -> Option<ThreadRecord> {
-        let mut t = self.tables.write();
-        let record = t.threads.get_mut(thread_id).filter(|t| t.owner == owner)?;
-        change(record);
+    ) -> Result<Option<ThreadRecord>, RegistryError> {
+        let Some(mut record) = self.thread(owner, thread_id).await? else {
+            return Ok(None);
+        };
+        change(&mut record);
         record.updated_at_ms = now_ms();
-        Some(record.clone())
+        self.write_thread(&record).await?;
+        Ok(Some(record))
     }
 
     /// Sets a thread's status, whoever owns it (the run manager's bookkeeping).
-    pub fn set_thread_status(&self, thread_id: &str, status: ThreadStatus) {
-        if let Some(record) = self.tables.write().threads.get_mut(thread_id) {
+    pub async fn set_thread_status(
+        &self,
+        thread_id: &str,
+        status: ThreadStatus,
+    ) -> Result<(), RegistryError> {
+        if let Some(mut record) = self.thread_any(thread_id).await? {
             record.status = status;
             record.updated_at_ms = now_ms();
+            self.write_thread(&record).await?;
         }
+        Ok(())
     }
 
-    /// Deletes a thread of `owner` and its run records.
-    pub fn delete_thread(&self, owner: &str, thread_id: &str) -> bool {
-        let mut t = self.tables.write();
-        if t.threads.get(thread_id).is_none_or(|r| r.owner != owner) {
-            return false;
-        }
-        t.threads.remove(thread_id);
-        for run_id in t.thread_runs.remove(thread_id).unwrap_or_default() {
-            t.runs.remove(&run_id);
-        }
-        true
+    /// Deletes a thread of `owner` and its run records; `false` when it is not theirs.
+    pub async fn delete_thread(&self, owner: &str, thread_id: &str) -> Result<bool, RegistryError> {
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.threads.get(thread_id).is_none_or(|r| r.owner != owner) {
+                return Ok(false);
+            }
+            t.threads.remove(thread_id);
+            t.runs.retain(|_, r| r.thread_id != thread_id);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query("DELETE FROM keel_server_threads WHERE thread_id = $1 AND owner = $2")
+                .bind(thread_id)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query("DELETE FROM keel_server_runs WHERE thread_id = $1")
+                .bind(thread_id)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(true)
+        })
     }
 
     /// The threads of `owner` matching `filter`, newest first unless `ascending`.
-    pub fn search_threads(
+    pub async fn search_threads(
         &self,
         owner: &str,
         filter: &ThreadFilter,
@@ -288,27 +462,19 @@ impl Registry {
         ascending: bool,
         offset: usize,
         limit: usize,
-    ) -> Vec<ThreadRecord> {
-        let t = self.tables.read();
-        let mut found: Vec<ThreadRecord> = t
-            .threads
-            .values()
-            .filter(|r| r.owner == owner)
-            .filter(|r| filter.status.is_none_or(|s| r.status == s))
-            .filter(|r| {
-                filter
-                    .ids
-                    .as_ref()
-                    .is_none_or(|ids| ids.contains(&r.thread_id))
-            })
-            .filter(|r| {
-                filter
-                    .metadata
-                    .iter()
-                    .all(|(k, v)| r.metadata.get(k) == Some(v))
-            })
-            .cloned()
-            .collect();
+    ) -> Result<Vec<ThreadRecord>, RegistryError> {
+        let mut found: Vec<ThreadRecord> = sql!(self, t => {
+            t.read().threads.values().filter(|r| r.owner == owner).cloned().collect()
+        }, pool => {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_threads WHERE owner = $1")
+                    .bind(owner)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            rows.iter().map(|(text,)| decode(text)).collect::<Result<_, _>>()?
+        });
+        found.retain(|r| filter.keeps(r));
         found.sort_by(|a, b| {
             let key = |r: &ThreadRecord| match sort_by {
                 "created_at" => (r.created_at_ms, r.thread_id.clone()),
@@ -320,72 +486,119 @@ impl Registry {
         if !ascending {
             found.reverse();
         }
-        found.into_iter().skip(offset).take(limit).collect()
+        Ok(found.into_iter().skip(offset).take(limit).collect())
     }
 
     /// Records a new run.
-    pub fn insert_run(&self, record: RunRecord) {
-        let mut t = self.tables.write();
-        t.thread_runs
-            .entry(record.thread_id.clone())
-            .or_default()
-            .push(record.run_id.clone());
-        t.runs.insert(record.run_id.clone(), record);
+    pub async fn insert_run(&self, record: &RunRecord) -> Result<(), RegistryError> {
+        let text = encode(record)?;
+        sql!(self, t => {
+            t.write().runs.insert(record.run_id.clone(), record.clone());
+            Ok(())
+        }, pool => {
+            sqlx::query("INSERT INTO keel_server_runs (run_id, thread_id, created_at_ms, record) VALUES ($1, $2, $3, $4)")
+                .bind(&record.run_id)
+                .bind(&record.thread_id)
+                .bind(record.created_at_ms)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
     }
 
     /// A run of a thread.
-    pub fn run(&self, thread_id: &str, run_id: &str) -> Option<RunRecord> {
-        self.tables
-            .read()
-            .runs
-            .get(run_id)
-            .filter(|r| r.thread_id == thread_id)
-            .cloned()
+    pub async fn run(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<Option<RunRecord>, RegistryError> {
+        sql!(self, t => {
+            Ok(t.read().runs.get(run_id).filter(|r| r.thread_id == thread_id).cloned())
+        }, pool => {
+            let row: Option<(String,)> = sqlx::query_as(
+                "SELECT record FROM keel_server_runs WHERE run_id = $1 AND thread_id = $2",
+            )
+            .bind(run_id)
+            .bind(thread_id)
+            .fetch_optional(pool)
+            .await
+            .map_err(RegistryError::new)?;
+            row.map(|(text,)| decode(&text)).transpose()
+        })
     }
 
     /// Sets a run's status (and error).
-    pub fn set_run_status(&self, run_id: &str, status: RunStatus, error: Option<String>) {
-        if let Some(record) = self.tables.write().runs.get_mut(run_id) {
-            record.status = status;
-            record.error = error;
-            record.updated_at_ms = now_ms();
-        }
+    pub async fn set_run_status(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), RegistryError> {
+        let Some(mut record) = self.run(thread_id, run_id).await? else {
+            return Ok(());
+        };
+        record.status = status;
+        record.error = error;
+        record.updated_at_ms = now_ms();
+        let text = encode(&record)?;
+        sql!(self, t => {
+            t.write().runs.insert(record.run_id.clone(), record);
+            Ok(())
+        }, pool => {
+            sqlx::query("UPDATE keel_server_runs SET record = $2 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
     }
 
     /// Deletes a run record.
-    pub fn delete_run(&self, thread_id: &str, run_id: &str) -> bool {
-        let mut t = self.tables.write();
-        if t.runs.get(run_id).is_none_or(|r| r.thread_id != thread_id) {
-            return false;
-        }
-        t.runs.remove(run_id);
-        if let Some(ids) = t.thread_runs.get_mut(thread_id) {
-            ids.retain(|id| id != run_id);
-        }
-        true
+    pub async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool, RegistryError> {
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.runs.get(run_id).is_none_or(|r| r.thread_id != thread_id) {
+                return Ok(false);
+            }
+            t.runs.remove(run_id);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query("DELETE FROM keel_server_runs WHERE run_id = $1 AND thread_id = $2")
+                .bind(run_id)
+                .bind(thread_id)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(done.rows_affected() == 1)
+        })
     }
 
     /// The runs of a thread, newest first.
-    pub fn runs(
+    pub async fn runs(
         &self,
         thread_id: &str,
         status: Option<RunStatus>,
         offset: usize,
         limit: usize,
-    ) -> Vec<RunRecord> {
-        let t = self.tables.read();
-        t.thread_runs
-            .get(thread_id)
-            .map(|ids| {
-                ids.iter()
-                    .rev()
-                    .filter_map(|id| t.runs.get(id))
-                    .filter(|r| status.is_none_or(|s| r.status == s))
-                    .skip(offset)
-                    .take(limit)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+    ) -> Result<Vec<RunRecord>, RegistryError> {
+        let mut runs: Vec<RunRecord> = sql!(self, t => {
+            t.read().runs.values().filter(|r| r.thread_id == thread_id).cloned().collect()
+        }, pool => {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_runs WHERE thread_id = $1")
+                    .bind(thread_id)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            rows.iter().map(|(text,)| decode(text)).collect::<Result<_, _>>()?
+        });
+        runs.retain(|r| status.is_none_or(|s| r.status == s));
+        runs.sort_by(|a, b| (b.created_at_ms, &b.run_id).cmp(&(a.created_at_ms, &a.run_id)));
+        Ok(runs.into_iter().skip(offset).take(limit).collect())
     }
 }

@@ -11,6 +11,8 @@ use tokio::net::TcpListener;
 use crate::app::{ServerOptions, router_with};
 use crate::auth::ApiKeys;
 use crate::config::{StackConfig, StackError};
+use crate::lease::Leases;
+use crate::registry::Registry;
 
 /// What `keel serve` needs.
 #[derive(Clone, Debug)]
@@ -67,6 +69,17 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
             url: redact(&options.database),
             message: e.to_string(),
         })?;
+    let registry = Registry::for_store(&store)
+        .await
+        .map_err(|e| ServeError::Database {
+            url: redact(&options.database),
+            message: e.to_string(),
+        })?;
+    let leases = match &store {
+        #[cfg(feature = "postgres")]
+        Store::Postgres(pg) => Leases::Postgres(pg.pool().clone()),
+        _ => Leases::Local,
+    };
     let agent = stack.build(Arc::new(store))?;
     let model = agent.model_profile().name.clone();
     let server = ServerOptions {
@@ -74,6 +87,8 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         description: stack.description.clone(),
         api_keys: options.api_keys.clone(),
         max_body_bytes: options.max_body_bytes,
+        registry: Some(Arc::new(registry)),
+        leases,
         ..ServerOptions::default()
     };
     let address = format!("{}:{}", options.host, options.port);

@@ -1,6 +1,7 @@
 //! The router in process (tower's `oneshot`, no socket), with keel-testkit's scripted
 //! model: the protocol's shapes, streaming, reconnecting, auth scoping and error shapes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 use std::collections::HashMap;
 use std::sync::Arc;
 

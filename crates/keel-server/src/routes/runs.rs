@@ -21,7 +21,7 @@ use crate::extract::{Ids, JsonBody, QueryPairs};
 use crate::registry::{RunRecord, RunStatus, Strategy};
 use crate::routes::assistants;
 use crate::routes::threads::{current_values, new_thread, owned};
-use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, RunManager, SseEvent, WireMode};
+use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
 
 /// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
@@ -205,7 +205,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
 }
 
 /// Validates the request, resolves (or creates) the thread, and starts the run.
-fn start(
+async fn start(
     app: &AppState,
     owner: &Owner,
     thread_id: Option<String>,
@@ -214,24 +214,48 @@ fn start(
     let stateless = thread_id.is_none();
     let parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
-        None => new_thread(app, owner, None, Map::new())?.thread_id,
+        None => new_thread(app, owner, None, Map::new()).await?.thread_id,
         Some(id) => {
-            if app.registry.thread(&owner.0, &id).is_none() {
-                if parsed.create_thread && !app.registry.thread_exists(&id) {
-                    new_thread(app, owner, Some(id.clone()), Map::new())?;
-                } else {
-                    return Err(ApiError::thread(&id));
+            let found = app
+                .registry
+                .thread(&owner.0, &id)
+                .await
+                .map_err(|e| ApiError::storage("reading the thread", e))?;
+            match found {
+                Some(thread) => {
+                    // Another process sharing the database may be running it.
+                    if parsed.run.strategy == Strategy::Reject
+                        && app.registry.is_shared()
+                        && thread.status == crate::registry::ThreadStatus::Busy
+                    {
+                        return Err(ApiError::Conflict(format!(
+                            "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
+                        )));
+                    }
+                }
+                None => {
+                    let taken = app
+                        .registry
+                        .thread_exists(&id)
+                        .await
+                        .map_err(|e| ApiError::storage("reading the thread", e))?;
+                    if !parsed.create_thread || taken {
+                        return Err(ApiError::thread(&id));
+                    }
+                    new_thread(app, owner, Some(id.clone()), Map::new()).await?;
                 }
             }
             id
         }
     };
-    let (record, live) = app.manager.create(&thread_id, parsed.run)?;
+    let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
     if parsed.delete_on_completion {
         let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
         tokio::spawn(async move {
             live.log.closed().await;
-            app.registry.delete_thread(&owner.0, &live.thread_id);
+            if let Err(e) = app.registry.delete_thread(&owner.0, &live.thread_id).await {
+                tracing::error!("deleting a stateless run's thread: {e}");
+            }
         });
     }
     Ok((record, live, parsed.cancel_on_disconnect))
@@ -257,7 +281,7 @@ pub async fn create(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, _, _) = start(&app, &owner, Some(thread_id), body)?;
+    let (record, _, _) = start(&app, &owner, Some(thread_id), body).await?;
     Ok(with_location(
         Json(record.to_json()).into_response(),
         &record,
@@ -270,7 +294,7 @@ pub async fn stateless_create(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, _, _) = start(&app, &owner, None, body)?;
+    let (record, _, _) = start(&app, &owner, None, body).await?;
     Ok(with_location(
         Json(record.to_json()).into_response(),
         &record,
@@ -284,15 +308,8 @@ pub async fn create_stream(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, cancel) = start(&app, &owner, Some(thread_id), body)?;
-    Ok(stream_response(
-        &app.manager,
-        &record,
-        live,
-        0,
-        None,
-        cancel,
-    ))
+    let (record, live, cancel) = start(&app, &owner, Some(thread_id), body).await?;
+    Ok(stream_response(&record, live, 0, None, cancel))
 }
 
 /// `POST /runs/stream`: a streamed run on a fresh thread.
@@ -301,15 +318,8 @@ pub async fn stateless_stream(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, cancel) = start(&app, &owner, None, body)?;
-    Ok(stream_response(
-        &app.manager,
-        &record,
-        live,
-        0,
-        None,
-        cancel,
-    ))
+    let (record, live, cancel) = start(&app, &owner, None, body).await?;
+    Ok(stream_response(&record, live, 0, None, cancel))
 }
 
 /// What `wait` and `join` answer: the thread's values, or the run's error.
@@ -322,7 +332,11 @@ async fn outcome(
     if let Some(live) = live {
         live.log.closed().await;
     }
-    let record = app.registry.run(thread_id, run_id);
+    let record = app
+        .registry
+        .run(thread_id, run_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the run", e))?;
     if let Some(RunRecord {
         status: RunStatus::Error,
         error,
@@ -342,7 +356,7 @@ pub async fn create_wait(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, _) = start(&app, &owner, Some(thread_id), body)?;
+    let (record, live, _) = start(&app, &owner, Some(thread_id), body).await?;
     let values = outcome(&app, Some(live), &record.thread_id, &record.run_id).await?;
     Ok(with_location(Json(values).into_response(), &record))
 }
@@ -353,7 +367,7 @@ pub async fn stateless_wait(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, _) = start(&app, &owner, None, body)?;
+    let (record, live, _) = start(&app, &owner, None, body).await?;
     let values = outcome(&app, Some(live.clone()), &record.thread_id, &record.run_id).await?;
     Ok(with_location(Json(values).into_response(), &record))
 }
@@ -365,7 +379,7 @@ pub async fn list(
     Ids(thread_id): Ids<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id)?;
+    owned(&app, &owner, &thread_id).await?;
     let status = match query.get("status") {
         None => None,
         Some(s) => Some(
@@ -381,26 +395,32 @@ pub async fn list(
             .ok_or_else(|| ApiError::Invalid(format!("status {s:?} is not a run status")))?,
         ),
     };
-    let runs = app.registry.runs(
-        &thread_id,
-        status,
-        query.usize_or("offset", 0)?,
-        query.usize_or("limit", 10)?.min(1000),
-    );
+    let runs = app
+        .registry
+        .runs(
+            &thread_id,
+            status,
+            query.usize_or("offset", 0)?,
+            query.usize_or("limit", 10)?.min(1000),
+        )
+        .await
+        .map_err(|e| ApiError::storage("listing runs", e))?;
     Ok(Json(Value::Array(
         runs.iter().map(RunRecord::to_json).collect(),
     )))
 }
 
-fn owned_run(
+async fn owned_run(
     app: &AppState,
     owner: &Owner,
     thread_id: &str,
     run_id: &str,
 ) -> Result<RunRecord, ApiError> {
-    owned(app, owner, thread_id)?;
+    owned(app, owner, thread_id).await?;
     app.registry
         .run(thread_id, run_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the run", e))?
         .ok_or_else(|| ApiError::run(run_id))
 }
 
@@ -411,7 +431,9 @@ pub async fn get_one(
     Ids((thread_id, run_id)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        owned_run(&app, &owner, &thread_id, &run_id)?.to_json(),
+        owned_run(&app, &owner, &thread_id, &run_id)
+            .await?
+            .to_json(),
     ))
 }
 
@@ -421,14 +443,17 @@ pub async fn delete(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, run_id)): Ids<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let record = owned_run(&app, &owner, &thread_id, &run_id)?;
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
     if !record.status.is_final() {
         return Err(ApiError::Conflict(format!(
             "run {run_id} is {}; cancel it before deleting it",
             record.status.as_str()
         )));
     }
-    app.registry.delete_run(&thread_id, &run_id);
+    app.registry
+        .delete_run(&thread_id, &run_id)
+        .await
+        .map_err(|e| ApiError::storage("deleting the run", e))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -439,11 +464,11 @@ pub async fn cancel(
     Ids((thread_id, run_id)): Ids<(String, String)>,
     query: QueryPairs,
 ) -> Result<StatusCode, ApiError> {
-    owned_run(&app, &owner, &thread_id, &run_id)?;
+    owned_run(&app, &owner, &thread_id, &run_id).await?;
     let action = CancelAction::parse(query.get("action").unwrap_or("interrupt"))
         .map_err(ApiError::Invalid)?;
     let wait = query.bool_or("wait", false)?;
-    app.manager.cancel(&thread_id, &run_id, action);
+    app.manager.cancel(&thread_id, &run_id, action).await;
     if wait && let Some(live) = app.manager.live(&run_id) {
         live.log.closed().await;
     }
@@ -457,7 +482,7 @@ pub async fn join(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, run_id)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    owned_run(&app, &owner, &thread_id, &run_id)?;
+    owned_run(&app, &owner, &thread_id, &run_id).await?;
     let live = app.manager.live(&run_id);
     Ok(Json(outcome(&app, live, &thread_id, &run_id).await?))
 }
@@ -471,7 +496,7 @@ pub async fn join_stream(
     headers: HeaderMap,
     query: QueryPairs,
 ) -> Result<Response, ApiError> {
-    let record = owned_run(&app, &owner, &thread_id, &run_id)?;
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
     let from = match headers.get("last-event-id") {
         None => 0,
         Some(v) => {
@@ -501,14 +526,7 @@ pub async fn join_stream(
     };
     let cancel = query.bool_or("cancel_on_disconnect", false)?;
     match app.manager.live(&run_id) {
-        Some(live) => Ok(stream_response(
-            &app.manager,
-            &record,
-            live,
-            from,
-            filter,
-            cancel,
-        )),
+        Some(live) => Ok(stream_response(&record, live, from, filter, cancel)),
         // The run ended long enough ago that its events are gone: say how it ended.
         None => {
             let end = Event::default()
@@ -521,19 +539,15 @@ pub async fn join_stream(
 }
 
 /// Cancels the run when the client goes away before it ends (`on_disconnect=cancel`).
+/// A queued run so cancelled ends as soon as its turn comes, before its first step.
 struct DisconnectGuard {
-    manager: Arc<RunManager>,
     live: Arc<LiveRun>,
 }
 
 impl Drop for DisconnectGuard {
     fn drop(&mut self) {
         if !self.live.log.is_closed() {
-            self.manager.cancel(
-                &self.live.thread_id,
-                &self.live.run_id,
-                CancelAction::Interrupt,
-            );
+            self.live.cancel(CancelAction::Interrupt);
         }
     }
 }
@@ -592,17 +606,13 @@ fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> + 
 }
 
 fn stream_response(
-    manager: &Arc<RunManager>,
     record: &RunRecord,
     live: Arc<LiveRun>,
     from: u64,
     filter: Option<ModeSet>,
     cancel_on_disconnect: bool,
 ) -> Response {
-    let guard = cancel_on_disconnect.then(|| DisconnectGuard {
-        manager: manager.clone(),
-        live: live.clone(),
-    });
+    let guard = cancel_on_disconnect.then(|| DisconnectGuard { live: live.clone() });
     let sub = Subscription {
         live,
         cursor: from,

@@ -90,9 +90,15 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
 }
 
 /// The thread of `owner`, or 404.
-pub fn owned(app: &AppState, owner: &Owner, thread_id: &str) -> Result<ThreadRecord, ApiError> {
+pub async fn owned(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: &str,
+) -> Result<ThreadRecord, ApiError> {
     app.registry
         .thread(&owner.0, thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?
         .ok_or_else(|| ApiError::thread(thread_id))
 }
 
@@ -109,7 +115,7 @@ pub async fn current_values(app: &AppState, thread_id: &str) -> Result<Value, Ap
 }
 
 /// Creates a thread record for `owner`.
-pub fn new_thread(
+pub async fn new_thread(
     app: &AppState,
     owner: &Owner,
     thread_id: Option<String>,
@@ -130,7 +136,12 @@ pub fn new_thread(
         metadata,
         status: ThreadStatus::Idle,
     };
-    if !app.registry.insert_thread(record.clone()) {
+    let inserted = app
+        .registry
+        .insert_thread(record.clone())
+        .await
+        .map_err(|e| ApiError::storage("creating the thread", e))?;
+    if !inserted {
         return Err(ApiError::Conflict(format!(
             "thread {thread_id} already exists"
         )));
@@ -176,7 +187,11 @@ pub async fn create(
     };
     if do_nothing
         && let Some(id) = &body.thread_id
-        && let Some(existing) = app.registry.thread(&owner.0, id)
+        && let Some(existing) = app
+            .registry
+            .thread(&owner.0, id)
+            .await
+            .map_err(|e| ApiError::storage("reading the thread", e))?
     {
         let values = current_values(&app, id).await?;
         return Ok(Json(existing.to_json(values)));
@@ -186,7 +201,8 @@ pub async fn create(
         &owner,
         body.thread_id,
         body.metadata.unwrap_or_default(),
-    )?;
+    )
+    .await?;
     Ok(Json(record.to_json(json!({}))))
 }
 
@@ -196,7 +212,7 @@ pub async fn get_one(
     Extension(owner): Extension<Owner>,
     Ids(thread_id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let record = owned(&app, &owner, &thread_id)?;
+    let record = owned(&app, &owner, &thread_id).await?;
     let values = current_values(&app, &thread_id).await?;
     Ok(Json(record.to_json(values)))
 }
@@ -220,6 +236,8 @@ pub async fn patch(
         .update_thread(&owner.0, &thread_id, |t| {
             t.metadata.extend(body.metadata.unwrap_or_default());
         })
+        .await
+        .map_err(|e| ApiError::storage("updating the thread", e))?
         .ok_or_else(|| ApiError::thread(&thread_id))?;
     let values = current_values(&app, &thread_id).await?;
     Ok(Json(record.to_json(values)))
@@ -232,17 +250,21 @@ pub async fn delete(
     Extension(owner): Extension<Owner>,
     Ids(thread_id): Ids<String>,
 ) -> Result<StatusCode, ApiError> {
-    owned(&app, &owner, &thread_id)?;
-    for run in app
+    owned(&app, &owner, &thread_id).await?;
+    let runs = app
         .registry
         .runs(&thread_id, None, 0, usize::MAX)
-        .into_iter()
-        .filter(|r| !r.status.is_final())
-    {
+        .await
+        .map_err(|e| ApiError::storage("listing the thread's runs", e))?;
+    for run in runs.into_iter().filter(|r| !r.status.is_final()) {
         app.manager
-            .cancel(&thread_id, &run.run_id, CancelAction::Interrupt);
+            .cancel(&thread_id, &run.run_id, CancelAction::Interrupt)
+            .await;
     }
-    app.registry.delete_thread(&owner.0, &thread_id);
+    app.registry
+        .delete_thread(&owner.0, &thread_id)
+        .await
+        .map_err(|e| ApiError::storage("deleting the thread", e))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -297,14 +319,18 @@ pub async fn search(
         ids: body.ids,
         status,
     };
-    let found = app.registry.search_threads(
-        &owner.0,
-        &filter,
-        sort_by,
-        ascending,
-        body.offset.unwrap_or(0),
-        body.limit.unwrap_or(10).min(MAX_PAGE),
-    );
+    let found = app
+        .registry
+        .search_threads(
+            &owner.0,
+            &filter,
+            sort_by,
+            ascending,
+            body.offset.unwrap_or(0),
+            body.limit.unwrap_or(10).min(MAX_PAGE),
+        )
+        .await
+        .map_err(|e| ApiError::storage("searching threads", e))?;
     let mut out = Vec::with_capacity(found.len());
     for record in found {
         let values = current_values(&app, &record.thread_id).await?;
@@ -319,7 +345,7 @@ pub async fn state(
     Extension(owner): Extension<Owner>,
     Ids(thread_id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id)?;
+    owned(&app, &owner, &thread_id).await?;
     let latest = app
         .manager
         .agent()
@@ -336,7 +362,7 @@ pub async fn state_at(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, checkpoint)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id)?;
+    owned(&app, &owner, &thread_id).await?;
     let seq = parse_checkpoint_id(&checkpoint)?;
     let history = history_of(&app, &thread_id).await?;
     let cp = history
@@ -375,7 +401,7 @@ pub async fn history_post(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<HistoryBody>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id)?;
+    owned(&app, &owner, &thread_id).await?;
     let before = match &body.before {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(parse_checkpoint_id(id)?),
@@ -411,7 +437,7 @@ pub async fn history_get(
     Ids(thread_id): Ids<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id)?;
+    owned(&app, &owner, &thread_id).await?;
     let before = query.get("before").map(parse_checkpoint_id).transpose()?;
     history(
         &app,

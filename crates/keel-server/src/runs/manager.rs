@@ -23,6 +23,7 @@ use super::log::EventLog;
 use super::modes::ModeSet;
 use super::translate::{RunContext, Translator};
 use crate::error::ApiError;
+use crate::lease::Leases;
 use crate::registry::{Registry, RunRecord, RunStatus, Strategy, ThreadStatus};
 use crate::time::now_ms;
 use crate::wire::{message_to_lc, state_to_values};
@@ -153,6 +154,7 @@ pub struct RunManager {
     registry: Arc<Registry>,
     assistant: AssistantInfo,
     limits: RunLimits,
+    leases: Leases,
     running: Arc<Semaphore>,
     state: Mutex<State>,
 }
@@ -179,8 +181,10 @@ impl RunManager {
         registry: Arc<Registry>,
         assistant: AssistantInfo,
         limits: RunLimits,
+        leases: Leases,
     ) -> Self {
         RunManager {
+            leases,
             running: Arc::new(Semaphore::new(limits.max_running.max(1))),
             agent,
             registry,
@@ -212,7 +216,7 @@ impl RunManager {
 
     /// Creates a run on a thread (whose ownership the caller checked) and starts it, or
     /// queues it, as the thread's state and the run's strategy say.
-    pub fn create(
+    pub async fn create(
         self: &Arc<Self>,
         thread_id: &str,
         run: NewRun,
@@ -238,14 +242,53 @@ impl RunManager {
             kwargs: run.kwargs,
             error: None,
         };
+        // Recorded before it can start, so its status updates always find it.
+        self.registry
+            .insert_run(&record)
+            .await
+            .map_err(|e| ApiError::storage("recording the run", e))?;
+        let start = self.admit(thread_id, &live, run.input, run.strategy);
+        let start = match start {
+            Ok(start) => start,
+            Err(e) => {
+                self.log_err(self.registry.delete_run(thread_id, &run_id).await);
+                return Err(e);
+            }
+        };
+        self.log_err(
+            self.registry
+                .set_thread_status(thread_id, ThreadStatus::Busy)
+                .await,
+        );
+        if let Some(queued) = start {
+            self.spawn(queued);
+        }
+        Ok((record, live))
+    }
+
+    fn log_err<T>(&self, result: Result<T, crate::registry::RegistryError>) {
+        if let Err(e) = result {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Starts the run now, queues it, or refuses it, by the thread's state and strategy.
+    fn admit(
+        &self,
+        thread_id: &str,
+        live: &Arc<LiveRun>,
+        input: Vec<Message>,
+        strategy: Strategy,
+    ) -> Result<Option<Queued>, ApiError> {
+        let run_id = live.run_id.clone();
         let start = {
             let mut state = self.state.lock();
             let slot = state.slots.entry(thread_id.to_owned()).or_default();
             let queued = Queued {
                 live: live.clone(),
-                input: run.input,
+                input,
             };
-            let start = match (&slot.active, run.strategy) {
+            let start = match (&slot.active, strategy) {
                 (None, _) => {
                     slot.active = Some(live.clone());
                     Some(queued)
@@ -276,15 +319,9 @@ impl RunManager {
                 }
             };
             state.live.insert(run_id, live.clone());
-            self.registry.insert_run(record.clone());
             start
         };
-        self.registry
-            .set_thread_status(thread_id, ThreadStatus::Busy);
-        if let Some(queued) = start {
-            self.spawn(queued);
-        }
-        Ok((record, live))
+        Ok(start)
     }
 
     fn spawn(self: &Arc<Self>, queued: Queued) {
@@ -294,7 +331,7 @@ impl RunManager {
 
     /// Cancels a run of a thread: a running one stops at its current step, a queued one
     /// never starts. A finished run is left as it is.
-    pub fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
+    pub async fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
         let dequeued = {
             let mut state = self.state.lock();
             let Some(slot) = state.slots.get_mut(thread_id) else {
@@ -309,17 +346,12 @@ impl RunManager {
         };
         if let Some(queued) = dequeued {
             queued.live.cancel(action);
-            self.close_unstarted(&queued.live, action);
+            self.close_unstarted(&queued.live, action).await;
         }
     }
 
-    fn close_unstarted(&self, live: &LiveRun, action: CancelAction) {
-        if action == CancelAction::Rollback {
-            self.registry.delete_run(&live.thread_id, &live.run_id);
-        } else {
-            self.registry
-                .set_run_status(&live.run_id, RunStatus::Interrupted, None);
-        }
+    async fn close_unstarted(&self, live: &LiveRun, action: CancelAction) {
+        self.record_cancel(live, action).await;
         push_json(
             &live.log,
             "end",
@@ -327,6 +359,22 @@ impl RunManager {
         );
         live.log.close();
         self.retire(&live.run_id);
+    }
+
+    async fn record_cancel(&self, live: &LiveRun, action: CancelAction) {
+        if action == CancelAction::Rollback {
+            self.log_err(
+                self.registry
+                    .delete_run(&live.thread_id, &live.run_id)
+                    .await,
+            );
+        } else {
+            self.log_err(
+                self.registry
+                    .set_run_status(&live.thread_id, &live.run_id, RunStatus::Interrupted, None)
+                    .await,
+            );
+        }
     }
 
     /// Runs one run to its end, then starts the next queued one of its thread.
@@ -342,8 +390,11 @@ impl RunManager {
                 for (mode, event, data) in out {
                     push_mode(&live.log, event, &data, mode);
                 }
-                self.registry
-                    .set_run_status(&live.run_id, RunStatus::Success, None);
+                self.log_err(
+                    self.registry
+                        .set_run_status(&live.thread_id, &live.run_id, RunStatus::Success, None)
+                        .await,
+                );
                 "success"
             }
             Ending::Done(Err(error)) => {
@@ -354,17 +405,20 @@ impl RunManager {
                     "error",
                     &json!({"error": error_name(&error), "message": message}),
                 );
-                self.registry
-                    .set_run_status(&live.run_id, RunStatus::Error, Some(message));
+                self.log_err(
+                    self.registry
+                        .set_run_status(
+                            &live.thread_id,
+                            &live.run_id,
+                            RunStatus::Error,
+                            Some(message),
+                        )
+                        .await,
+                );
                 "error"
             }
             Ending::Cancelled(action) => {
-                if action == CancelAction::Rollback {
-                    self.registry.delete_run(&live.thread_id, &live.run_id);
-                } else {
-                    self.registry
-                        .set_run_status(&live.run_id, RunStatus::Interrupted, None);
-                }
+                self.record_cancel(&live, action).await;
                 "interrupted"
             }
         };
@@ -395,13 +449,17 @@ impl RunManager {
         self.retire(&live.run_id);
         match next {
             Some(next) => self.spawn(next),
-            None => self.registry.set_thread_status(
-                &live.thread_id,
-                if status == "error" {
-                    ThreadStatus::Error
-                } else {
-                    ThreadStatus::Idle
-                },
+            None => self.log_err(
+                self.registry
+                    .set_thread_status(
+                        &live.thread_id,
+                        if status == "error" {
+                            ThreadStatus::Error
+                        } else {
+                            ThreadStatus::Idle
+                        },
+                    )
+                    .await,
             ),
         }
     }
@@ -439,8 +497,25 @@ impl RunManager {
             permit = self.running.clone().acquire_owned() => permit.ok(),
             action = wait_cancel(cancel) => return Ending::Cancelled(action),
         };
-        self.registry
-            .set_run_status(&live.run_id, RunStatus::Running, None);
+        // Another process sharing the database may be running this thread: wait for it.
+        let lease = tokio::select! {
+            lease = self.leases.acquire(&live.thread_id) => match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::error!(run_id = %live.run_id, "could not lease the thread: {e}");
+                    return Ending::Done(Err(AgentError::Checkpoint {
+                        thread_id: live.thread_id.clone(),
+                        source: keel_core::store::StoreError::Backend(e.to_string()),
+                    }));
+                }
+            },
+            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        };
+        self.log_err(
+            self.registry
+                .set_run_status(&live.thread_id, &live.run_id, RunStatus::Running, None)
+                .await,
+        );
         push_json(
             &live.log,
             "metadata",
@@ -450,6 +525,7 @@ impl RunManager {
         let before = match checkpointer.latest(&live.thread_id).await {
             Ok(cp) => cp,
             Err(e) => {
+                lease.release().await;
                 return Ending::Done(Err(AgentError::Checkpoint {
                     thread_id: live.thread_id.clone(),
                     source: e,
@@ -505,6 +581,7 @@ impl RunManager {
                 tracing::error!(run_id = %live.run_id, "rollback could not restore the thread: {e}");
             }
         }
+        lease.release().await;
         ending
     }
 }
