@@ -5,6 +5,7 @@
 #   scripts/serve-tests.sh js         # the official JS client, @langchain/langgraph-sdk (npm)
 #   scripts/serve-tests.sh browser    # the chat page in headless Chromium; screenshot under target/
 #   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
+#   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
 # Everything a test needs is installed by this script, idempotently, under
@@ -31,7 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 build() {
-    cargo build -q -p keel-server --example scripted_server
+    # With PostgreSQL support, as keel-cli builds keel-server: one build serves all tests.
+    cargo build -q -p keel-server --features postgres --example scripted_server
     cargo build -q -p keel-cli
 }
 
@@ -118,6 +120,21 @@ run_load() {
     "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" --pace-ms 5
 }
 
+# Two server processes on one PostgreSQL (scripts/postgres.sh provisions a throwaway
+# one unless KEEL_TEST_POSTGRES_URL names one).
+run_postgres() {
+    build
+    python_env
+    # shellcheck source=postgres.sh
+    source "$ROOT/scripts/postgres.sh"
+    scripted pg-a "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+        --database "$KEEL_TEST_POSTGRES_URL"
+    local a="$URL"
+    scripted pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+        --database "$KEEL_TEST_POSTGRES_URL"
+    "$PY" crates/keel-server/tests/sdk/two_process_test.py "$a" "$URL"
+}
+
 run_python() {
     build
     python_env
@@ -145,14 +162,16 @@ case "${1:-all}" in
     js) run_js ;;
     browser) run_browser ;;
     load) run_load "${2:-200}" ;;
+    postgres) run_postgres ;;
     all)
         run_python
         run_js
         run_browser
         run_load 50
+        run_postgres
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|all" >&2
         exit 2
         ;;
 esac

@@ -66,3 +66,5 @@ scripts/serve-tests.sh python
 scripts/serve-tests.sh js
 scripts/serve-tests.sh browser
 scripts/serve-tests.sh load 50
+# Two server processes on the PostgreSQL provisioned above.
+scripts/serve-tests.sh postgres

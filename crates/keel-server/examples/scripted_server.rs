@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let registry = Registry::for_store(&store).await?;
     let leases = match &store {
         #[cfg(feature = "postgres")]
-        Store::Postgres(pg) => Leases::Postgres(pg.pool().clone()),
+        Store::Postgres(_) => Leases::postgres(&database).await?,
         _ => Leases::Local,
     };
     let agent = stack.build_with_model(Arc::new(store), Arc::new(model), false)?;

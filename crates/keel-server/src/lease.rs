@@ -36,7 +36,24 @@ pub fn lock_key(thread_id: &str) -> i64 {
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
+/// Connections the PostgreSQL leases may hold: each run executing or waiting for its
+/// thread holds one, apart from the store's pool, so waiters never starve the writes of
+/// the run they wait for.
+#[cfg(feature = "postgres")]
+pub const LEASE_CONNECTIONS: u32 = 64;
+
 impl Leases {
+    /// Leases in the PostgreSQL database at `url`, on a pool of their own.
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: &str) -> Result<Leases, RegistryError> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(LEASE_CONNECTIONS)
+            .connect(url)
+            .await
+            .map_err(RegistryError::new)?;
+        Ok(Leases::Postgres(pool))
+    }
+
     /// Waits until this process may run the thread.
     pub async fn acquire(&self, thread_id: &str) -> Result<Lease, RegistryError> {
         match self {

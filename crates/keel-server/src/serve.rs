@@ -77,7 +77,14 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         })?;
     let leases = match &store {
         #[cfg(feature = "postgres")]
-        Store::Postgres(pg) => Leases::Postgres(pg.pool().clone()),
+        Store::Postgres(_) => {
+            Leases::postgres(&options.database)
+                .await
+                .map_err(|e| ServeError::Database {
+                    url: redact(&options.database),
+                    message: e.to_string(),
+                })?
+        }
         _ => Leases::Local,
     };
     let agent = stack.build(Arc::new(store))?;
