@@ -146,7 +146,10 @@ run_python() {
     scripted python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
         --api-keys "alice-key-1=alice,bob-key-22=bob"
     local auth="$URL"
-    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth"
+    rm -f "$WORK/serve.db"*
+    start_server python-serve "$ROOT/target/debug/keel" serve --config examples/keel.yaml \
+        --port 0 --database "sqlite://$WORK/serve.db"
+    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth" "$URL"
 }
 
 run_js() {

@@ -17,6 +17,8 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
 OPEN_URL, AUTH_URL = sys.argv[1], sys.argv[2]
+# `keel serve --config examples/keel.yaml` itself (the offline model), when given.
+SERVE_URL = sys.argv[3] if len(sys.argv) > 3 else None
 ALICE, BOB = "alice-key-1", "bob-key-22"
 
 LOG = "\n".join(
@@ -101,7 +103,20 @@ async def every_stream_mode_has_its_events():
 
 @test
 async def twelve_long_turns_compact_and_state_keeps_every_message():
-    c = client()
+    await twelve_long_turns(client())
+
+
+@test
+async def keel_serve_with_the_offline_model_compacts_twelve_long_turns():
+    if SERVE_URL is None:
+        raise AssertionError("no keel serve URL given")
+    c = client(SERVE_URL)
+    found = await c.assistants.search()
+    assert [a["graph_id"] for a in found] == ["agent"], found
+    await twelve_long_turns(c)
+
+
+async def twelve_long_turns(c):
     thread = await c.threads.create(metadata={"test": "long"})
     seen_modes = set()
     custom = []
