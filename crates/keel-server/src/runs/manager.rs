@@ -64,10 +64,11 @@ pub struct RunLimits {
 impl Default for RunLimits {
     fn default() -> Self {
         RunLimits {
-            max_log_bytes: 32 * 1024 * 1024,
+            // A long run of a real model sends well under a MiB of events.
+            max_log_bytes: 8 * 1024 * 1024,
             max_running: 512,
             max_queue_per_thread: 64,
-            finished_logs: 1024,
+            finished_logs: 256,
         }
     }
 }
