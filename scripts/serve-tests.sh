@@ -114,7 +114,7 @@ run_load() {
     local runs="${1:-200}" profile="${PROFILE:-debug}"
     local flags=()
     [[ "$profile" == release ]] && flags=(--release)
-    cargo build -q "${flags[@]}" -p keel-server --example scripted_server --example load
+    cargo build -q "${flags[@]}" -p keel-server --features postgres --example scripted_server --example load
     start_server load-server "$ROOT/target/$profile/examples/scripted_server" --port 0 --pace-ms 5
     local pid="${PIDS[-1]}"
     "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" --pace-ms 5
