@@ -5,13 +5,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::routing::{get, post};
 use keel_agent::Agent;
 use tower_http::cors::{Any, CorsLayer};
 
 use crate::auth::{ApiKeys, authenticate};
-use crate::error::ApiError;
 use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::registry::Registry;
@@ -157,14 +156,18 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
             .route("/static/app.css", get(page::style));
     }
     let limit = options.max_body_bytes;
+    // Unknown paths and methods answer as Starlette does for the Agent Server.
     api.fallback(|| async {
-        ApiError::NotFound {
-            what: "Route",
-            id: "for this path".into(),
-        }
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({"detail": "Not Found"})),
+        )
     })
     .method_not_allowed_fallback(|| async {
-        ApiError::BadRequest("method not allowed on this path".into())
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+        )
     })
     .with_state(state)
     .layer(axum::middleware::from_fn_with_state(
