@@ -1,10 +1,9 @@
 //! Extractors that answer bad input with the protocol's error shape ([`ApiError`])
 //! instead of axum's plain-text rejections.
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -13,20 +12,36 @@ use crate::error::ApiError;
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
+/// Bytes of an oversized body read and thrown away before answering 413, so the client,
+/// still sending, receives the answer instead of a reset connection. Past this the
+/// connection is dropped.
+const DRAIN_BYTES: usize = 16 * 1024 * 1024;
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::TooLarge {
-                    limit: limit.unwrap_or_default(),
-                }
-            } else {
-                ApiError::BadRequest(format!("could not read the request body: {rejection}"))
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(usize::MAX, |l| l.0);
+        let mut stream = req.into_body().into_data_stream();
+        let mut bytes = Vec::new();
+        let mut total = 0usize;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::BadRequest(format!("could not read the request body: {e}"))
+            })?;
+            total = total.saturating_add(chunk.len());
+            if total <= limit {
+                bytes.extend_from_slice(&chunk);
+            } else if total > limit.saturating_add(DRAIN_BYTES) {
+                break;
             }
-        })?;
+        }
+        if total > limit {
+            return Err(ApiError::TooLarge { limit });
+        }
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
