@@ -110,14 +110,18 @@ run_browser() {
 
 # The load test: N concurrent streaming runs against one scripted server. CI runs 50
 # on a debug build; docs/benchmarks.md has 200 on a release build (PROFILE=release).
+# PACE_MS sets the model's time per word (default 5).
 run_load() {
     local runs="${1:-200}" profile="${PROFILE:-debug}"
     local flags=()
     [[ "$profile" == release ]] && flags=(--release)
     cargo build -q "${flags[@]}" -p keel-server --features postgres --example scripted_server --example load
-    start_server load-server "$ROOT/target/$profile/examples/scripted_server" --port 0 --pace-ms 5
+    local pace="${PACE_MS:-5}"
+    start_server load-server "$ROOT/target/$profile/examples/scripted_server" --port 0 \
+        --pace-ms "$pace"
     local pid="${PIDS[-1]}"
-    "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" --pace-ms 5
+    "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" \
+        --pace-ms "$pace"
 }
 
 # Two server processes on one PostgreSQL (scripts/postgres.sh provisions a throwaway

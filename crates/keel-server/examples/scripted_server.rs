@@ -60,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         leases,
         ..ServerOptions::default()
     };
-    let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
+    let listener = keel_server::serve::bind(&format!("127.0.0.1:{port}")).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, router_with(agent, options)).await?;
     Ok(())

@@ -99,12 +99,10 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         ..ServerOptions::default()
     };
     let address = format!("{}:{}", options.host, options.port);
-    let listener = TcpListener::bind(&address)
-        .await
-        .map_err(|source| ServeError::Bind {
-            address: address.clone(),
-            source,
-        })?;
+    let listener = bind(&address).await.map_err(|source| ServeError::Bind {
+        address: address.clone(),
+        source,
+    })?;
     let local: SocketAddr = listener.local_addr()?;
     println!(
         "keel serve: listening on http://{local} (assistant {:?}, model {model}, database {}, auth {})",
@@ -120,6 +118,27 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         .with_graceful_shutdown(shutdown())
         .await?;
     Ok(())
+}
+
+/// Connections the kernel queues before the server accepts them. The standard library's
+/// 128 overflows when a few hundred clients connect at once (the dropped SYNs come back
+/// a second later), so a burst of runs starting together needs more.
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `host:port` (the first address it resolves to) with [`LISTEN_BACKLOG`].
+pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
+    let addr = tokio::net::lookup_host(address)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address"))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// `postgres://user:secret@host/db` without the secret.
