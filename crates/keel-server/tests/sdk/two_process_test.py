@@ -19,7 +19,8 @@ from langgraph_sdk import get_client
 
 URL_A, URL_B = sys.argv[1], sys.argv[2]
 THREADS, RUNS_PER_THREAD = 8, 6
-LOG = "\n".join(f"  10:{i:02}:00 WARN ingest: timeout after 30s (partition {i})" for i in range(10))
+# Long enough that the threads compact (examples/keel.yaml triggers at 2000 tokens).
+LOG = "\n".join(f"  10:{i:02}:00 WARN ingest: object store timeout after 30s (bucket ingest-eu, partition {i})" for i in range(24))
 
 
 async def main():
@@ -51,7 +52,10 @@ async def main():
             plan.append((c, t, f"turn {turn} on {t[:8]} via {'A' if c is a else 'B'}\n{LOG}"))
 
     async def create(c, t, text):
-        run = await c.runs.create(t, "agent", input={"messages": [{"role": "user", "content": text}]}, multitask_strategy="enqueue")
+        run = await c.runs.create(
+            t, "agent", input={"messages": [{"role": "user", "content": text}]},
+            multitask_strategy="enqueue", stream_mode=["custom"],
+        )
         return (c, t, run["run_id"], text)
 
     sent = await asyncio.gather(*(create(*p) for p in plan))
@@ -84,6 +88,29 @@ async def main():
             seen.add(run_id)
             previous = run_id
     check("no message lost, every user message answered", not lost, lost[:5])
+
+    # Summaries: each one is written by a model call once, whichever process needs it
+    # next reads it from the database (the summary cache's second level).
+    compacted = []
+    for c, t, r, _ in sent:
+        async for part in c.runs.join_stream(t, r):
+            if part.event == "custom" and part.data.get("type") == "context_compacted":
+                compacted.append((t, part.data["summarized"], part.data["source"]))
+    # Every turn has the same size, so each thread needs one summary: the first process
+    # to compact writes it, and every later compaction, in either process, reuses it.
+    written = {}
+    for t, _, source in compacted:
+        if source == "model":
+            written[t] = written.get(t, 0) + 1
+    sources = sorted({s for _, _, s in compacted})
+    check("threads compacted", len(compacted) > 0, compacted)
+    compacted_threads = {t for t, _, _ in compacted}
+    check(
+        "each thread's summary was written once across both processes",
+        set(written) == compacted_threads and all(n == 1 for n in written.values()),
+        written,
+    )
+    print(f"     compactions: {len(compacted)}, summaries written: {sum(written.values())}, sources: {sources}")
     check("no two runs of a thread interleaved their checkpoints", not interleaved, interleaved[:5])
     print(f"{passed} passed, {failed} failed")
     return failed
