@@ -1,10 +1,10 @@
 //! The router: routes, in the order a request meets the layers (outermost first):
-//! CORS (answers preflights), the body cap, authentication, then the handlers.
+//! CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
+//! authentication, then the handlers.
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode, header};
 use axum::routing::{get, post};
 use keel_agent::Agent;
@@ -175,7 +175,6 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
         authenticate,
     ))
     .layer(axum::Extension(BodyLimit(limit)))
-    .layer(DefaultBodyLimit::max(limit))
     .layer(
         CorsLayer::new()
             .allow_origin(Any)
