@@ -248,19 +248,19 @@ impl RunManager {
             .insert_run(&record)
             .await
             .map_err(|e| ApiError::storage("recording the run", e))?;
-        let start = self.admit(thread_id, &live, run.input, run.strategy);
-        let start = match start {
+        // Busy before the run can start: a run that ends at once then leaves it idle.
+        self.log_err(
+            self.registry
+                .set_thread_status(thread_id, ThreadStatus::Busy)
+                .await,
+        );
+        let start = match self.admit(thread_id, &live, run.input, run.strategy) {
             Ok(start) => start,
             Err(e) => {
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
                 return Err(e);
             }
         };
-        self.log_err(
-            self.registry
-                .set_thread_status(thread_id, ThreadStatus::Busy)
-                .await,
-        );
         if let Some(queued) = start {
             self.spawn(queued);
         }
