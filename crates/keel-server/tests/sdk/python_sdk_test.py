@@ -175,6 +175,39 @@ async def cancel_stops_a_run_and_keeps_its_checkpoints():
 
 
 @test
+async def a_client_that_leaves_cancels_with_on_disconnect_cancel():
+    c = client()
+    thread = await c.threads.create()
+    tid = thread["thread_id"]
+    run_id = None
+    async for part in c.runs.stream(
+        tid, "agent", input={"messages": [{"role": "user", "content": "slow leaving"}]},
+        stream_mode="messages-tuple", on_disconnect="cancel",
+    ):
+        if part.event == "metadata":
+            run_id = part.data["run_id"]
+        if part.event == "messages":
+            break
+    status = None
+    for _ in range(100):
+        status = (await c.runs.get(tid, run_id))["status"]
+        if status not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.02)
+    assert status == "interrupted", status
+    assert (await c.threads.get(tid))["status"] == "idle"
+    # Without on_disconnect the run goes on, and the thread is busy meanwhile.
+    async for part in c.runs.stream(tid, "agent", input={"messages": [{"role": "user", "content": "slow staying"}]}):
+        if part.event == "metadata":
+            run_id = part.data["run_id"]
+            break
+    assert (await c.threads.get(tid))["status"] == "busy"
+    await c.runs.join(tid, run_id)
+    assert (await c.runs.get(tid, run_id))["status"] == "success"
+    assert (await c.threads.get(tid))["status"] == "idle"
+
+
+@test
 async def last_event_id_resumes_where_the_stream_stopped():
     c = client()
     thread = await c.threads.create()
