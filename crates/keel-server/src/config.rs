@@ -139,8 +139,11 @@ impl StackConfig {
 
     /// Parses YAML text.
     pub fn from_yaml_str(text: &str) -> Result<StackConfig, StackError> {
-        let stack: StackConfig =
-            serde_saphyr::from_str(text).map_err(|e| StackError::Syntax(e.to_string()))?;
+        // The first line of the parser's message names the line and the problem; the
+        // rest is a source snippet.
+        let stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
+            StackError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
+        })?;
         if stack.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
@@ -279,8 +282,9 @@ impl StackConfig {
                     // JSON is YAML, so DeerFlow's loader reads the section as written.
                     let text = serde_json::to_string(&json!({ "summarization": args }))
                         .map_err(|e| invalid(&key, &e.to_string()))?;
+                    // Lines in its messages count in that one-line text, not in keel.yaml.
                     let loaded = SummarizationConfig::from_yaml_str(&text)
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                        .map_err(|e| invalid(&key, &e.to_string().replace(" (line 1)", "")))?;
                     for warning in &loaded.warnings {
                         tracing::warn!("{key}: {warning}");
                     }

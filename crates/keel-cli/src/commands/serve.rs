@@ -52,6 +52,13 @@ pub fn run(args: Args) -> CommandResult {
         (None, None) => String::new(),
     };
     let api_keys = ApiKeys::parse(&keys_text)?;
+    // Failed runs and storage errors go to stderr; RUST_LOG=info (or debug) shows more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
