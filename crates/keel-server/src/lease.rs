@@ -84,6 +84,37 @@ impl Leases {
     }
 }
 
+impl Leases {
+    /// True when another process holds the thread's lease right now (always false for
+    /// one process, whose run manager knows its own runs).
+    pub async fn held_elsewhere(&self, thread_id: &str) -> Result<bool, RegistryError> {
+        match self {
+            Leases::Local => {
+                let _ = thread_id;
+                Ok(false)
+            }
+            #[cfg(feature = "postgres")]
+            Leases::Postgres(pool) => {
+                let key = lock_key(thread_id);
+                let mut conn = pool.acquire().await.map_err(RegistryError::new)?;
+                let (free,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+                    .bind(key)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(RegistryError::new)?;
+                if free {
+                    sqlx::query("SELECT pg_advisory_unlock($1)")
+                        .bind(key)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(RegistryError::new)?;
+                }
+                Ok(!free)
+            }
+        }
+    }
+}
+
 impl Lease {
     /// Gives the lease back.
     pub async fn release(mut self) {

@@ -316,6 +316,38 @@ impl Registry {
         Ok(registry)
     }
 
+    /// After a restart of the only process using these records: runs it left pending or
+    /// running are marked failed and their threads idle (nothing is running them any
+    /// more). Returns how many runs were closed. Not for a database shared with other
+    /// live processes.
+    pub async fn recover_after_restart(&self) -> Result<usize, RegistryError> {
+        let rows: Vec<String> = sql!(self, _t => return Ok(0), pool => {
+            let rows: Vec<(String,)> = sqlx::query_as("SELECT record FROM keel_server_runs")
+                .fetch_all(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            rows.into_iter().map(|(text,)| text).collect()
+        });
+        let mut closed = 0;
+        for text in rows {
+            let run: RunRecord = decode(&text)?;
+            if run.status.is_final() {
+                continue;
+            }
+            self.set_run_status(
+                &run.thread_id,
+                &run.run_id,
+                RunStatus::Error,
+                Some("the server stopped before the run ended".into()),
+            )
+            .await?;
+            self.set_thread_status(&run.thread_id, ThreadStatus::Idle)
+                .await?;
+            closed += 1;
+        }
+        Ok(closed)
+    }
+
     /// True when records are shared through a database other processes can reach.
     pub fn is_shared(&self) -> bool {
         #[cfg(feature = "postgres")]

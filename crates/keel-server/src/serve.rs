@@ -75,6 +75,16 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
             url: redact(&options.database),
             message: e.to_string(),
         })?;
+    // One process owns a SQLite database: what it left running before is over.
+    if !registry.is_shared() {
+        match registry.recover_after_restart().await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!("{n} run(s) left unfinished by the last server marked as failed")
+            }
+            Err(e) => tracing::error!("could not close the last server's runs: {e}"),
+        }
+    }
     let leases = match &store {
         #[cfg(feature = "postgres")]
         Store::Postgres(_) => {

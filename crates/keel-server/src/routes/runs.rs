@@ -222,11 +222,11 @@ async fn start(
                 .await
                 .map_err(|e| ApiError::storage("reading the thread", e))?;
             match found {
-                Some(thread) => {
+                Some(_) => {
                     // Another process sharing the database may be running it.
                     if parsed.run.strategy == Strategy::Reject
                         && app.registry.is_shared()
-                        && thread.status == crate::registry::ThreadStatus::Busy
+                        && app.manager.is_busy(&id).await?
                     {
                         return Err(ApiError::Conflict(format!(
                             "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"

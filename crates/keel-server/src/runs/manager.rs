@@ -210,9 +210,16 @@ impl RunManager {
         self.state.lock().live.get(run_id).cloned()
     }
 
-    /// True while the thread has a run executing or queued.
-    pub fn is_busy(&self, thread_id: &str) -> bool {
-        self.state.lock().slots.contains_key(thread_id)
+    /// True while the thread has a run executing or queued here, or (on a shared
+    /// database) while another process runs it.
+    pub async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {
+        if self.state.lock().slots.contains_key(thread_id) {
+            return Ok(true);
+        }
+        self.leases
+            .held_elsewhere(thread_id)
+            .await
+            .map_err(|e| ApiError::storage("checking the thread's lease", e))
     }
 
     /// Creates a run on a thread (whose ownership the caller checked) and starts it, or
