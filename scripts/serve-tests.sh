@@ -57,10 +57,6 @@ start_server() {
     return 1
 }
 
-scripted() {
-    start_server "$@"
-}
-
 python_env() {
     local venv="$WORK/venv"
     if [[ ! -x "$venv/bin/python" ]]; then
@@ -78,10 +74,12 @@ node_env() {
     fi
     local dir="$WORK/js"
     mkdir -p "$dir"
+    if [[ ! -f "$dir/package.json" ]]; then
+        echo '{"private": true, "type": "module"}' >"$dir/package.json"
+    fi
     if [[ ! -f "$dir/node_modules/@langchain/langgraph-sdk/package.json" ]] ||
         ! grep -q "\"version\": \"$SDK_JS_VERSION\"" "$dir/node_modules/@langchain/langgraph-sdk/package.json"; then
-        (cd "$dir" && [[ -f package.json ]] || echo '{"private": true, "type": "module"}' >package.json
-         cd "$dir" && npm install --silent --no-audit --no-fund "@langchain/langgraph-sdk@$SDK_JS_VERSION" >/dev/null)
+        (cd "$dir" && npm install --silent --no-audit --no-fund "@langchain/langgraph-sdk@$SDK_JS_VERSION" >/dev/null)
     fi
 }
 
@@ -131,10 +129,10 @@ run_postgres() {
     python_env
     # shellcheck source=postgres.sh
     source "$ROOT/scripts/postgres.sh"
-    scripted pg-a "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+    start_server pg-a "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
         --database "$KEEL_TEST_POSTGRES_URL"
     local a="$URL"
-    scripted pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+    start_server pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
         --database "$KEEL_TEST_POSTGRES_URL"
     "$PY" crates/keel-server/tests/sdk/two_process_test.py "$a" "$URL"
 }
@@ -144,10 +142,10 @@ run_python() {
     python_env
     # Records and checkpoints in SQLite for one server, in memory for the other.
     rm -f "$WORK/python.db"*
-    scripted python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5 \
+    start_server python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5 \
         --database "sqlite://$WORK/python.db"
     local open="$URL"
-    scripted python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
+    start_server python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
         --api-keys "alice-key-1=alice,bob-key-22=bob"
     local auth="$URL"
     rm -f "$WORK/serve.db"*
@@ -159,7 +157,7 @@ run_python() {
 run_js() {
     build
     node_env
-    scripted js-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    start_server js-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
     cp crates/keel-server/tests/sdk/js_sdk_test.mjs "$WORK/js/"
     node "$WORK/js/js_sdk_test.mjs" "$URL"
 }
