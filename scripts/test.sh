@@ -96,3 +96,16 @@ cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16
 cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16 --db "sqlite://$soak_dir/soak.db"
 cargo run -q --features postgres --example soak -- --threads 100 --messages 60 --concurrency 16 --db "$KEEL_TEST_POSTGRES_URL"
 rm -rf "$soak_dir"
+# --- keel serve (issue 16) ---
+# The server with the official Python and JavaScript SDKs, the chat page in headless
+# Chromium (screenshots under target/serve-tests/), and a small load test (50
+# concurrent streaming runs; docs/benchmarks.md has 200 on a release build). The
+# script installs what it needs (venv, npm packages, chromium) under target/.
+echo "== keel serve"
+cargo clippy -p keel-server --all-features --all-targets -- -D warnings
+scripts/serve-tests.sh python
+scripts/serve-tests.sh js
+scripts/serve-tests.sh browser
+scripts/serve-tests.sh load 50
+# Two server processes on the PostgreSQL provisioned above.
+scripts/serve-tests.sh postgres

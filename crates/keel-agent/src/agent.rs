@@ -44,6 +44,12 @@ impl Agent {
         self.inner.middleware.iter().map(|m| m.name()).collect()
     }
 
+    /// The profile (name, provider, context window) of the model answering every
+    /// user-facing call: servers report it in stream metadata.
+    pub fn model_profile(&self) -> &keel_core::model::ModelProfile {
+        self.inner.model.profile()
+    }
+
     /// The checkpointer holding every thread's history.
     pub fn checkpointer(&self) -> &Arc<dyn Checkpointer> {
         &self.inner.checkpointer

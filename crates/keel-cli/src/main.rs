@@ -41,6 +41,9 @@ enum Command {
     /// model, offline: the final thread, every request the model received, and the
     /// middleware's stream events.
     Run(commands::run::Args),
+    /// Serve an agent described in a keel.yaml over the LangGraph Agent Server protocol
+    /// (assistants, threads, runs, SSE streaming), with a chat page at `/`.
+    Serve(commands::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Compact(args) => commands::compact::run(args, &cli.caps),
         Command::Replay(args) => commands::replay::run(args, &cli.caps),
         Command::Run(args) => commands::run::run(args, &cli.caps),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -10,6 +10,7 @@ pub mod check_transcript;
 pub mod compact;
 pub mod replay;
 pub mod run;
+pub mod serve;
 pub mod tokens;
 
 /// What a command returns: the exit code on success, or an error that `main` prints as

@@ -1,0 +1,74 @@
+//! `keel serve`: an agent described in a keel.yaml, served over the LangGraph Agent
+//! Server protocol (so `langgraph-sdk` clients and `agent-chat-ui` can use it), with a
+//! chat page at `/`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use keel_server::auth::ApiKeys;
+use keel_server::serve::{ServeOptions, run as serve};
+
+use super::CommandResult;
+
+/// Arguments of `keel serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agent: a keel.yaml (model, system prompt, middleware); see examples/keel.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 2024)]
+    pub port: u16,
+    /// The address to listen on. The default is reachable from this machine only.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Where threads' checkpoints and session memory live: sqlite://FILE (created on
+    /// first use) or postgres://...
+    #[arg(long, env = "KEEL_DATABASE_URL", default_value = "sqlite://keel.db")]
+    pub database: String,
+    /// API keys as KEY=OWNER pairs, separated by commas; each request must then send one
+    /// in `x-api-key`, and sees only its owner's threads.
+    #[arg(
+        long,
+        env = "KEEL_API_KEYS",
+        value_name = "KEY=OWNER,...",
+        hide_env_values = true
+    )]
+    pub api_keys: Option<String>,
+    /// A file of KEY=OWNER lines (instead of --api-keys).
+    #[arg(long, value_name = "FILE", conflicts_with = "api_keys")]
+    pub api_keys_file: Option<PathBuf>,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1 << 30)))]
+    pub max_body_bytes: u64,
+}
+
+/// Runs the server until Ctrl-C or SIGTERM.
+pub fn run(args: Args) -> CommandResult {
+    let keys_text = match (&args.api_keys, &args.api_keys_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        (None, None) => String::new(),
+    };
+    let api_keys = ApiKeys::parse(&keys_text)?;
+    // Failed runs and storage errors go to stderr; RUST_LOG=info (or debug) shows more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(ServeOptions {
+        config: args.config,
+        host: args.host,
+        port: args.port,
+        database: args.database,
+        api_keys,
+        max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+    }))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,289 @@
+//! A loopback load test of the server: N concurrent streaming runs (one per thread),
+//! each checked for loss and order, with time to first event, throughput, the server's
+//! memory, and the CPU time the server adds per event over running the same agent in
+//! process.
+//!
+//! ```sh
+//! cargo run --release -p keel-server --example scripted_server -- --port 0 &   # note its PID and URL
+//! cargo run --release -p keel-server --example load -- --url http://127.0.0.1:PORT \
+//!     --runs 200 --server-pid PID [--pace-ms 5]
+//! ```
+//!
+//! Exits with an error when a run is lost (no `end` with status success, or a final
+//! state without its answer) or an event arrives out of order (ids not 0, 1, 2, ...).
+//! CPU times come from /proc (Linux; clock ticks of 10 ms).
+
+#[path = "support/scripted.rs"]
+mod scripted;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use keel_core::message::Message;
+use keel_core::stream::StreamMode;
+use keel_server::config::StackConfig;
+use keel_store::Store;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// One request on its own connection; the response's status and body frames.
+async fn send(
+    host: &str,
+    method: Method,
+    path: &str,
+    body: &Value,
+) -> Result<(u16, hyper::body::Incoming), Error> {
+    let stream = TcpStream::connect(host).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(body)?)))?;
+    let response = sender.send_request(request).await?;
+    Ok((response.status().as_u16(), response.into_body()))
+}
+
+/// What one streamed run delivered.
+struct RunReport {
+    first_event: Duration,
+    total: Duration,
+    events: u64,
+}
+
+async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
+    let (status, body) = send(&host, Method::POST, "/threads", &json!({})).await?;
+    let thread: Value = serde_json::from_slice(&body.collect().await?.to_bytes())?;
+    if status != 200 {
+        return Err(format!("creating a thread answered {status}").into());
+    }
+    let thread_id = thread["thread_id"].as_str().unwrap_or_default().to_owned();
+    let said = format!("load run {i}: hello there");
+    let started = Instant::now();
+    let (status, mut body) = send(
+        &host,
+        Method::POST,
+        &format!("/threads/{thread_id}/runs/stream"),
+        &json!({
+            "assistant_id": "agent",
+            "input": {"messages": [{"role": "user", "content": said}]},
+            "stream_mode": ["values", "updates", "messages-tuple"],
+        }),
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!("run {i}: the stream answered {status}").into());
+    }
+    let mut buffer = String::new();
+    let mut first_event = None;
+    let mut next_id = 0u64;
+    let mut last_values = Value::Null;
+    let mut ended = false;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        buffer.push_str(std::str::from_utf8(&data)?);
+        while let Some(cut) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..cut + 2).collect();
+            let (mut event, mut id, mut payload) = ("", None, String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    event = v;
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.parse::<u64>()?);
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    payload.push_str(v);
+                }
+            }
+            let Some(id) = id else { continue }; // a keep-alive comment
+            first_event.get_or_insert_with(|| started.elapsed());
+            if id != next_id {
+                return Err(format!("run {i}: event {id} arrived where {next_id} was due").into());
+            }
+            next_id += 1;
+            match event {
+                "values" => last_values = serde_json::from_str(&payload)?,
+                "end" => {
+                    let end: Value = serde_json::from_str(&payload)?;
+                    if end["status"] != "success" {
+                        return Err(format!("run {i} ended {}", end["status"]).into());
+                    }
+                    ended = true;
+                }
+                "error" => return Err(format!("run {i} failed: {payload}").into()),
+                _ => {}
+            }
+        }
+    }
+    let answer = last_values["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    if !ended || !answer.starts_with(&format!("You said: {said}")) {
+        return Err(format!("run {i} lost: ended={ended}, last answer {answer:?}").into());
+    }
+    Ok(RunReport {
+        first_event: first_event.unwrap_or_default(),
+        total: started.elapsed(),
+        events: next_id,
+    })
+}
+
+/// utime + stime of a process, in seconds (clock ticks of 10 ms).
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// VmRSS and VmHWM of a process, in MiB.
+fn rss_mib(pid: &str) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The same runs in this process, straight through `Agent::stream`: the agent's own
+/// CPU time, which the server's is compared with.
+async fn baseline(runs: usize, pace: Duration) -> Result<(f64, u64), Error> {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/keel.yaml");
+    let stack = StackConfig::from_file(config)?;
+    let store = Arc::new(Store::memory());
+    let agent = stack.build_with_model(store, Arc::new(scripted::model(pace)), false)?;
+    let before = cpu_seconds("self").unwrap_or(0.0);
+    let tasks: Vec<_> = (0..runs)
+        .map(|i| {
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                let input = vec![Message::human(format!("load run {i}: hello there"))];
+                let modes = [
+                    StreamMode::Values,
+                    StreamMode::Updates,
+                    StreamMode::Messages,
+                ];
+                let mut stream = agent.stream(&format!("baseline-{i}"), input, &modes);
+                let mut events = 0u64;
+                while stream.next().await.is_some() {
+                    events += 1;
+                }
+                stream.finish().await.map(|_| events)
+            })
+        })
+        .collect();
+    let mut events = 0;
+    for task in tasks {
+        events += task.await??;
+    }
+    Ok((cpu_seconds("self").unwrap_or(0.0) - before, events))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    let url = flag(&args, "--url").ok_or("--url http://127.0.0.1:PORT is required")?;
+    let host = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let runs: usize = flag(&args, "--runs").map_or(Ok(200), |r| r.parse())?;
+    let pace = Duration::from_millis(flag(&args, "--pace-ms").map_or(Ok(5), |p| p.parse())?);
+    let pid = flag(&args, "--server-pid");
+
+    let cpu_before = pid.as_deref().and_then(cpu_seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..runs)
+        .map(|i| tokio::spawn(one_run(host.clone(), i)))
+        .collect();
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for task in tasks {
+        match task.await? {
+            Ok(r) => reports.push(r),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let wall = started.elapsed();
+    let server_cpu = match (pid.as_deref().and_then(cpu_seconds), cpu_before) {
+        (Some(after), Some(before)) => Some(after - before),
+        _ => None,
+    };
+    let memory = pid.as_deref().and_then(rss_mib);
+
+    let mut firsts: Vec<Duration> = reports.iter().map(|r| r.first_event).collect();
+    firsts.sort();
+    let mut totals: Vec<Duration> = reports.iter().map(|r| r.total).collect();
+    totals.sort();
+    let events: u64 = reports.iter().map(|r| r.events).sum();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "runs: {} ok, {} lost or out of order",
+        reports.len(),
+        failures.len()
+    );
+    println!(
+        "wall {:.2} s: {:.1} runs/s, {:.0} events/s ({events} events)",
+        wall.as_secs_f64(),
+        reports.len() as f64 / wall.as_secs_f64(),
+        events as f64 / wall.as_secs_f64()
+    );
+    println!(
+        "time to first event: p50 {:.1} ms, p99 {:.1} ms; run duration p50 {:.1} ms, p99 {:.1} ms",
+        ms(percentile(&firsts, 50.0)),
+        ms(percentile(&firsts, 99.0)),
+        ms(percentile(&totals, 50.0)),
+        ms(percentile(&totals, 99.0)),
+    );
+    if let Some((rss, peak)) = memory {
+        println!("server memory: RSS {rss:.1} MiB, peak {peak:.1} MiB");
+    }
+    if let Some(server_cpu) = server_cpu {
+        let (agent_cpu, agent_events) = baseline(runs, pace).await?;
+        println!(
+            "CPU: server {server_cpu:.2} s for {events} events; the same runs in process {agent_cpu:.2} s ({agent_events} agent events); server overhead {:.1} us per event",
+            (server_cpu - agent_cpu).max(0.0) * 1e6 / events.max(1) as f64
+        );
+    }
+    for failure in failures.iter().take(5) {
+        eprintln!("  {failure}");
+    }
+    if !failures.is_empty() {
+        return Err(format!("{} of {runs} runs lost or out of order", failures.len()).into());
+    }
+    Ok(())
+}

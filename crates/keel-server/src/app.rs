@@ -1,0 +1,195 @@
+//! The router: routes, in the order a request meets the layers (outermost first):
+//! CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
+//! authentication, then the handlers.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderName, StatusCode, header};
+use axum::routing::{get, post};
+use keel_agent::Agent;
+use tower_http::cors::{Any, CorsLayer};
+
+use crate::auth::{ApiKeys, authenticate};
+use crate::extract::BodyLimit;
+use crate::lease::Leases;
+use crate::registry::Registry;
+use crate::routes::{assistants, page, runs, system, threads};
+use crate::runs::{AssistantInfo, RunLimits, RunManager};
+
+/// LangGraph's namespace for assistant ids derived from a graph id (uuid5 over the
+/// graph id), so `agent` gets the same assistant id as on LangGraph's server.
+const ASSISTANT_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x6ba7b821_9dad_11d1_80b4_00c04fd430c8);
+
+/// How the server behaves; [`ServerOptions::default`] is an open server for `agent`.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The graph id the assistant is listed under.
+    pub graph_id: String,
+    /// The assistant's description.
+    pub description: Option<String>,
+    /// API keys; empty for no authentication.
+    pub api_keys: ApiKeys,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Limits on runs.
+    pub runs: RunLimits,
+    /// Serve the chat page at `/`.
+    pub page: bool,
+    /// Where thread and run records live; `None` keeps them in memory
+    /// ([`Registry::for_store`] puts them in the agent's database).
+    pub registry: Option<Arc<Registry>>,
+    /// How runs of one thread exclude each other across processes.
+    pub leases: Leases,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            graph_id: crate::config::DEFAULT_GRAPH_ID.into(),
+            description: None,
+            api_keys: ApiKeys::default(),
+            max_body_bytes: 2 * 1024 * 1024,
+            runs: RunLimits::default(),
+            page: true,
+            registry: None,
+            leases: Leases::Local,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// Thread and run records.
+    pub registry: Arc<Registry>,
+    /// The runs.
+    pub manager: Arc<RunManager>,
+}
+
+/// The assistant id the Agent Server derives from a graph id.
+pub fn assistant_id(graph_id: &str) -> String {
+    uuid::Uuid::new_v5(&ASSISTANT_NAMESPACE, graph_id.as_bytes()).to_string()
+}
+
+/// The Agent Server API for `agent`, with default options (no auth, the chat page).
+pub fn router(agent: Agent) -> Router {
+    router_with(agent, ServerOptions::default())
+}
+
+/// The Agent Server API for `agent`.
+pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
+    let (model_name, provider) = model_of(&agent);
+    let assistant = AssistantInfo {
+        assistant_id: assistant_id(&options.graph_id),
+        graph_id: options.graph_id.clone(),
+        description: options.description.clone(),
+        model_name,
+        provider,
+    };
+    let registry = options
+        .registry
+        .clone()
+        .unwrap_or_else(|| Arc::new(Registry::memory()));
+    let manager = Arc::new(RunManager::new(
+        agent,
+        registry.clone(),
+        assistant,
+        options.runs.clone(),
+        options.leases.clone(),
+    ));
+    let state = AppState { registry, manager };
+
+    let mut api = Router::new()
+        .route("/ok", get(system::ok))
+        .route("/info", get(system::info))
+        .route("/assistants/search", post(assistants::search))
+        .route("/assistants/count", post(assistants::count))
+        .route("/assistants/{assistant_id}", get(assistants::get_one))
+        .route("/threads", post(threads::create))
+        .route("/threads/search", post(threads::search))
+        .route(
+            "/threads/{thread_id}",
+            get(threads::get_one)
+                .patch(threads::patch)
+                .delete(threads::delete),
+        )
+        .route("/threads/{thread_id}/state", get(threads::state))
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(threads::state_at),
+        )
+        .route(
+            "/threads/{thread_id}/history",
+            get(threads::history_get).post(threads::history_post),
+        )
+        .route(
+            "/threads/{thread_id}/runs",
+            get(runs::list).post(runs::create),
+        )
+        .route(
+            "/threads/{thread_id}/runs/stream",
+            post(runs::create_stream),
+        )
+        .route("/threads/{thread_id}/runs/wait", post(runs::create_wait))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(runs::get_one).delete(runs::delete),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/cancel",
+            post(runs::cancel),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(runs::join_stream),
+        )
+        .route("/runs", post(runs::stateless_create))
+        .route("/runs/stream", post(runs::stateless_stream))
+        .route("/runs/wait", post(runs::stateless_wait));
+    if options.page {
+        api = api
+            .route("/", get(page::index))
+            .route("/static/app.js", get(page::script))
+            .route("/static/app.css", get(page::style));
+    }
+    let limit = options.max_body_bytes;
+    // Unknown paths and methods answer as Starlette does for the Agent Server.
+    api.fallback(|| async {
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({"detail": "Not Found"})),
+        )
+    })
+    .method_not_allowed_fallback(|| async {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+        )
+    })
+    .with_state(state)
+    .layer(axum::middleware::from_fn_with_state(
+        options.api_keys.clone(),
+        authenticate,
+    ))
+    .layer(axum::Extension(BodyLimit(limit)))
+    .layer(
+        CorsLayer::new()
+            .allow_origin(Any)
+            .allow_methods(Any)
+            .allow_headers(Any)
+            .expose_headers([
+                header::CONTENT_LOCATION,
+                header::LOCATION,
+                HeaderName::from_static("x-pagination-next"),
+            ]),
+    )
+}
+
+/// The model's name and provider.
+fn model_of(agent: &Agent) -> (String, String) {
+    let profile = agent.model_profile();
+    (profile.name.clone(), profile.provider.clone())
+}

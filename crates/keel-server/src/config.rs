@@ -1,0 +1,412 @@
+//! `keel.yaml`: an agent described in YAML, in the stack format of issue 15 (top-level
+//! `model` and `system_prompt` keys, a `middleware:` list of one-key mappings, outermost
+//! first, `- summarization: {...}` in DeerFlow's schema).
+//!
+//! Only the part `keel serve` needs is read here: the model (`offline`, Keel's
+//! deterministic model, or an OpenAI-compatible server), the system prompt, built-in
+//! tools, and the `summarization` and `session_memory` middleware. The module is
+//! self-contained so the shared stack loader can replace it.
+//!
+//! ```yaml
+//! name: agent                      # the graph id the assistant is listed under
+//! model: offline                   # or {provider: openai, model: NAME, base_url: URL,
+//!                                  #     api_key_env: VAR, context_window: N}
+//! system_prompt: You are a support assistant.
+//! tools: [echo]                    # built-in tools
+//! middleware:
+//!   - session_memory: {n_messages: 40, fold_batch: 10, pinned_keys: [project_id]}
+//!   - summarization: {enabled: true, trigger: [{type: tokens, value: 3500}],
+//!                     keep: {type: tokens, value: 1200}}
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use keel_agent::Agent;
+use keel_agent::offline::OfflineModel;
+use keel_core::Content;
+use keel_core::model::ChatModel;
+use keel_core::store::SessionScope;
+use keel_core::tool::{Tool, ToolError, ToolSpec};
+use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
+use keel_store::Store;
+use keel_summarization::cache::SummaryCache;
+use keel_summarization::config::SummarizationConfig;
+use keel_summarization::middleware::SummarizationMiddleware;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// The largest keel.yaml read, in bytes.
+pub const MAX_STACK_BYTES: u64 = 1024 * 1024;
+
+/// The graph id used when the YAML names none.
+pub const DEFAULT_GRAPH_ID: &str = "agent";
+
+/// What is wrong with a keel.yaml: the key, the value, what is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum StackError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// Not YAML, or a key of the wrong type (serde-saphyr's message has the line).
+    #[error("keel.yaml: {0}")]
+    Syntax(String),
+    /// A key with a value outside what is allowed.
+    #[error("keel.yaml: {key}: {problem}")]
+    Invalid {
+        /// The key, dotted (`middleware[1].summarization`).
+        key: String,
+        /// What is wrong and what is allowed.
+        problem: String,
+    },
+}
+
+/// A parsed keel.yaml, before it is built into an [`Agent`].
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackConfig {
+    /// The graph id (and assistant name) the agent is served under.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// A description shown by `assistants.get`.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `offline` or a mapping (see the module docs).
+    #[serde(default)]
+    pub model: Option<Value>,
+    /// Sent first on every model call.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// Built-in tools by name: `echo` (returns its arguments).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// One-key mappings, outermost first.
+    #[serde(default)]
+    pub middleware: Vec<Map<String, Value>>,
+    /// Model calls per run.
+    #[serde(default)]
+    pub recursion_limit: Option<usize>,
+}
+
+fn default_name() -> String {
+    DEFAULT_GRAPH_ID.to_owned()
+}
+
+/// The model section, once read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelChoice {
+    /// `keel_agent::offline::OfflineModel`.
+    Offline,
+    /// An OpenAI-compatible server.
+    OpenAi {
+        /// Model name sent to the server.
+        model: String,
+        /// `http://host:port/v1`; `OPENAI_BASE_URL` when absent.
+        base_url: Option<String>,
+        /// The environment variable holding the API key (`OPENAI_API_KEY` by default).
+        api_key_env: Option<String>,
+        /// Tokens, when the server's model is unknown to Keel.
+        context_window: Option<u64>,
+    },
+}
+
+impl StackConfig {
+    /// Reads and parses a file of at most [`MAX_STACK_BYTES`].
+    pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, StackError> {
+        use std::io::Read as _;
+        let path = path.as_ref();
+        let io = |message: String| StackError::Io {
+            path: path.display().to_string(),
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_STACK_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io(e.to_string()))?;
+        if bytes.len() as u64 > MAX_STACK_BYTES {
+            return Err(io(format!("larger than {MAX_STACK_BYTES} bytes")));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| io("not UTF-8".into()))?;
+        Self::from_yaml_str(&text)
+    }
+
+    /// Parses YAML text.
+    pub fn from_yaml_str(text: &str) -> Result<StackConfig, StackError> {
+        // The first line of the parser's message names the line and the problem; the
+        // rest is a source snippet.
+        let stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
+            StackError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
+        })?;
+        if stack.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        stack.model_choice()?;
+        for (i, entry) in stack.middleware.iter().enumerate() {
+            if entry.len() != 1 {
+                return Err(invalid(
+                    &format!("middleware[{i}]"),
+                    "each entry is a one-key mapping, e.g. `- summarization: {...}`",
+                ));
+            }
+        }
+        Ok(stack)
+    }
+
+    /// The model section, checked.
+    pub fn model_choice(&self) -> Result<ModelChoice, StackError> {
+        match &self.model {
+            None => Ok(ModelChoice::Offline),
+            Some(Value::String(s)) if s == "offline" => Ok(ModelChoice::Offline),
+            Some(Value::Object(m)) => {
+                let get = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+                for key in m.keys() {
+                    if !matches!(
+                        key.as_str(),
+                        "provider" | "model" | "base_url" | "api_key_env" | "context_window"
+                    ) {
+                        return Err(invalid(
+                            &format!("model.{key}"),
+                            "unknown key; allowed: provider, model, base_url, api_key_env, context_window",
+                        ));
+                    }
+                }
+                match get("provider").as_deref() {
+                    Some("offline") => Ok(ModelChoice::Offline),
+                    Some("openai") => Ok(ModelChoice::OpenAi {
+                        model: get("model").ok_or_else(|| {
+                            invalid(
+                                "model.model",
+                                "the model name is required for provider openai",
+                            )
+                        })?,
+                        base_url: get("base_url"),
+                        api_key_env: get("api_key_env"),
+                        context_window: m.get("context_window").and_then(Value::as_u64),
+                    }),
+                    other => Err(invalid(
+                        "model.provider",
+                        &format!("{other:?} is not a provider; use offline or openai"),
+                    )),
+                }
+            }
+            Some(other) => Err(invalid(
+                "model",
+                &format!(
+                    "{other} is not a model; use `offline` or a mapping with provider: openai"
+                ),
+            )),
+        }
+    }
+
+    /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
+    /// second level).
+    pub fn build(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+        let (model, online) = self.model()?;
+        self.build_with_model(store, model, online)
+    }
+
+    /// The model the `model` key describes, and whether it is a server (`true`) rather
+    /// than the offline model.
+    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), StackError> {
+        Ok(match self.model_choice()? {
+            ModelChoice::Offline => (Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>, false),
+            ModelChoice::OpenAi {
+                model,
+                base_url,
+                api_key_env,
+                context_window,
+            } => {
+                let mut config = keel_openai::OpenAiConfig::from_env()
+                    .unwrap_or_else(|_| keel_openai::OpenAiConfig::new(model.clone()))
+                    .with_model(model);
+                if let Some(url) = base_url {
+                    config = config.with_base_url(url);
+                }
+                if let Some(var) = api_key_env
+                    && let Ok(key) = std::env::var(&var)
+                {
+                    config = config.with_api_key(key);
+                }
+                if let Some(window) = context_window {
+                    config = config.with_context_window(window);
+                }
+                let model = config
+                    .build()
+                    .map_err(|e| invalid("model", &e.to_string()))?;
+                (Arc::new(model), true)
+            }
+        })
+    }
+
+    /// Builds the stack around a model of the caller's (the `model` key is ignored).
+    /// `online` picks how session memory folds: with the model, or extractively.
+    pub fn build_with_model(
+        &self,
+        store: Arc<Store>,
+        model: Arc<dyn ChatModel>,
+        online: bool,
+    ) -> Result<Agent, StackError> {
+        let profile = model.profile().clone();
+        let mut builder = Agent::builder().model(model).checkpointer(store.clone());
+        if let Some(prompt) = &self.system_prompt {
+            builder = builder.system_prompt(prompt.clone());
+        }
+        if let Some(limit) = self.recursion_limit {
+            builder = builder.recursion_limit(limit);
+        }
+        for (i, name) in self.tools.iter().enumerate() {
+            match name.as_str() {
+                "echo" => builder = builder.tool(Echo::new()),
+                other => {
+                    return Err(invalid(
+                        &format!("tools[{i}]"),
+                        &format!("{other:?} is not a built-in tool; available: echo"),
+                    ));
+                }
+            }
+        }
+        for (i, entry) in self.middleware.iter().enumerate() {
+            let Some((kind, args)) = entry.iter().next() else {
+                continue;
+            };
+            let key = format!("middleware[{i}].{kind}");
+            match kind.as_str() {
+                "summarization" => {
+                    // JSON is YAML, so DeerFlow's loader reads the section as written.
+                    let text = serde_json::to_string(&json!({ "summarization": args }))
+                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                    // Lines in its messages count in that one-line text, not in keel.yaml.
+                    let loaded = SummarizationConfig::from_yaml_str(&text)
+                        .map_err(|e| invalid(&key, &e.to_string().replace(" (line 1)", "")))?;
+                    for warning in &loaded.warnings {
+                        tracing::warn!("{key}: {warning}");
+                    }
+                    if loaded.config.model_name.is_some() {
+                        return Err(invalid(
+                            &format!("{key}.model_name"),
+                            "must be null here: summaries are written by the agent's model",
+                        ));
+                    }
+                    // The second level makes a summary written by one server process
+                    // reusable by the others sharing the database.
+                    let cache = SummaryCache::new(loaded.config.cache_capacity.max(1))
+                        .with_store(store.clone());
+                    let middleware = SummarizationMiddleware::builder(loaded.config)
+                        .model_profile(profile.clone())
+                        .cache(Arc::new(cache))
+                        .build()
+                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                    builder = builder.middleware(middleware);
+                }
+                "session_memory" => {
+                    let mut settings: SessionMemorySettings = serde_json::from_value(args.clone())
+                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                    if settings.scope == SessionMemorySettings::default().scope {
+                        settings.scope = SessionScope::new(self.name.clone(), "", "", "");
+                    }
+                    let middleware = SessionMemoryMiddleware::builder(settings)
+                        .store(store.clone())
+                        .fold_engine(if online {
+                            FoldEngine::Model
+                        } else {
+                            FoldEngine::Extractive
+                        })
+                        .build()
+                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                    builder = builder.middleware(middleware);
+                }
+                other => {
+                    return Err(invalid(
+                        &format!("middleware[{i}]"),
+                        &format!(
+                            "{other:?} is not a middleware keel serve knows; available: summarization, session_memory"
+                        ),
+                    ));
+                }
+            }
+        }
+        builder
+            .build()
+            .map_err(|e| invalid("middleware", &e.to_string()))
+    }
+}
+
+fn invalid(key: &str, problem: &str) -> StackError {
+    StackError::Invalid {
+        key: key.to_owned(),
+        problem: problem.to_owned(),
+    }
+}
+
+/// The built-in `echo` tool: returns its arguments as JSON text, so a stack can be tried
+/// with tool calls before real tools are wired in.
+struct Echo(ToolSpec);
+
+impl Echo {
+    fn new() -> Self {
+        Echo(ToolSpec::new(
+            "echo",
+            "Returns its arguments unchanged.",
+            json!({
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "text to echo"}},
+            }),
+        ))
+    }
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+
+    async fn call(&self, args: Value) -> Result<Content, ToolError> {
+        Ok(Content::Text(args.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_issue_15_shape_and_names_bad_keys() {
+        let stack = StackConfig::from_yaml_str(
+            "name: support\nmodel: offline\nsystem_prompt: hi\nmiddleware:\n  - summarization: {enabled: true, trigger: [{type: tokens, value: 100}]}\n",
+        )
+        .unwrap();
+        assert_eq!(stack.name, "support");
+        assert_eq!(stack.model_choice().unwrap(), ModelChoice::Offline);
+        let err = StackConfig::from_yaml_str("model: {provider: anthropic}\n").unwrap_err();
+        assert!(err.to_string().contains("model.provider"), "{err}");
+        let err = StackConfig::from_yaml_str("middleware:\n  - {a: 1, b: 2}\n").unwrap_err();
+        assert!(err.to_string().contains("middleware[0]"), "{err}");
+        let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
+        assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn builds_the_example_and_refuses_unknown_middleware() {
+        let store = Arc::new(Store::memory());
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/keel.yaml");
+        let agent = StackConfig::from_file(path)
+            .unwrap()
+            .build(store.clone())
+            .unwrap();
+        assert_eq!(
+            agent.middleware_names(),
+            ["SessionMemoryMiddleware", "SummarizationMiddleware"]
+        );
+        let stack = StackConfig::from_yaml_str("middleware:\n  - pii: {}\n").unwrap();
+        let err = stack.build(store).unwrap_err();
+        assert!(err.to_string().contains("\"pii\""), "{err}");
+    }
+}

@@ -1,0 +1,54 @@
+//! # keel-server
+//!
+//! Serves a Keel [`Agent`](keel_agent::Agent) over the HTTP protocol of LangGraph's
+//! Agent Server (see LangGraph's "Agent Server API reference"), so clients written for
+//! LangGraph — the `langgraph-sdk` Python and `@langchain/langgraph-sdk` JavaScript
+//! clients, `agent-chat-ui` — use it unchanged; plus a chat page at `/`.
+//!
+//! ```text
+//! request ─▶ CORS ─▶ body cap ─▶ x-api-key → Owner ─▶ routes/{assistants, threads, runs}
+//!                                                          │
+//!            registry (thread and run records, owner-scoped; memory, SQLite, PostgreSQL)
+//!            runs::RunManager ── one run at a time per thread (multitask strategies),
+//!                 │               a lease per thread across processes (PostgreSQL)
+//!                 ├── Agent::stream ─▶ runs::translate (values, updates, messages,
+//!                 │                    messages-tuple, custom, events)
+//!                 └── runs::EventLog (numbered events: SSE ids, Last-Event-ID resume)
+//! ```
+//!
+//! A router for any agent (no authentication, records in memory):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use keel_agent::Agent;
+//! use keel_agent::offline::OfflineModel;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let agent = Agent::builder().model(Arc::new(OfflineModel::new())).build()?;
+//! let app: axum::Router = keel_server::router(agent);
+//! // axum::serve(tokio::net::TcpListener::bind("127.0.0.1:2024").await?, app).await?;
+//! # drop(app);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `keel serve --config keel.yaml` ([`serve::run`]) builds the agent from YAML
+//! ([`config`]), keeps records next to the checkpoints in the database, and takes API
+//! keys. A run executes in its own task: a client that disconnects can reconnect with
+//! `Last-Event-ID` and get what it missed; `on_disconnect: cancel` stops it instead.
+//! Human-in-the-loop interrupts plug into [`runs::RunManager`]: a run request's
+//! `command: {resume: ...}` is refused with 400 until a middleware can interrupt.
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod lease;
+pub mod registry;
+pub mod routes;
+pub mod runs;
+pub mod time;
+pub mod wire;
+
+pub use app::{AppState, ServerOptions, router, router_with};
+pub mod serve;

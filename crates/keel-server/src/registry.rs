@@ -1,0 +1,636 @@
+//! [`Registry`]: the server's records of threads and runs (who owns them, their
+//! metadata and status). A thread's messages live in the agent's checkpointer; this
+//! holds what the protocol adds around them.
+
+use std::collections::HashMap;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::time::{now_ms, rfc3339};
+
+/// A run's status, as the protocol names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunStatus {
+    /// Queued behind another run of its thread.
+    Pending,
+    /// Executing.
+    Running,
+    /// Failed.
+    Error,
+    /// Finished.
+    Success,
+    /// Cancelled (or interrupted by a newer run); its checkpoints are kept.
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The protocol's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Error => "error",
+            RunStatus::Success => "success",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// True once the run can no longer change.
+    pub fn is_final(self) -> bool {
+        !matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
+}
+
+/// A thread's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThreadStatus {
+    /// No run in progress.
+    Idle,
+    /// A run is in progress.
+    Busy,
+    /// The last run failed.
+    Error,
+}
+
+impl ThreadStatus {
+    /// The protocol's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadStatus::Idle => "idle",
+            ThreadStatus::Busy => "busy",
+            ThreadStatus::Error => "error",
+        }
+    }
+
+    /// Reads a status filter.
+    pub fn parse(s: &str) -> Option<ThreadStatus> {
+        match s {
+            "idle" => Some(ThreadStatus::Idle),
+            "busy" => Some(ThreadStatus::Busy),
+            "error" => Some(ThreadStatus::Error),
+            _ => None,
+        }
+    }
+}
+
+/// What to do when a run is created on a thread that is already running one (the
+/// protocol's `multitask_strategy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Strategy {
+    /// Refuse the new run (409).
+    Reject,
+    /// Cancel the current run (its checkpoints stay), then start the new one.
+    Interrupt,
+    /// Cancel the current run and restore the thread to its state before that run.
+    Rollback,
+    /// Run the new one after the ones ahead of it.
+    Enqueue,
+}
+
+impl Strategy {
+    /// The protocol's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Reject => "reject",
+            Strategy::Interrupt => "interrupt",
+            Strategy::Rollback => "rollback",
+            Strategy::Enqueue => "enqueue",
+        }
+    }
+
+    /// Reads the protocol's name.
+    pub fn parse(s: &str) -> Result<Strategy, String> {
+        match s {
+            "reject" => Ok(Strategy::Reject),
+            "interrupt" => Ok(Strategy::Interrupt),
+            "rollback" => Ok(Strategy::Rollback),
+            "enqueue" => Ok(Strategy::Enqueue),
+            other => Err(format!(
+                "multitask_strategy {other:?} is not one of reject, interrupt, rollback, enqueue"
+            )),
+        }
+    }
+}
+
+/// A thread's record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    /// The id.
+    pub thread_id: String,
+    /// The API-key owner that created it ("" without auth).
+    pub owner: String,
+    /// Creation time, ms since the epoch.
+    pub created_at_ms: i64,
+    /// Last change, ms since the epoch.
+    pub updated_at_ms: i64,
+    /// Client metadata.
+    pub metadata: Map<String, Value>,
+    /// Status.
+    pub status: ThreadStatus,
+}
+
+impl ThreadRecord {
+    /// The protocol's `Thread` object, with the thread's current values.
+    pub fn to_json(&self, values: Value) -> Value {
+        json!({
+            "thread_id": self.thread_id,
+            "created_at": rfc3339(self.created_at_ms),
+            "updated_at": rfc3339(self.updated_at_ms),
+            "metadata": self.metadata,
+            "status": self.status.as_str(),
+            "values": values,
+            "interrupts": {},
+        })
+    }
+}
+
+/// A run's record.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The id.
+    pub run_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    /// The assistant it runs.
+    pub assistant_id: String,
+    /// Creation time, ms since the epoch.
+    pub created_at_ms: i64,
+    /// Last change, ms since the epoch.
+    pub updated_at_ms: i64,
+    /// Status.
+    pub status: RunStatus,
+    /// Client metadata.
+    pub metadata: Map<String, Value>,
+    /// Its multitask strategy.
+    pub strategy: Strategy,
+    /// The request's arguments (input, stream modes...), echoed as `kwargs`.
+    pub kwargs: Value,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+impl RunRecord {
+    /// The protocol's `Run` object.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": self.assistant_id,
+            "created_at": rfc3339(self.created_at_ms),
+            "updated_at": rfc3339(self.updated_at_ms),
+            "status": self.status.as_str(),
+            "metadata": self.metadata,
+            "multitask_strategy": self.strategy.as_str(),
+            "kwargs": self.kwargs,
+        })
+    }
+}
+
+/// Filters of `POST /threads/search`.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadFilter {
+    /// Every key must be present with an equal value.
+    pub metadata: Map<String, Value>,
+    /// Only these ids.
+    pub ids: Option<Vec<String>>,
+    /// Only this status.
+    pub status: Option<ThreadStatus>,
+}
+
+impl ThreadFilter {
+    fn keeps(&self, r: &ThreadRecord) -> bool {
+        self.status.is_none_or(|s| r.status == s)
+            && self
+                .ids
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&r.thread_id))
+            && self
+                .metadata
+                .iter()
+                .all(|(k, v)| r.metadata.get(k) == Some(v))
+    }
+}
+
+/// A registry operation that failed in the database.
+#[derive(Debug, thiserror::Error)]
+#[error("server records: {0}")]
+pub struct RegistryError(String);
+
+impl RegistryError {
+    /// An error from anything displayable (a database error).
+    pub fn new(e: impl std::fmt::Display) -> Self {
+        RegistryError(e.to_string())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    threads: HashMap<String, ThreadRecord>,
+    runs: HashMap<String, RunRecord>,
+}
+
+/// Where the records live.
+#[derive(Debug)]
+enum Backend {
+    Memory(RwLock<Tables>),
+    Sqlite(sqlx::SqlitePool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+}
+
+/// Thread and run records, in memory or in the agent's database (SQLite, or PostgreSQL
+/// shared by several server processes). Each record is one row holding its JSON; the
+/// tables are created on first use, next to keel-store's, and only ever added to.
+///
+/// Every read by thread is scoped by owner: another owner's thread reads as missing.
+#[derive(Debug)]
+pub struct Registry {
+    backend: Backend,
+}
+
+const CREATE_THREADS: &str = "CREATE TABLE IF NOT EXISTS keel_server_threads (
+    thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, record TEXT NOT NULL)";
+const CREATE_THREADS_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS keel_server_threads_owner ON keel_server_threads (owner)";
+const CREATE_RUNS: &str = "CREATE TABLE IF NOT EXISTS keel_server_runs (
+    run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
+    record TEXT NOT NULL)";
+const CREATE_RUNS_INDEX: &str = "CREATE INDEX IF NOT EXISTS keel_server_runs_thread ON keel_server_runs (thread_id, created_at_ms)";
+
+/// Runs `$body` with `$pool` bound to whichever SQL pool `$self` holds; `$memory` for the
+/// in-memory backend.
+macro_rules! sql {
+    ($self:expr, $tables:ident => $memory:expr, $pool:ident => $body:expr) => {
+        match &$self.backend {
+            Backend::Memory($tables) => $memory,
+            Backend::Sqlite($pool) => $body,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres($pool) => $body,
+        }
+    };
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String, RegistryError> {
+    serde_json::to_string(value).map_err(RegistryError::new)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, RegistryError> {
+    serde_json::from_str(text).map_err(RegistryError::new)
+}
+
+impl Registry {
+    /// Records in this process's memory (lost on restart).
+    pub fn memory() -> Self {
+        Registry {
+            backend: Backend::Memory(RwLock::new(Tables::default())),
+        }
+    }
+
+    /// Records in the store's database (in memory for a memory store), tables created if
+    /// missing.
+    pub async fn for_store(store: &keel_store::Store) -> Result<Self, RegistryError> {
+        let backend = match store {
+            keel_store::Store::Memory(_) => return Ok(Self::memory()),
+            keel_store::Store::Sqlite(s) => Backend::Sqlite(s.pool().clone()),
+            #[cfg(feature = "postgres")]
+            keel_store::Store::Postgres(s) => Backend::Postgres(s.pool().clone()),
+            #[allow(unreachable_patterns)]
+            _ => return Ok(Self::memory()),
+        };
+        let registry = Registry { backend };
+        for statement in [
+            CREATE_THREADS,
+            CREATE_THREADS_INDEX,
+            CREATE_RUNS,
+            CREATE_RUNS_INDEX,
+        ] {
+            sql!(registry, _t => {}, pool => {
+                sqlx::query(statement)
+                    .execute(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            });
+        }
+        Ok(registry)
+    }
+
+    /// After a restart of the only process using these records: runs it left pending or
+    /// running are marked failed and their threads idle (nothing is running them any
+    /// more). Returns how many runs were closed. Not for a database shared with other
+    /// live processes.
+    pub async fn recover_after_restart(&self) -> Result<usize, RegistryError> {
+        let rows: Vec<String> = sql!(self, _t => return Ok(0), pool => {
+            let rows: Vec<(String,)> = sqlx::query_as("SELECT record FROM keel_server_runs")
+                .fetch_all(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            rows.into_iter().map(|(text,)| text).collect()
+        });
+        let mut closed = 0;
+        for text in rows {
+            let run: RunRecord = decode(&text)?;
+            if run.status.is_final() {
+                continue;
+            }
+            self.set_run_status(
+                &run.thread_id,
+                &run.run_id,
+                RunStatus::Error,
+                Some("the server stopped before the run ended".into()),
+            )
+            .await?;
+            self.set_thread_status(&run.thread_id, ThreadStatus::Idle)
+                .await?;
+            closed += 1;
+        }
+        Ok(closed)
+    }
+
+    /// True when records are shared through a database other processes can reach.
+    pub fn is_shared(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if matches!(self.backend, Backend::Postgres(_)) {
+            return true;
+        }
+        false
+    }
+
+    /// Inserts a thread; `false` when the id is taken.
+    pub async fn insert_thread(&self, record: ThreadRecord) -> Result<bool, RegistryError> {
+        let text = encode(&record)?;
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.threads.contains_key(&record.thread_id) {
+                return Ok(false);
+            }
+            t.threads.insert(record.thread_id.clone(), record);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query(
+                "INSERT INTO keel_server_threads (thread_id, owner, record) VALUES ($1, $2, $3) ON CONFLICT (thread_id) DO NOTHING",
+            )
+            .bind(&record.thread_id)
+            .bind(&record.owner)
+            .bind(&text)
+            .execute(pool)
+            .await
+            .map_err(RegistryError::new)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    async fn thread_any(&self, thread_id: &str) -> Result<Option<ThreadRecord>, RegistryError> {
+        sql!(self, t => Ok(t.read().threads.get(thread_id).cloned()), pool => {
+            let row: Option<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_threads WHERE thread_id = $1")
+                    .bind(thread_id)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            row.map(|(text,)| decode(&text)).transpose()
+        })
+    }
+
+    async fn write_thread(&self, record: &ThreadRecord) -> Result<(), RegistryError> {
+        let text = encode(record)?;
+        sql!(self, t => {
+            t.write().threads.insert(record.thread_id.clone(), record.clone());
+            Ok(())
+        }, pool => {
+            sqlx::query("UPDATE keel_server_threads SET record = $2 WHERE thread_id = $1")
+                .bind(&record.thread_id)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
+    }
+
+    /// The thread, if it exists and belongs to `owner`.
+    pub async fn thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> Result<Option<ThreadRecord>, RegistryError> {
+        Ok(self
+            .thread_any(thread_id)
+            .await?
+            .filter(|t| t.owner == owner))
+    }
+
+    /// True when a thread with this id exists, whoever owns it.
+    pub async fn thread_exists(&self, thread_id: &str) -> Result<bool, RegistryError> {
+        Ok(self.thread_any(thread_id).await?.is_some())
+    }
+
+    /// Changes a thread of `owner`; `None` when it is not theirs or does not exist.
+    pub async fn update_thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        change: impl FnOnce(&mut ThreadRecord),
+    ) -> Result<Option<ThreadRecord>, RegistryError> {
+        let Some(mut record) = self.thread(owner, thread_id).await? else {
+            return Ok(None);
+        };
+        change(&mut record);
+        record.updated_at_ms = now_ms();
+        self.write_thread(&record).await?;
+        Ok(Some(record))
+    }
+
+    /// Sets a thread's status, whoever owns it (the run manager's bookkeeping).
+    pub async fn set_thread_status(
+        &self,
+        thread_id: &str,
+        status: ThreadStatus,
+    ) -> Result<(), RegistryError> {
+        if let Some(mut record) = self.thread_any(thread_id).await? {
+            record.status = status;
+            record.updated_at_ms = now_ms();
+            self.write_thread(&record).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a thread of `owner` and its run records; `false` when it is not theirs.
+    pub async fn delete_thread(&self, owner: &str, thread_id: &str) -> Result<bool, RegistryError> {
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.threads.get(thread_id).is_none_or(|r| r.owner != owner) {
+                return Ok(false);
+            }
+            t.threads.remove(thread_id);
+            t.runs.retain(|_, r| r.thread_id != thread_id);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query("DELETE FROM keel_server_threads WHERE thread_id = $1 AND owner = $2")
+                .bind(thread_id)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query("DELETE FROM keel_server_runs WHERE thread_id = $1")
+                .bind(thread_id)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(true)
+        })
+    }
+
+    /// The threads of `owner` matching `filter`, newest first unless `ascending`.
+    pub async fn search_threads(
+        &self,
+        owner: &str,
+        filter: &ThreadFilter,
+        sort_by: &str,
+        ascending: bool,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ThreadRecord>, RegistryError> {
+        let mut found: Vec<ThreadRecord> = sql!(self, t => {
+            t.read().threads.values().filter(|r| r.owner == owner).cloned().collect()
+        }, pool => {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_threads WHERE owner = $1")
+                    .bind(owner)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            rows.iter().map(|(text,)| decode(text)).collect::<Result<_, _>>()?
+        });
+        found.retain(|r| filter.keeps(r));
+        found.sort_by(|a, b| {
+            let key = |r: &ThreadRecord| match sort_by {
+                "created_at" => (r.created_at_ms, r.thread_id.clone()),
+                "thread_id" => (0, r.thread_id.clone()),
+                _ => (r.updated_at_ms, r.thread_id.clone()),
+            };
+            key(a).cmp(&key(b))
+        });
+        if !ascending {
+            found.reverse();
+        }
+        Ok(found.into_iter().skip(offset).take(limit).collect())
+    }
+
+    /// Records a new run.
+    pub async fn insert_run(&self, record: &RunRecord) -> Result<(), RegistryError> {
+        let text = encode(record)?;
+        sql!(self, t => {
+            t.write().runs.insert(record.run_id.clone(), record.clone());
+            Ok(())
+        }, pool => {
+            sqlx::query("INSERT INTO keel_server_runs (run_id, thread_id, created_at_ms, record) VALUES ($1, $2, $3, $4)")
+                .bind(&record.run_id)
+                .bind(&record.thread_id)
+                .bind(record.created_at_ms)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
+    }
+
+    /// A run of a thread.
+    pub async fn run(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<Option<RunRecord>, RegistryError> {
+        sql!(self, t => {
+            Ok(t.read().runs.get(run_id).filter(|r| r.thread_id == thread_id).cloned())
+        }, pool => {
+            let row: Option<(String,)> = sqlx::query_as(
+                "SELECT record FROM keel_server_runs WHERE run_id = $1 AND thread_id = $2",
+            )
+            .bind(run_id)
+            .bind(thread_id)
+            .fetch_optional(pool)
+            .await
+            .map_err(RegistryError::new)?;
+            row.map(|(text,)| decode(&text)).transpose()
+        })
+    }
+
+    /// Sets a run's status (and error).
+    pub async fn set_run_status(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        status: RunStatus,
+        error: Option<String>,
+    ) -> Result<(), RegistryError> {
+        let Some(mut record) = self.run(thread_id, run_id).await? else {
+            return Ok(());
+        };
+        record.status = status;
+        record.error = error;
+        record.updated_at_ms = now_ms();
+        let text = encode(&record)?;
+        sql!(self, t => {
+            t.write().runs.insert(record.run_id.clone(), record);
+            Ok(())
+        }, pool => {
+            sqlx::query("UPDATE keel_server_runs SET record = $2 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(&text)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
+    }
+
+    /// Deletes a run record.
+    pub async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool, RegistryError> {
+        sql!(self, t => {
+            let mut t = t.write();
+            if t.runs.get(run_id).is_none_or(|r| r.thread_id != thread_id) {
+                return Ok(false);
+            }
+            t.runs.remove(run_id);
+            Ok(true)
+        }, pool => {
+            let done = sqlx::query("DELETE FROM keel_server_runs WHERE run_id = $1 AND thread_id = $2")
+                .bind(run_id)
+                .bind(thread_id)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// The runs of a thread, newest first.
+    pub async fn runs(
+        &self,
+        thread_id: &str,
+        status: Option<RunStatus>,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, RegistryError> {
+        let mut runs: Vec<RunRecord> = sql!(self, t => {
+            t.read().runs.values().filter(|r| r.thread_id == thread_id).cloned().collect()
+        }, pool => {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT record FROM keel_server_runs WHERE thread_id = $1")
+                    .bind(thread_id)
+                    .fetch_all(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            rows.iter().map(|(text,)| decode(text)).collect::<Result<_, _>>()?
+        });
+        runs.retain(|r| status.is_none_or(|s| r.status == s));
+        runs.sort_by(|a, b| (b.created_at_ms, &b.run_id).cmp(&(a.created_at_ms, &a.run_id)));
+        Ok(runs.into_iter().skip(offset).take(limit).collect())
+    }
+}

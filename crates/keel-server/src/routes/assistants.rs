@@ -1,0 +1,95 @@
+//! Assistants: the server serves one agent, listed as one assistant whose graph id is
+//! the configured name (`assistants.search()` finds it; runs name it by id or graph id).
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::extract::{Ids, JsonBody};
+use crate::runs::AssistantInfo;
+use crate::time::rfc3339;
+
+/// The protocol's `Assistant` object.
+pub fn assistant_json(info: &AssistantInfo) -> Value {
+    let created = rfc3339(0);
+    json!({
+        "assistant_id": info.assistant_id,
+        "graph_id": info.graph_id,
+        "config": {},
+        "context": {},
+        "created_at": created,
+        "updated_at": created,
+        "metadata": {"created_by": "system"},
+        "version": 1,
+        "name": info.graph_id,
+        "description": info.description,
+    })
+}
+
+/// True when `id` names the assistant (its id or its graph id).
+pub fn matches(info: &AssistantInfo, id: &str) -> bool {
+    id == info.assistant_id || id == info.graph_id
+}
+
+/// `GET /assistants/{assistant_id}`.
+pub async fn get_one(
+    State(app): State<AppState>,
+    Ids(id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let info = app.manager.assistant();
+    if !matches(info, &id) {
+        return Err(ApiError::NotFound {
+            what: "Assistant",
+            id,
+        });
+    }
+    Ok(Json(assistant_json(info)))
+}
+
+/// The body of `POST /assistants/search` and `/assistants/count`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SearchBody {
+    graph_id: Option<String>,
+    name: Option<String>,
+    metadata: Option<Map<String, Value>>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+fn found(app: &AppState, body: &SearchBody) -> bool {
+    let info = app.manager.assistant();
+    body.graph_id.as_ref().is_none_or(|g| g == &info.graph_id)
+        && body
+            .name
+            .as_ref()
+            .is_none_or(|n| info.graph_id.contains(n.as_str()))
+        && body
+            .metadata
+            .as_ref()
+            .is_none_or(|m| m.iter().all(|(k, v)| k == "created_by" && v == "system"))
+}
+
+/// `POST /assistants/search`.
+pub async fn search(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Json<Value> {
+    let hit = found(&app, &body) && body.offset.unwrap_or(0) == 0 && body.limit != Some(0);
+    Json(Value::Array(if hit {
+        vec![assistant_json(app.manager.assistant())]
+    } else {
+        Vec::new()
+    }))
+}
+
+/// `POST /assistants/count`.
+pub async fn count(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Json<Value> {
+    Json(json!(usize::from(found(&app, &body))))
+}

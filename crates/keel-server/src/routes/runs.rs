@@ -1,0 +1,635 @@
+//! Runs: create (in the background, streamed over SSE, or waited for), get, list,
+//! cancel, join, delete, and reconnecting to a run's stream with `Last-Event-ID`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::app::AppState;
+use crate::auth::Owner;
+use crate::error::ApiError;
+use crate::extract::{Ids, JsonBody, QueryPairs};
+use crate::registry::{RunRecord, RunStatus, Strategy};
+use crate::routes::assistants;
+use crate::routes::threads::{current_values, new_thread, owned};
+use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
+use crate::wire::{kind, messages_from_input};
+
+/// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RunBody {
+    assistant_id: Option<String>,
+    input: Option<Value>,
+    command: Option<Value>,
+    stream_mode: Option<Value>,
+    metadata: Option<Value>,
+    config: Option<Value>,
+    context: Option<Value>,
+    multitask_strategy: Option<String>,
+    if_not_exists: Option<String>,
+    on_disconnect: Option<String>,
+    on_completion: Option<String>,
+    interrupt_before: Option<Value>,
+    interrupt_after: Option<Value>,
+    webhook: Option<Value>,
+    checkpoint: Option<Value>,
+    checkpoint_id: Option<Value>,
+    after_seconds: Option<Value>,
+}
+
+/// A validated run request.
+struct Parsed {
+    run: NewRun,
+    cancel_on_disconnect: bool,
+    create_thread: bool,
+    delete_on_completion: bool,
+}
+
+fn present(v: &Option<Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|n| n != 0.0),
+        Some(_) => true,
+    }
+}
+
+fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
+    let assistant = body
+        .assistant_id
+        .ok_or_else(|| ApiError::Invalid("assistant_id is required".into()))?;
+    if !assistants::matches(app.manager.assistant(), &assistant) {
+        return Err(ApiError::NotFound {
+            what: "Assistant",
+            id: assistant,
+        });
+    }
+    for (field, value) in [
+        ("interrupt_before", &body.interrupt_before),
+        ("interrupt_after", &body.interrupt_after),
+    ] {
+        if present(value) {
+            return Err(ApiError::Invalid(format!(
+                "{field} is not supported: a Keel agent interrupts through middleware"
+            )));
+        }
+    }
+    if present(&body.webhook) {
+        return Err(ApiError::Invalid(
+            "webhook is not supported by this server".into(),
+        ));
+    }
+    if present(&body.checkpoint) || present(&body.checkpoint_id) {
+        return Err(ApiError::Invalid(
+            "starting from an earlier checkpoint is not supported; runs continue from the thread's latest state".into(),
+        ));
+    }
+    if present(&body.after_seconds) {
+        return Err(ApiError::Invalid(
+            "after_seconds is not supported by this server".into(),
+        ));
+    }
+    if present(&body.command) {
+        if present(&body.input) {
+            return Err(ApiError::Invalid("send input or command, not both".into()));
+        }
+        // A resume answers an interrupt; today's middleware never interrupts, so no
+        // thread can be waiting for one. The run manager takes a resume value here
+        // once human-in-the-loop middleware exists.
+        return Err(match body.command.as_ref().and_then(|c| c.get("resume")) {
+            Some(_) => ApiError::BadRequest(
+                "command.resume: the thread has no pending interrupt to resume (this agent has no human-in-the-loop middleware)".into(),
+            ),
+            None => ApiError::Invalid(
+                "command supports only resume; goto and update are not supported".into(),
+            ),
+        });
+    }
+    let input = match &body.input {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(fields)) => {
+            let mut messages = Vec::new();
+            for (key, value) in fields {
+                if key == "messages" {
+                    messages =
+                        messages_from_input(value, "input.messages").map_err(ApiError::Invalid)?;
+                } else {
+                    return Err(ApiError::Invalid(format!(
+                        "input.{key}: this agent's state takes only messages"
+                    )));
+                }
+            }
+            messages
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "input must be an object like {{\"messages\": [...]}}, not {}",
+                kind(other)
+            )));
+        }
+    };
+    let modes = ModeSet::from_json(body.stream_mode.as_ref()).map_err(ApiError::Invalid)?;
+    let metadata = match body.metadata {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "metadata must be an object, not {}",
+                kind(&other)
+            )));
+        }
+    };
+    let strategy = match body.multitask_strategy.as_deref() {
+        None => Strategy::Enqueue,
+        Some(s) => Strategy::parse(s).map_err(ApiError::Invalid)?,
+    };
+    let cancel_on_disconnect = match body.on_disconnect.as_deref() {
+        None | Some("continue") => false,
+        Some("cancel") => true,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "on_disconnect {other:?} is not cancel or continue"
+            )));
+        }
+    };
+    let create_thread = match body.if_not_exists.as_deref() {
+        None | Some("reject") => false,
+        Some("create") => true,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "if_not_exists {other:?} is not create or reject"
+            )));
+        }
+    };
+    let delete_on_completion = match body.on_completion.as_deref() {
+        None => stateless,
+        Some("delete") => true,
+        Some("keep") => false,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "on_completion {other:?} is not delete or keep"
+            )));
+        }
+    };
+    let kwargs = json!({
+        "input": body.input,
+        "command": null,
+        "config": body.config.unwrap_or_else(|| json!({})),
+        "context": body.context.unwrap_or_else(|| json!({})),
+        "stream_mode": modes.names(),
+        "multitask_strategy": strategy.as_str(),
+        "on_disconnect": if cancel_on_disconnect { "cancel" } else { "continue" },
+    });
+    Ok(Parsed {
+        run: NewRun {
+            input,
+            modes,
+            metadata,
+            strategy,
+            kwargs,
+        },
+        cancel_on_disconnect,
+        create_thread,
+        delete_on_completion: delete_on_completion && stateless,
+    })
+}
+
+/// Validates the request, resolves (or creates) the thread, and starts the run.
+async fn start(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    body: RunBody,
+) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
+    let stateless = thread_id.is_none();
+    let parsed = parse(app, body, stateless)?;
+    let thread_id = match thread_id {
+        None => new_thread(app, owner, None, Map::new()).await?.thread_id,
+        Some(id) => {
+            let found = app
+                .registry
+                .thread(&owner.0, &id)
+                .await
+                .map_err(|e| ApiError::storage("reading the thread", e))?;
+            match found {
+                Some(_) => {
+                    // Another process sharing the database may be running it.
+                    if parsed.run.strategy == Strategy::Reject
+                        && app.registry.is_shared()
+                        && app.manager.is_busy(&id).await?
+                    {
+                        return Err(ApiError::Conflict(format!(
+                            "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
+                        )));
+                    }
+                }
+                None => {
+                    let taken = app
+                        .registry
+                        .thread_exists(&id)
+                        .await
+                        .map_err(|e| ApiError::storage("reading the thread", e))?;
+                    if !parsed.create_thread || taken {
+                        return Err(ApiError::thread(&id));
+                    }
+                    new_thread(app, owner, Some(id.clone()), Map::new()).await?;
+                }
+            }
+            id
+        }
+    };
+    let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
+    if parsed.delete_on_completion {
+        let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
+        tokio::spawn(async move {
+            live.log.closed().await;
+            if let Err(e) = app.registry.delete_thread(&owner.0, &live.thread_id).await {
+                tracing::error!("deleting a stateless run's thread: {e}");
+            }
+        });
+    }
+    Ok((record, live, parsed.cancel_on_disconnect))
+}
+
+fn run_location(record: &RunRecord) -> String {
+    format!("/threads/{}/runs/{}", record.thread_id, record.run_id)
+}
+
+fn with_location(mut response: Response, record: &RunRecord) -> Response {
+    if let Ok(value) = HeaderValue::from_str(&run_location(record)) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LOCATION, value);
+    }
+    response
+}
+
+/// `POST /threads/{thread_id}/runs`: starts a run in the background.
+pub async fn create(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, _, _) = start(&app, &owner, Some(thread_id), body).await?;
+    Ok(with_location(
+        Json(record.to_json()).into_response(),
+        &record,
+    ))
+}
+
+/// `POST /runs`: a background run on a fresh thread.
+pub async fn stateless_create(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, _, _) = start(&app, &owner, None, body).await?;
+    Ok(with_location(
+        Json(record.to_json()).into_response(),
+        &record,
+    ))
+}
+
+/// `POST /threads/{thread_id}/runs/stream`: starts a run and streams its events.
+pub async fn create_stream(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, live, cancel) = start(&app, &owner, Some(thread_id), body).await?;
+    Ok(stream_response(&record, live, 0, None, cancel))
+}
+
+/// `POST /runs/stream`: a streamed run on a fresh thread.
+pub async fn stateless_stream(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, live, cancel) = start(&app, &owner, None, body).await?;
+    Ok(stream_response(&record, live, 0, None, cancel))
+}
+
+/// What `wait` and `join` answer: the thread's values, or the run's error.
+async fn outcome(
+    app: &AppState,
+    live: Option<Arc<LiveRun>>,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<Value, ApiError> {
+    if let Some(live) = live {
+        live.log.closed().await;
+    }
+    let record = app
+        .registry
+        .run(thread_id, run_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the run", e))?;
+    if let Some(RunRecord {
+        status: RunStatus::Error,
+        error,
+        ..
+    }) = &record
+    {
+        return Ok(json!({"__error__": {"error": "RunError", "message": error}}));
+    }
+    current_values(app, thread_id).await
+}
+
+/// `POST /threads/{thread_id}/runs/wait`: starts a run and answers with the thread's
+/// values once it ends.
+pub async fn create_wait(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, live, _) = start(&app, &owner, Some(thread_id), body).await?;
+    let values = outcome(&app, Some(live), &record.thread_id, &record.run_id).await?;
+    Ok(with_location(Json(values).into_response(), &record))
+}
+
+/// `POST /runs/wait`: a run on a fresh thread, waited for.
+pub async fn stateless_wait(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<RunBody>,
+) -> Result<Response, ApiError> {
+    let (record, live, _) = start(&app, &owner, None, body).await?;
+    let values = outcome(&app, Some(live.clone()), &record.thread_id, &record.run_id).await?;
+    Ok(with_location(Json(values).into_response(), &record))
+}
+
+/// `GET /threads/{thread_id}/runs?limit=&offset=&status=`: newest first.
+pub async fn list(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    query: QueryPairs,
+) -> Result<Json<Value>, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let status = match query.get("status") {
+        None => None,
+        Some(s) => Some(
+            [
+                RunStatus::Pending,
+                RunStatus::Running,
+                RunStatus::Error,
+                RunStatus::Success,
+                RunStatus::Interrupted,
+            ]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| ApiError::Invalid(format!("status {s:?} is not a run status")))?,
+        ),
+    };
+    let runs = app
+        .registry
+        .runs(
+            &thread_id,
+            status,
+            query.usize_or("offset", 0)?,
+            query.usize_or("limit", 10)?.min(1000),
+        )
+        .await
+        .map_err(|e| ApiError::storage("listing runs", e))?;
+    Ok(Json(Value::Array(
+        runs.iter().map(RunRecord::to_json).collect(),
+    )))
+}
+
+async fn owned_run(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<RunRecord, ApiError> {
+    owned(app, owner, thread_id).await?;
+    app.registry
+        .run(thread_id, run_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the run", e))?
+        .ok_or_else(|| ApiError::run(run_id))
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}`.
+pub async fn get_one(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, run_id)): Ids<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        owned_run(&app, &owner, &thread_id, &run_id)
+            .await?
+            .to_json(),
+    ))
+}
+
+/// `DELETE /threads/{thread_id}/runs/{run_id}`: only a finished run.
+pub async fn delete(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, run_id)): Ids<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
+    if !record.status.is_final() {
+        return Err(ApiError::Conflict(format!(
+            "run {run_id} is {}; cancel it before deleting it",
+            record.status.as_str()
+        )));
+    }
+    app.registry
+        .delete_run(&thread_id, &run_id)
+        .await
+        .map_err(|e| ApiError::storage("deleting the run", e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=&action=`.
+pub async fn cancel(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, run_id)): Ids<(String, String)>,
+    query: QueryPairs,
+) -> Result<StatusCode, ApiError> {
+    owned_run(&app, &owner, &thread_id, &run_id).await?;
+    let action = CancelAction::parse(query.get("action").unwrap_or("interrupt"))
+        .map_err(ApiError::Invalid)?;
+    let wait = query.bool_or("wait", false)?;
+    app.manager.cancel(&thread_id, &run_id, action).await;
+    if wait && let Some(live) = app.manager.live(&run_id) {
+        live.log.closed().await;
+    }
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}/join`: waits for the run, then answers with
+/// the thread's values.
+pub async fn join(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, run_id)): Ids<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    owned_run(&app, &owner, &thread_id, &run_id).await?;
+    let live = app.manager.live(&run_id);
+    Ok(Json(outcome(&app, live, &thread_id, &run_id).await?))
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}/stream`: (re)joins a run's stream. With
+/// `Last-Event-ID`, only the events after that id are sent.
+pub async fn join_stream(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, run_id)): Ids<(String, String)>,
+    headers: HeaderMap,
+    query: QueryPairs,
+) -> Result<Response, ApiError> {
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
+    let from = match headers.get("last-event-id") {
+        None => 0,
+        Some(v) => {
+            let text = v.to_str().unwrap_or_default().trim();
+            if text.is_empty() {
+                0
+            } else {
+                text.parse::<u64>().map(|id| id + 1).map_err(|_| {
+                    ApiError::Invalid(format!(
+                        "Last-Event-ID {text:?} is not an event id of this server"
+                    ))
+                })?
+            }
+        }
+    };
+    // The SDKs send `stream_mode=` (empty) for "the run's own modes".
+    let names: Vec<&str> = query
+        .all("stream_mode")
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .collect();
+    let filter = if names.is_empty() {
+        None
+    } else {
+        let modes: Result<Vec<WireMode>, String> = names.into_iter().map(WireMode::parse).collect();
+        Some(ModeSet::of(&modes.map_err(ApiError::Invalid)?))
+    };
+    let cancel = query.bool_or("cancel_on_disconnect", false)?;
+    match app.manager.live(&run_id) {
+        Some(live) => Ok(stream_response(&record, live, from, filter, cancel)),
+        // The run ended long enough ago that its events are gone: say how it ended.
+        None => {
+            let end = Event::default()
+                .event("end")
+                .data(json!({"run_id": run_id, "status": record.status.as_str()}).to_string());
+            let events = futures::stream::iter([Ok::<_, Infallible>(end)]);
+            Ok(with_location(Sse::new(events).into_response(), &record))
+        }
+    }
+}
+
+/// Cancels the run when the client goes away before it ends (`on_disconnect=cancel`).
+/// A queued run so cancelled ends as soon as its turn comes, before its first step.
+struct DisconnectGuard {
+    live: Arc<LiveRun>,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if !self.live.log.is_closed() {
+            self.live.cancel(CancelAction::Interrupt);
+        }
+    }
+}
+
+struct Subscription {
+    live: Arc<LiveRun>,
+    cursor: u64,
+    buffer: VecDeque<SseEvent>,
+    filter: Option<ModeSet>,
+    done: bool,
+    _guard: Option<DisconnectGuard>,
+}
+
+fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    futures::stream::unfold(sub, |mut sub| async move {
+        loop {
+            if let Some(event) = sub.buffer.pop_front() {
+                let wanted = match (event.mode, sub.filter) {
+                    (Some(mode), Some(filter)) => filter.has(mode),
+                    _ => true,
+                };
+                if wanted {
+                    let sse = Event::default()
+                        .event(&*event.event)
+                        .id(event.id.to_string())
+                        .data(&*event.data);
+                    return Some((Ok(sse), sub));
+                }
+                continue;
+            }
+            if sub.done {
+                return None;
+            }
+            match sub.live.log.next(sub.cursor).await {
+                Next::Events(events) => {
+                    if let Some(last) = events.last() {
+                        sub.cursor = last.id + 1;
+                    }
+                    sub.buffer.extend(events);
+                }
+                Next::Lost { first_kept } => {
+                    sub.done = true;
+                    let error = json!({
+                        "error": "EventsLost",
+                        "message": format!("events before id {first_kept} are no longer kept; join the run again without Last-Event-ID"),
+                    });
+                    return Some((
+                        Ok(Event::default().event("error").data(error.to_string())),
+                        sub,
+                    ));
+                }
+                Next::Closed => sub.done = true,
+            }
+        }
+    })
+}
+
+fn stream_response(
+    record: &RunRecord,
+    live: Arc<LiveRun>,
+    from: u64,
+    filter: Option<ModeSet>,
+    cancel_on_disconnect: bool,
+) -> Response {
+    let guard = cancel_on_disconnect.then(|| DisconnectGuard { live: live.clone() });
+    let sub = Subscription {
+        live,
+        cursor: from,
+        buffer: VecDeque::new(),
+        filter,
+        done: false,
+        _guard: guard,
+    };
+    let mut response = Sse::new(events(sub))
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    let stream_path = format!("{}/stream", run_location(record));
+    if let Ok(value) = HeaderValue::from_str(&stream_path) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    with_location(response, record)
+}

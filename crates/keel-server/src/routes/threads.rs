@@ -1,0 +1,494 @@
+//! Threads: create, get, update metadata, delete, search, state and history. A thread's
+//! state is its latest checkpoint; history lists checkpoints newest first.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use keel_core::state::AgentState;
+use keel_core::store::Checkpoint;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::app::AppState;
+use crate::auth::Owner;
+use crate::error::ApiError;
+use crate::extract::{Ids, JsonBody, QueryPairs};
+use crate::registry::{ThreadFilter, ThreadRecord, ThreadStatus};
+use crate::runs::CancelAction;
+use crate::time::{now_ms, rfc3339};
+use crate::wire::state_to_values;
+
+/// The most threads or checkpoints one page returns.
+const MAX_PAGE: usize = 1000;
+
+/// A checkpoint's id: a UUID-shaped string carrying its position, so ids sort like the
+/// checkpoints and read back without a lookup table.
+pub fn checkpoint_id(seq: u64) -> String {
+    format!("00000000-0000-4000-8000-{seq:012x}")
+}
+
+/// The position a checkpoint id stands for (also accepts a plain number).
+pub fn parse_checkpoint_id(id: &str) -> Result<u64, ApiError> {
+    let parsed = match id.rsplit_once('-') {
+        Some((_, hex)) => u64::from_str_radix(hex, 16).ok(),
+        None => id.parse().ok(),
+    };
+    parsed.ok_or_else(|| {
+        ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is not one this server issued"
+        ))
+    })
+}
+
+fn checkpoint_ref(thread_id: &str, seq: u64) -> Value {
+    json!({
+        "thread_id": thread_id,
+        "checkpoint_ns": "",
+        "checkpoint_id": checkpoint_id(seq),
+        "checkpoint_map": null,
+    })
+}
+
+fn values_of(cp: &Checkpoint) -> Value {
+    state_to_values(&AgentState {
+        messages: std::sync::Arc::new(cp.messages.clone()),
+        values: cp.values.clone(),
+        lineage: Default::default(),
+    })
+}
+
+/// The protocol's `ThreadState` for a checkpoint (`None`: a thread that never ran).
+pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
+    match cp {
+        None => json!({
+            "values": {},
+            "next": [],
+            "tasks": [],
+            "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null, "checkpoint_map": null},
+            "metadata": {},
+            "created_at": null,
+            "parent_checkpoint": null,
+            "interrupts": [],
+        }),
+        Some(cp) => json!({
+            "values": values_of(cp),
+            "next": [],
+            "tasks": [],
+            "checkpoint": checkpoint_ref(thread_id, cp.seq),
+            "metadata": {
+                "source": if cp.node == "input" { "input" } else { "loop" },
+                "step": cp.seq,
+                "writes": null,
+                "node": cp.node,
+                "run_id": cp.run_id,
+                "thread_id": thread_id,
+            },
+            "created_at": rfc3339(cp.created_at_ms),
+            "parent_checkpoint": cp.seq.checked_sub(1).map(|p| checkpoint_ref(thread_id, p)),
+            "interrupts": [],
+        }),
+    }
+}
+
+/// The thread of `owner`, or 404.
+pub async fn owned(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: &str,
+) -> Result<ThreadRecord, ApiError> {
+    app.registry
+        .thread(&owner.0, thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?
+        .ok_or_else(|| ApiError::thread(thread_id))
+}
+
+/// A thread's current values (`{}` before its first run).
+pub async fn current_values(app: &AppState, thread_id: &str) -> Result<Value, ApiError> {
+    let latest = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's state", e))?;
+    Ok(latest.as_ref().map_or_else(|| json!({}), values_of))
+}
+
+/// Creates a thread record for `owner`.
+pub async fn new_thread(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    metadata: Map<String, Value>,
+) -> Result<ThreadRecord, ApiError> {
+    let thread_id = thread_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    if thread_id.is_empty() || thread_id.len() > 256 {
+        return Err(ApiError::Invalid(
+            "thread_id must have between 1 and 256 characters".into(),
+        ));
+    }
+    let now = now_ms();
+    let record = ThreadRecord {
+        thread_id: thread_id.clone(),
+        owner: owner.0.to_string(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        metadata,
+        status: ThreadStatus::Idle,
+    };
+    let inserted = app
+        .registry
+        .insert_thread(record.clone())
+        .await
+        .map_err(|e| ApiError::storage("creating the thread", e))?;
+    if !inserted {
+        return Err(ApiError::Conflict(format!(
+            "thread {thread_id} already exists"
+        )));
+    }
+    Ok(record)
+}
+
+/// The body of `POST /threads`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CreateBody {
+    thread_id: Option<String>,
+    metadata: Option<Map<String, Value>>,
+    if_exists: Option<String>,
+    supersteps: Option<Value>,
+    ttl: Option<Value>,
+}
+
+/// `POST /threads`.
+pub async fn create(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<CreateBody>,
+) -> Result<Json<Value>, ApiError> {
+    if body.supersteps.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(ApiError::Invalid(
+            "supersteps is not supported: create the thread, then run it".into(),
+        ));
+    }
+    if body.ttl.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(ApiError::Invalid(
+            "ttl is not supported by this server".into(),
+        ));
+    }
+    let do_nothing = match body.if_exists.as_deref() {
+        None | Some("raise") => false,
+        Some("do_nothing") => true,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "if_exists {other:?} is not raise or do_nothing"
+            )));
+        }
+    };
+    if do_nothing
+        && let Some(id) = &body.thread_id
+        && let Some(existing) = app
+            .registry
+            .thread(&owner.0, id)
+            .await
+            .map_err(|e| ApiError::storage("reading the thread", e))?
+    {
+        let values = current_values(&app, id).await?;
+        return Ok(Json(existing.to_json(values)));
+    }
+    let record = new_thread(
+        &app,
+        &owner,
+        body.thread_id,
+        body.metadata.unwrap_or_default(),
+    )
+    .await?;
+    Ok(Json(record.to_json(json!({}))))
+}
+
+/// `GET /threads/{thread_id}`.
+pub async fn get_one(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let record = owned(&app, &owner, &thread_id).await?;
+    let values = current_values(&app, &thread_id).await?;
+    Ok(Json(record.to_json(values)))
+}
+
+/// The body of `PATCH /threads/{thread_id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PatchBody {
+    metadata: Option<Map<String, Value>>,
+}
+
+/// `PATCH /threads/{thread_id}`: merges metadata.
+pub async fn patch(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<PatchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let record = app
+        .registry
+        .update_thread(&owner.0, &thread_id, |t| {
+            t.metadata.extend(body.metadata.unwrap_or_default());
+        })
+        .await
+        .map_err(|e| ApiError::storage("updating the thread", e))?
+        .ok_or_else(|| ApiError::thread(&thread_id))?;
+    let values = current_values(&app, &thread_id).await?;
+    Ok(Json(record.to_json(values)))
+}
+
+/// `DELETE /threads/{thread_id}`: cancels its runs and forgets it. Its checkpoints stay
+/// in the store (they are append-only) but no request can reach them any more.
+pub async fn delete(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+) -> Result<StatusCode, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let runs = app
+        .registry
+        .runs(&thread_id, None, 0, usize::MAX)
+        .await
+        .map_err(|e| ApiError::storage("listing the thread's runs", e))?;
+    for run in runs.into_iter().filter(|r| !r.status.is_final()) {
+        app.manager
+            .cancel(&thread_id, &run.run_id, CancelAction::Interrupt)
+            .await;
+    }
+    app.registry
+        .delete_thread(&owner.0, &thread_id)
+        .await
+        .map_err(|e| ApiError::storage("deleting the thread", e))?;
+    // Its checkpoints go too (a deleted thread starts again from nothing).
+    app.manager
+        .agent()
+        .delete_thread(&thread_id)
+        .await
+        .map_err(|e| ApiError::storage("deleting the thread's checkpoints", e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The body of `POST /threads/search`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SearchBody {
+    metadata: Option<Map<String, Value>>,
+    values: Option<Map<String, Value>>,
+    ids: Option<Vec<String>>,
+    status: Option<String>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+}
+
+/// `POST /threads/search`: the caller's threads only.
+pub async fn search(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Json<Value>, ApiError> {
+    if body.values.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::Invalid(
+            "searching by values is not supported; search by metadata, ids or status".into(),
+        ));
+    }
+    let status = match body.status.as_deref() {
+        None => None,
+        Some(s) => Some(ThreadStatus::parse(s).ok_or_else(|| {
+            ApiError::Invalid(format!("status {s:?} is not idle, busy or error"))
+        })?),
+    };
+    let sort_by = body.sort_by.as_deref().unwrap_or("created_at");
+    if !matches!(sort_by, "thread_id" | "created_at" | "updated_at") {
+        return Err(ApiError::Invalid(format!(
+            "sort_by {sort_by:?} is not thread_id, created_at or updated_at"
+        )));
+    }
+    let ascending = match body.sort_order.as_deref() {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "sort_order {other:?} is not asc or desc"
+            )));
+        }
+    };
+    let filter = ThreadFilter {
+        metadata: body.metadata.unwrap_or_default(),
+        ids: body.ids,
+        status,
+    };
+    let found = app
+        .registry
+        .search_threads(
+            &owner.0,
+            &filter,
+            sort_by,
+            ascending,
+            body.offset.unwrap_or(0),
+            body.limit.unwrap_or(10).min(MAX_PAGE),
+        )
+        .await
+        .map_err(|e| ApiError::storage("searching threads", e))?;
+    let mut out = Vec::with_capacity(found.len());
+    for record in found {
+        let values = current_values(&app, &record.thread_id).await?;
+        out.push(record.to_json(values));
+    }
+    Ok(Json(Value::Array(out)))
+}
+
+/// `GET /threads/{thread_id}/state`.
+pub async fn state(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let latest = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(&thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's state", e))?;
+    Ok(Json(state_json(&thread_id, latest.as_ref())))
+}
+
+/// `GET /threads/{thread_id}/state/{checkpoint_id}`.
+pub async fn state_at(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids((thread_id, checkpoint)): Ids<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let seq = parse_checkpoint_id(&checkpoint)?;
+    let history = history_of(&app, &thread_id).await?;
+    let cp = history
+        .iter()
+        .find(|c| c.seq == seq)
+        .ok_or(ApiError::NotFound {
+            what: "Checkpoint",
+            id: checkpoint,
+        })?;
+    Ok(Json(state_json(&thread_id, Some(cp))))
+}
+
+async fn history_of(app: &AppState, thread_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
+    app.manager
+        .agent()
+        .checkpointer()
+        .history(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's history", e))
+}
+
+/// The body of `POST /threads/{thread_id}/history`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct HistoryBody {
+    limit: Option<usize>,
+    before: Option<Value>,
+    metadata: Option<Map<String, Value>>,
+    checkpoint: Option<Value>,
+}
+
+/// `POST /threads/{thread_id}/history`: states newest first.
+pub async fn history_post(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<HistoryBody>,
+) -> Result<Json<Value>, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let before = match &body.before {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(parse_checkpoint_id(id)?),
+        Some(Value::Object(m)) => match m.get("checkpoint_id").and_then(Value::as_str) {
+            Some(id) => Some(parse_checkpoint_id(id)?),
+            None => None,
+        },
+        Some(_) => {
+            return Err(ApiError::Invalid(
+                "before must be a checkpoint id or {\"checkpoint_id\": ...}".into(),
+            ));
+        }
+    };
+    if body.checkpoint.as_ref().is_some_and(|c| !c.is_null()) {
+        return Err(ApiError::Invalid(
+            "checkpoint is not supported in history; use before".into(),
+        ));
+    }
+    history(
+        &app,
+        &thread_id,
+        body.limit.unwrap_or(10),
+        before,
+        body.metadata.unwrap_or_default(),
+    )
+    .await
+}
+
+/// `GET /threads/{thread_id}/history?limit=&before=`.
+pub async fn history_get(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    query: QueryPairs,
+) -> Result<Json<Value>, ApiError> {
+    owned(&app, &owner, &thread_id).await?;
+    let before = query.get("before").map(parse_checkpoint_id).transpose()?;
+    history(
+        &app,
+        &thread_id,
+        query.usize_or("limit", 10)?,
+        before,
+        Map::new(),
+    )
+    .await
+}
+
+async fn history(
+    app: &AppState,
+    thread_id: &str,
+    limit: usize,
+    before: Option<u64>,
+    metadata: Map<String, Value>,
+) -> Result<Json<Value>, ApiError> {
+    let all = history_of(app, thread_id).await?;
+    let states: Vec<Value> = all
+        .iter()
+        .rev()
+        .filter(|cp| before.is_none_or(|b| cp.seq < b))
+        .map(|cp| state_json(thread_id, Some(cp)))
+        .filter(|state| {
+            metadata
+                .iter()
+                .all(|(k, v)| state["metadata"].get(k) == Some(v))
+        })
+        .take(limit.min(MAX_PAGE))
+        .collect();
+    Ok(Json(Value::Array(states)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_ids_round_trip() {
+        for seq in [0, 1, 255, 1 << 40] {
+            assert_eq!(parse_checkpoint_id(&checkpoint_id(seq)).unwrap(), seq);
+        }
+        assert_eq!(parse_checkpoint_id("7").unwrap(), 7);
+        assert!(parse_checkpoint_id("not-an-id").is_err());
+    }
+}

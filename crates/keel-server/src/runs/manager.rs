@@ -1,0 +1,664 @@
+//! [`RunManager`]: starts runs in the background, one at a time per thread, applies the
+//! multitask strategies, cancels, and keeps each run's event log for subscribers.
+//!
+//! A run executes in its own task, independent of the request that created it, so a
+//! client that disconnects and reconnects (with `Last-Event-ID`) finds it still going.
+//! Cancelling drops the agent's stream at its current await point: the step in flight
+//! is abandoned (a model call is aborted, nothing of that step is checkpointed) and
+//! every checkpoint written before stays. `rollback` then appends a checkpoint equal to
+//! the thread's state before the run, since checkpoints are never deleted.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use keel_agent::{Agent, AgentError};
+use keel_core::message::Message;
+use keel_core::state::{MessageOp, StateUpdate};
+use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use tokio::sync::{Semaphore, watch};
+
+use super::log::EventLog;
+use super::modes::ModeSet;
+use super::translate::{RunContext, Translator};
+use crate::error::ApiError;
+use crate::lease::Leases;
+use crate::registry::{Registry, RunRecord, RunStatus, Strategy, ThreadStatus};
+use crate::time::now_ms;
+use crate::wire::{message_to_lc, state_to_values};
+
+/// How a run is cancelled (the protocol's `action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelAction {
+    /// Stop; keep what the run checkpointed.
+    Interrupt,
+    /// Stop and restore the thread's state from before the run; the run record goes.
+    Rollback,
+}
+
+impl CancelAction {
+    /// Reads `interrupt` or `rollback`.
+    pub fn parse(s: &str) -> Result<CancelAction, String> {
+        match s {
+            "interrupt" => Ok(CancelAction::Interrupt),
+            "rollback" => Ok(CancelAction::Rollback),
+            other => Err(format!("action {other:?} is not interrupt or rollback")),
+        }
+    }
+}
+
+/// Limits on what runs may hold.
+#[derive(Clone, Debug)]
+pub struct RunLimits {
+    /// Bytes of events kept per run for reconnecting subscribers.
+    pub max_log_bytes: usize,
+    /// Runs executing at once; more wait as `pending`.
+    pub max_running: usize,
+    /// Runs waiting behind a thread's current one.
+    pub max_queue_per_thread: usize,
+    /// Finished runs whose event log is kept (oldest dropped first).
+    pub finished_logs: usize,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits {
+            // A long run of a real model sends well under a MiB of events.
+            max_log_bytes: 8 * 1024 * 1024,
+            max_running: 512,
+            max_queue_per_thread: 64,
+            finished_logs: 256,
+        }
+    }
+}
+
+/// The assistant every run executes.
+#[derive(Clone, Debug)]
+pub struct AssistantInfo {
+    /// Its id.
+    pub assistant_id: String,
+    /// Its graph id (and name).
+    pub graph_id: String,
+    /// Its description.
+    pub description: Option<String>,
+    /// The model's name (`ls_model_name` in message metadata).
+    pub model_name: String,
+    /// The model's provider (`ls_provider`).
+    pub provider: String,
+}
+
+/// A run the manager knows: its event log and how to stop it.
+#[derive(Debug)]
+pub struct LiveRun {
+    /// The run's id.
+    pub run_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    /// The modes it streams.
+    pub modes: ModeSet,
+    /// Its events.
+    pub log: EventLog,
+    cancel: watch::Sender<Option<CancelAction>>,
+}
+
+impl LiveRun {
+    /// Asks the run to stop.
+    pub fn cancel(&self, action: CancelAction) {
+        self.cancel.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(action);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+struct Queued {
+    live: Arc<LiveRun>,
+    input: Vec<Message>,
+}
+
+#[derive(Default)]
+struct Slot {
+    active: Option<Arc<LiveRun>>,
+    queue: VecDeque<Queued>,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<String, Slot>,
+    live: HashMap<String, Arc<LiveRun>>,
+    finished: VecDeque<String>,
+}
+
+/// What a new run needs, once the request is validated.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// Messages appended to the thread.
+    pub input: Vec<Message>,
+    /// Protocol modes streamed.
+    pub modes: ModeSet,
+    /// Client metadata.
+    pub metadata: Map<String, Value>,
+    /// What to do if the thread is busy.
+    pub strategy: Strategy,
+    /// The request's arguments, echoed in the run's `kwargs`.
+    pub kwargs: Value,
+}
+
+/// Starts, queues, cancels and tracks runs.
+pub struct RunManager {
+    agent: Agent,
+    registry: Arc<Registry>,
+    assistant: AssistantInfo,
+    limits: RunLimits,
+    leases: Leases,
+    running: Arc<Semaphore>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for RunManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunManager")
+            .field("assistant", &self.assistant)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a run ended.
+enum Ending {
+    Done(Result<keel_agent::RunOutput, AgentError>),
+    Cancelled(CancelAction),
+}
+
+impl RunManager {
+    /// A manager running `agent`.
+    pub fn new(
+        agent: Agent,
+        registry: Arc<Registry>,
+        assistant: AssistantInfo,
+        limits: RunLimits,
+        leases: Leases,
+    ) -> Self {
+        RunManager {
+            leases,
+            running: Arc::new(Semaphore::new(limits.max_running.max(1))),
+            agent,
+            registry,
+            assistant,
+            limits,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The agent.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// The assistant.
+    pub fn assistant(&self) -> &AssistantInfo {
+        &self.assistant
+    }
+
+    /// The live (or recently finished) run, if its log is still kept.
+    pub fn live(&self, run_id: &str) -> Option<Arc<LiveRun>> {
+        self.state.lock().live.get(run_id).cloned()
+    }
+
+    /// True while the thread has a run executing or queued here, or (on a shared
+    /// database) while another process runs it.
+    pub async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {
+        if self.state.lock().slots.contains_key(thread_id) {
+            return Ok(true);
+        }
+        self.leases
+            .held_elsewhere(thread_id)
+            .await
+            .map_err(|e| ApiError::storage("checking the thread's lease", e))
+    }
+
+    /// Creates a run on a thread (whose ownership the caller checked) and starts it, or
+    /// queues it, as the thread's state and the run's strategy say.
+    pub async fn create(
+        self: &Arc<Self>,
+        thread_id: &str,
+        run: NewRun,
+    ) -> Result<(RunRecord, Arc<LiveRun>), ApiError> {
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let live = Arc::new(LiveRun {
+            run_id: run_id.clone(),
+            thread_id: thread_id.to_owned(),
+            modes: run.modes,
+            log: EventLog::new(self.limits.max_log_bytes),
+            cancel: watch::Sender::new(None),
+        });
+        let now = now_ms();
+        let record = RunRecord {
+            run_id: run_id.clone(),
+            thread_id: thread_id.to_owned(),
+            assistant_id: self.assistant.assistant_id.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+            status: RunStatus::Pending,
+            metadata: run.metadata,
+            strategy: run.strategy,
+            kwargs: run.kwargs,
+            error: None,
+        };
+        // Recorded before it can start, so its status updates always find it.
+        self.registry
+            .insert_run(&record)
+            .await
+            .map_err(|e| ApiError::storage("recording the run", e))?;
+        // Busy before the run can start: a run that ends at once then leaves it idle.
+        self.log_err(
+            self.registry
+                .set_thread_status(thread_id, ThreadStatus::Busy)
+                .await,
+        );
+        let start = match self.admit(thread_id, &live, run.input, run.strategy) {
+            Ok(start) => start,
+            Err(e) => {
+                self.log_err(self.registry.delete_run(thread_id, &run_id).await);
+                return Err(e);
+            }
+        };
+        if let Some(queued) = start {
+            self.spawn(queued);
+        }
+        Ok((record, live))
+    }
+
+    fn log_err<T>(&self, result: Result<T, crate::registry::RegistryError>) {
+        if let Err(e) = result {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Starts the run now, queues it, or refuses it, by the thread's state and strategy.
+    fn admit(
+        &self,
+        thread_id: &str,
+        live: &Arc<LiveRun>,
+        input: Vec<Message>,
+        strategy: Strategy,
+    ) -> Result<Option<Queued>, ApiError> {
+        let run_id = live.run_id.clone();
+        let start = {
+            let mut state = self.state.lock();
+            let slot = state.slots.entry(thread_id.to_owned()).or_default();
+            let queued = Queued {
+                live: live.clone(),
+                input,
+            };
+            let start = match (&slot.active, strategy) {
+                (None, _) => {
+                    slot.active = Some(live.clone());
+                    Some(queued)
+                }
+                (Some(_), Strategy::Reject) => {
+                    return Err(ApiError::Conflict(format!(
+                        "thread {thread_id} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback"
+                    )));
+                }
+                (Some(_), _) if slot.queue.len() >= self.limits.max_queue_per_thread => {
+                    return Err(ApiError::Busy(format!(
+                        "thread {thread_id} already has {} runs waiting; try again later",
+                        slot.queue.len()
+                    )));
+                }
+                (Some(_), Strategy::Enqueue) => {
+                    slot.queue.push_back(queued);
+                    None
+                }
+                (Some(active), strategy) => {
+                    active.cancel(if strategy == Strategy::Rollback {
+                        CancelAction::Rollback
+                    } else {
+                        CancelAction::Interrupt
+                    });
+                    slot.queue.push_front(queued);
+                    None
+                }
+            };
+            state.live.insert(run_id, live.clone());
+            start
+        };
+        Ok(start)
+    }
+
+    fn spawn(self: &Arc<Self>, queued: Queued) {
+        let manager = self.clone();
+        tokio::spawn(async move { manager.drive(queued).await });
+    }
+
+    /// Cancels a run of a thread: a running one stops at its current step, a queued one
+    /// never starts. A finished run is left as it is.
+    pub async fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
+        let dequeued = {
+            let mut state = self.state.lock();
+            let Some(slot) = state.slots.get_mut(thread_id) else {
+                return;
+            };
+            if let Some(active) = slot.active.as_ref().filter(|a| a.run_id == run_id) {
+                active.cancel(action);
+                return;
+            }
+            let position = slot.queue.iter().position(|q| q.live.run_id == run_id);
+            position.and_then(|i| slot.queue.remove(i))
+        };
+        if let Some(queued) = dequeued {
+            queued.live.cancel(action);
+            self.close_unstarted(&queued.live, action).await;
+        }
+    }
+
+    async fn close_unstarted(&self, live: &LiveRun, action: CancelAction) {
+        self.record_cancel(live, action).await;
+        push_json(
+            &live.log,
+            "end",
+            &json!({"run_id": live.run_id, "status": "interrupted"}),
+        );
+        live.log.close();
+        self.retire(&live.run_id);
+    }
+
+    async fn record_cancel(&self, live: &LiveRun, action: CancelAction) {
+        if action == CancelAction::Rollback {
+            self.log_err(
+                self.registry
+                    .delete_run(&live.thread_id, &live.run_id)
+                    .await,
+            );
+        } else {
+            self.log_err(
+                self.registry
+                    .set_run_status(&live.thread_id, &live.run_id, RunStatus::Interrupted, None)
+                    .await,
+            );
+        }
+    }
+
+    /// Runs one run to its end, then starts the next queued one of its thread.
+    async fn drive(self: Arc<Self>, queued: Queued) {
+        let Queued { live, input } = queued;
+        let mut cancel = live.cancel.subscribe();
+        let ending = self.execute(&live, input, &mut cancel).await;
+        let status = match ending {
+            Ending::Done(Ok(output)) => {
+                let values = state_to_values(&output.state);
+                let mut out = Vec::new();
+                Translator::new(live.modes, self.context(&live)).finish(values, &mut out);
+                for (mode, event, data) in out {
+                    push_mode(&live.log, event, &data, mode);
+                }
+                self.log_err(
+                    self.registry
+                        .set_run_status(&live.thread_id, &live.run_id, RunStatus::Success, None)
+                        .await,
+                );
+                "success"
+            }
+            Ending::Done(Err(error)) => {
+                let message = error.to_string();
+                tracing::warn!(run_id = %live.run_id, "run failed: {message}");
+                push_json(
+                    &live.log,
+                    "error",
+                    &json!({"error": error_name(&error), "message": message}),
+                );
+                self.log_err(
+                    self.registry
+                        .set_run_status(
+                            &live.thread_id,
+                            &live.run_id,
+                            RunStatus::Error,
+                            Some(message),
+                        )
+                        .await,
+                );
+                "error"
+            }
+            Ending::Cancelled(action) => {
+                self.record_cancel(&live, action).await;
+                "interrupted"
+            }
+        };
+        push_json(
+            &live.log,
+            "end",
+            &json!({"run_id": live.run_id, "status": status}),
+        );
+        live.log.close();
+        let next = {
+            let mut state = self.state.lock();
+            let next = match state.slots.get_mut(&live.thread_id) {
+                Some(slot) => {
+                    slot.active = None;
+                    let next = slot.queue.pop_front();
+                    if let Some(next) = &next {
+                        slot.active = Some(next.live.clone());
+                    }
+                    next
+                }
+                None => None,
+            };
+            if next.is_none() {
+                state.slots.remove(&live.thread_id);
+            }
+            next
+        };
+        self.retire(&live.run_id);
+        match next {
+            Some(next) => self.spawn(next),
+            None => self.log_err(
+                self.registry
+                    .set_thread_status(
+                        &live.thread_id,
+                        if status == "error" {
+                            ThreadStatus::Error
+                        } else {
+                            ThreadStatus::Idle
+                        },
+                    )
+                    .await,
+            ),
+        }
+    }
+
+    /// Keeps a finished run's log for late subscribers, up to the configured count.
+    fn retire(&self, run_id: &str) {
+        let mut state = self.state.lock();
+        state.finished.push_back(run_id.to_owned());
+        while state.finished.len() > self.limits.finished_logs {
+            if let Some(old) = state.finished.pop_front() {
+                state.live.remove(&old);
+            }
+        }
+    }
+
+    fn context(&self, live: &LiveRun) -> RunContext {
+        RunContext {
+            run_id: live.run_id.clone(),
+            thread_id: live.thread_id.clone(),
+            assistant_id: self.assistant.assistant_id.clone(),
+            graph_id: self.assistant.graph_id.clone(),
+            model_name: self.assistant.model_name.clone(),
+            provider: self.assistant.provider.clone(),
+        }
+    }
+
+    async fn execute(
+        &self,
+        live: &LiveRun,
+        input: Vec<Message>,
+        cancel: &mut watch::Receiver<Option<CancelAction>>,
+    ) -> Ending {
+        // Wait for a running slot, unless cancelled first.
+        let permit = tokio::select! {
+            permit = self.running.clone().acquire_owned() => permit.ok(),
+            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        };
+        // Another process sharing the database may be running this thread: wait for it.
+        let lease = tokio::select! {
+            lease = self.leases.acquire(&live.thread_id) => match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::error!(run_id = %live.run_id, "could not lease the thread: {e}");
+                    return Ending::Done(Err(AgentError::Checkpoint {
+                        thread_id: live.thread_id.clone(),
+                        source: keel_core::store::StoreError::Backend(e.to_string()),
+                    }));
+                }
+            },
+            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        };
+        self.log_err(
+            self.registry
+                .set_run_status(&live.thread_id, &live.run_id, RunStatus::Running, None)
+                .await,
+        );
+        push_json(
+            &live.log,
+            "metadata",
+            &json!({"run_id": live.run_id, "attempt": 1}),
+        );
+        let checkpointer = self.agent.checkpointer().clone();
+        let before = match checkpointer.latest(&live.thread_id).await {
+            Ok(cp) => cp,
+            Err(e) => {
+                lease.release().await;
+                return Ending::Done(Err(AgentError::Checkpoint {
+                    thread_id: live.thread_id.clone(),
+                    source: e,
+                }));
+            }
+        };
+        let mut translator = Translator::new(live.modes, self.context(live));
+        let mut out = Vec::new();
+        translator.start(
+            json!({"messages": input.iter().map(message_to_lc).collect::<Vec<_>>()}),
+            &mut out,
+        );
+        let mut stream = self
+            .agent
+            .stream(&live.thread_id, input, &live.modes.agent_modes());
+        let ending = loop {
+            for (mode, event, data) in out.drain(..) {
+                push_mode(&live.log, event, &data, mode);
+            }
+            tokio::select! {
+                biased;
+                action = wait_cancel(cancel) => break Some(Ending::Cancelled(action)),
+                event = stream.next() => match event {
+                    Some(event) => translator.translate(&event, &mut out),
+                    None => break None,
+                },
+            }
+        };
+        let ending = match ending {
+            Some(ending) => ending,
+            // The stream has ended, so this returns the outcome it holds.
+            None => Ending::Done(stream.finish().await),
+        };
+        drop(permit);
+        if let Ending::Cancelled(CancelAction::Rollback) = ending {
+            rollback(checkpointer.as_ref(), &live.thread_id, &live.run_id, before).await;
+        }
+        lease.release().await;
+        ending
+    }
+}
+
+/// Restores the thread to `before` (the head when the run started) with one more
+/// checkpoint, since checkpoints are append-only: the rolled-back run's steps stay in the
+/// history, and the head's state is `before`'s again. Values the run added stay (an
+/// update can set values, not unset them).
+async fn rollback(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+    run_id: &str,
+    before: Option<Checkpoint>,
+) {
+    let head = match checkpointer.latest(thread_id).await {
+        Ok(cp) => cp.map(|cp| cp.seq),
+        Err(e) => {
+            tracing::error!(run_id, "rollback could not read the thread: {e}");
+            return;
+        }
+    };
+    if head == before.as_ref().map(|cp| cp.seq) {
+        return;
+    }
+    let (messages, values) =
+        before.map_or_else(|| (Vec::new(), Map::new()), |cp| (cp.messages, cp.values));
+    let mut update = StateUpdate {
+        messages: vec![MessageOp::RemoveAll],
+        values,
+    };
+    update.messages.extend(
+        messages
+            .into_iter()
+            .map(|message| MessageOp::Upsert { message }),
+    );
+    let write = CheckpointWrite {
+        parent: head,
+        run_id: run_id.to_owned(),
+        node: "rollback".into(),
+        update,
+        created_at_ms: now_ms(),
+    };
+    match checkpointer.put(thread_id, write).await {
+        Ok(PutOutcome::Saved { .. }) => {}
+        Ok(PutOutcome::Conflict { head }) => {
+            tracing::error!(
+                run_id,
+                ?head,
+                "rollback lost a race with another writer; the thread was not restored"
+            );
+        }
+        Err(e) => tracing::error!(run_id, "rollback could not restore the thread: {e}"),
+    }
+}
+
+async fn wait_cancel(cancel: &mut watch::Receiver<Option<CancelAction>>) -> CancelAction {
+    loop {
+        if let Some(action) = *cancel.borrow_and_update() {
+            return action;
+        }
+        if cancel.changed().await.is_err() {
+            // The sender lives in the LiveRun we hold: this never ends the wait early.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn push_json(log: &EventLog, event: &str, data: &Value) {
+    push_mode(log, event, data, None);
+}
+
+fn push_mode(log: &EventLog, event: &str, data: &Value, mode: Option<super::modes::WireMode>) {
+    let text = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+    log.push(event, text, mode);
+}
+
+/// The error's kind, as the `error` event's `error` field.
+fn error_name(error: &AgentError) -> &'static str {
+    match error {
+        AgentError::Middleware(_) => "MiddlewareError",
+        AgentError::UndeclaredJump { .. } | AgentError::JumpAfterEnd { .. } => "GraphError",
+        AgentError::Model { .. } => "ModelError",
+        AgentError::State { .. } => "InvalidUpdateError",
+        AgentError::RecursionLimit { .. } => "GraphRecursionError",
+        AgentError::Checkpoint { .. } => "CheckpointError",
+        AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
+        AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
+    }
+}

@@ -1,0 +1,414 @@
+//! [`Translator`]: Keel's stream events, as the Agent Server sends them for each
+//! protocol mode (see LangGraph's "Streaming" docs for the event names and payloads).
+
+use std::collections::HashMap;
+
+use keel_core::message::MessageBody;
+use keel_core::model::ChatChunk;
+use keel_core::state::MessageOp;
+use keel_core::stream::StreamEvent;
+use serde_json::{Map, Value, json};
+
+use super::modes::{ModeSet, WireMode};
+use crate::wire::{message_to_lc, state_to_values, update_to_lc};
+
+/// One SSE event to append to the run's log.
+pub type Out = (Option<WireMode>, &'static str, Value);
+
+/// Who is running: copied into every `messages` metadata and `events` record.
+#[derive(Clone, Debug)]
+pub struct RunContext {
+    /// The server's run id.
+    pub run_id: String,
+    /// The thread.
+    pub thread_id: String,
+    /// The assistant.
+    pub assistant_id: String,
+    /// The graph id.
+    pub graph_id: String,
+    /// The model's name.
+    pub model_name: String,
+    /// The model's provider.
+    pub provider: String,
+}
+
+/// A message being streamed in `messages` mode, accumulated from its chunks.
+#[derive(Default)]
+struct Partial {
+    text: String,
+    /// Tool calls by index: id, name, argument text.
+    calls: Vec<(String, String, String)>,
+    usage: Value,
+    response_metadata: Map<String, Value>,
+}
+
+/// Turns one run's Keel events into protocol events for the modes asked for.
+pub struct Translator {
+    modes: ModeSet,
+    ctx: RunContext,
+    partial: HashMap<u64, Partial>,
+    /// Model calls whose chunks reached the stream since the last `model` update: their
+    /// answer was streamed, so `messages-tuple` does not send it again whole.
+    streamed: bool,
+    step: u64,
+}
+
+impl Translator {
+    /// A translator for a run.
+    pub fn new(modes: ModeSet, ctx: RunContext) -> Self {
+        Translator {
+            modes,
+            ctx,
+            partial: HashMap::new(),
+            streamed: false,
+            step: 0,
+        }
+    }
+
+    /// The id the chunks of one model call carry (LangChain's `run-...` chunk ids).
+    fn chunk_id(&self, call_index: u64) -> String {
+        format!("run-{}-{call_index}", self.ctx.run_id)
+    }
+
+    fn metadata(&self, node: &str) -> Value {
+        json!({
+            "run_id": self.ctx.run_id,
+            "thread_id": self.ctx.thread_id,
+            "assistant_id": self.ctx.assistant_id,
+            "graph_id": self.ctx.graph_id,
+            "langgraph_node": node,
+            "langgraph_step": self.step,
+            "langgraph_checkpoint_ns": "",
+            "ls_provider": self.ctx.provider,
+            "ls_model_name": self.ctx.model_name,
+        })
+    }
+
+    fn event(&self, event: &str, name: &str, node: &str, data: Value) -> Out {
+        (
+            Some(WireMode::Events),
+            "events",
+            json!({
+                "event": event,
+                "name": name,
+                "run_id": self.ctx.run_id,
+                "tags": [],
+                "metadata": self.metadata(node),
+                "data": data,
+                "parent_ids": [],
+            }),
+        )
+    }
+
+    /// The `events` mode's opening record.
+    pub fn start(&self, input: Value, out: &mut Vec<Out>) {
+        if self.modes.has(WireMode::Events) {
+            out.push(self.event(
+                "on_chain_start",
+                &self.ctx.graph_id,
+                "",
+                json!({ "input": input }),
+            ));
+        }
+    }
+
+    /// The `events` mode's closing record.
+    pub fn finish(&self, output: Value, out: &mut Vec<Out>) {
+        if self.modes.has(WireMode::Events) {
+            out.push(self.event(
+                "on_chain_end",
+                &self.ctx.graph_id,
+                "",
+                json!({ "output": output }),
+            ));
+        }
+    }
+
+    /// The protocol events for one Keel event.
+    pub fn translate(&mut self, event: &StreamEvent, out: &mut Vec<Out>) {
+        match event {
+            StreamEvent::Values { state } => {
+                if self.modes.has(WireMode::Values) {
+                    out.push((Some(WireMode::Values), "values", state_to_values(state)));
+                }
+            }
+            StreamEvent::Updates { node, update } => {
+                self.step += 1;
+                let lc = update_to_lc(update);
+                if self.modes.has(WireMode::Messages) || self.modes.has(WireMode::MessagesTuple) {
+                    for op in &update.messages {
+                        let MessageOp::Upsert { message } = op else {
+                            continue;
+                        };
+                        let from_model = matches!(message.body(), MessageBody::Ai(_));
+                        // Only what a node produced: the model's answer and tool results.
+                        if !(node == "model" && from_model || node == "tools") {
+                            continue;
+                        }
+                        let whole = message_to_lc(message);
+                        if self.modes.has(WireMode::Messages) {
+                            out.push((
+                                Some(WireMode::Messages),
+                                "messages/complete",
+                                json!([whole.clone()]),
+                            ));
+                        }
+                        if self.modes.has(WireMode::MessagesTuple) && !(from_model && self.streamed)
+                        {
+                            out.push((
+                                Some(WireMode::MessagesTuple),
+                                "messages",
+                                json!([whole, self.metadata(node)]),
+                            ));
+                        }
+                    }
+                }
+                if node == "model" {
+                    self.streamed = false;
+                    self.partial.clear();
+                }
+                if self.modes.has(WireMode::Events) {
+                    out.push(self.event("on_chain_end", node, node, json!({ "output": lc })));
+                }
+                if self.modes.has(WireMode::Updates) {
+                    let mut data = Map::new();
+                    data.insert(node.clone(), lc);
+                    out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
+                }
+            }
+            StreamEvent::Messages {
+                chunk,
+                node,
+                call_index,
+            } => self.chunk(chunk, node, *call_index, out),
+            StreamEvent::Custom { node, payload } => {
+                if self.modes.has(WireMode::Custom) {
+                    out.push((Some(WireMode::Custom), "custom", payload.clone()));
+                }
+                if self.modes.has(WireMode::Events) {
+                    let name = payload
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or(node.as_str())
+                        .to_owned();
+                    out.push(self.event("on_custom_event", &name, node, payload.clone()));
+                }
+            }
+        }
+    }
+
+    fn chunk(&mut self, chunk: &ChatChunk, node: &str, call_index: u64, out: &mut Vec<Out>) {
+        let id = self.chunk_id(call_index);
+        let mut lc = json!({
+            "type": "AIMessageChunk", "id": id, "content": "", "name": null,
+            "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
+            "additional_kwargs": {}, "response_metadata": {}, "usage_metadata": null,
+            "example": false,
+        });
+        let partial = self.partial.entry(call_index).or_default();
+        let first = partial.text.is_empty()
+            && partial.calls.is_empty()
+            && partial.usage.is_null()
+            && partial.response_metadata.is_empty();
+        match chunk {
+            ChatChunk::Text { text } => {
+                lc["content"] = Value::String(text.clone());
+                partial.text.push_str(text);
+            }
+            ChatChunk::ToolCall {
+                index,
+                id: call_id,
+                name,
+                args,
+            } => {
+                lc["tool_call_chunks"] = json!([{
+                    "name": name, "args": args, "id": call_id, "index": index,
+                    "type": "tool_call_chunk",
+                }]);
+                if partial.calls.len() <= *index {
+                    partial.calls.resize(*index + 1, Default::default());
+                }
+                if let Some(slot) = partial.calls.get_mut(*index) {
+                    if let Some(call_id) = call_id {
+                        slot.0.clone_from(call_id);
+                    }
+                    if let Some(name) = name {
+                        slot.1.push_str(name);
+                    }
+                    slot.2.push_str(args);
+                }
+            }
+            ChatChunk::Usage { usage } => {
+                let usage = json!({
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "total_tokens": usage.total_tokens,
+                });
+                lc["usage_metadata"] = usage.clone();
+                partial.usage = usage;
+            }
+            ChatChunk::Metadata { metadata } => {
+                lc["response_metadata"] = Value::Object(metadata.clone());
+                partial.response_metadata.extend(metadata.clone());
+            }
+            // The agent never forwards the closing whole message to the stream.
+            ChatChunk::Complete { .. } => return,
+        }
+        self.streamed = true;
+        let so_far = self.partial.get(&call_index).map(|p| partial_to_lc(&id, p));
+        if self.modes.has(WireMode::MessagesTuple) {
+            out.push((
+                Some(WireMode::MessagesTuple),
+                "messages",
+                json!([lc.clone(), self.metadata(node)]),
+            ));
+        }
+        if self.modes.has(WireMode::Messages)
+            && let Some(so_far) = so_far
+        {
+            if first {
+                let mut meta = Map::new();
+                meta.insert(id.clone(), json!({ "metadata": self.metadata(node) }));
+                out.push((
+                    Some(WireMode::Messages),
+                    "messages/metadata",
+                    Value::Object(meta),
+                ));
+            }
+            out.push((
+                Some(WireMode::Messages),
+                "messages/partial",
+                json!([so_far]),
+            ));
+        }
+        if self.modes.has(WireMode::Events) {
+            let name = self.ctx.model_name.clone();
+            out.push(self.event("on_chat_model_stream", &name, node, json!({ "chunk": lc })));
+        }
+    }
+}
+
+/// The message so far, as `messages/partial` sends it: tool calls whose arguments parse
+/// are `tool_calls`, the others `invalid_tool_calls` until more arrives.
+fn partial_to_lc(id: &str, p: &Partial) -> Value {
+    let mut calls = Vec::new();
+    let mut invalid = Vec::new();
+    for (call_id, name, args) in &p.calls {
+        let text = if args.trim().is_empty() { "{}" } else { args };
+        match serde_json::from_str::<Value>(text) {
+            Ok(parsed) => calls.push(json!({
+                "name": name, "args": parsed, "id": call_id, "type": "tool_call",
+            })),
+            Err(_) => invalid.push(json!({
+                "name": name, "args": args, "id": call_id, "error": null,
+                "type": "invalid_tool_call",
+            })),
+        }
+    }
+    json!({
+        "type": "ai", "id": id, "content": p.text, "name": null,
+        "tool_calls": calls, "invalid_tool_calls": invalid,
+        "additional_kwargs": {}, "response_metadata": p.response_metadata,
+        "usage_metadata": p.usage, "example": false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use keel_core::message::Message;
+    use keel_core::state::{AgentState, StateUpdate};
+
+    use super::*;
+
+    fn ctx() -> RunContext {
+        RunContext {
+            run_id: "r1".into(),
+            thread_id: "t1".into(),
+            assistant_id: "a1".into(),
+            graph_id: "agent".into(),
+            model_name: "m".into(),
+            provider: "p".into(),
+        }
+    }
+
+    fn names(out: &[Out]) -> Vec<&str> {
+        out.iter().map(|(_, name, _)| *name).collect()
+    }
+
+    #[test]
+    fn each_mode_gets_its_events() {
+        let all = ModeSet::of(&super::super::modes::ALL_MODES);
+        let mut t = Translator::new(all, ctx());
+        let mut out = Vec::new();
+        let text = |s: &str| StreamEvent::Messages {
+            chunk: ChatChunk::Text { text: s.into() },
+            node: "model".into(),
+            call_index: 0,
+        };
+        t.translate(&text("Hel"), &mut out);
+        t.translate(&text("lo"), &mut out);
+        assert_eq!(
+            names(&out),
+            [
+                "messages",
+                "messages/metadata",
+                "messages/partial",
+                "events",
+                "messages",
+                "messages/partial",
+                "events"
+            ]
+        );
+        assert_eq!(out[5].2[0]["content"], "Hello", "partial accumulates");
+        assert_eq!(out[4].2[0]["content"], "lo", "tuple carries the delta");
+        assert_eq!(out[4].2[1]["langgraph_node"], "model");
+
+        out.clear();
+        let answer = Message::ai("Hello").with_id("m1");
+        t.translate(
+            &StreamEvent::Updates {
+                node: "model".into(),
+                update: StateUpdate::messages([answer.clone()]),
+            },
+            &mut out,
+        );
+        // The streamed answer is not repeated in messages-tuple.
+        assert_eq!(names(&out), ["messages/complete", "events", "updates"]);
+        assert_eq!(out[2].2["model"]["messages"][0]["content"], "Hello");
+
+        out.clear();
+        t.translate(
+            &StreamEvent::Values {
+                state: Arc::new(AgentState::with_messages(vec![answer])),
+            },
+            &mut out,
+        );
+        t.translate(
+            &StreamEvent::Custom {
+                node: "SummarizationMiddleware.before_model".into(),
+                payload: json!({"type": "context_compacting"}),
+            },
+            &mut out,
+        );
+        assert_eq!(names(&out), ["values", "custom", "events"]);
+        assert_eq!(out[2].2["event"], "on_custom_event");
+        assert_eq!(out[2].2["name"], "context_compacting");
+    }
+
+    #[test]
+    fn tool_results_reach_messages_tuple_whole() {
+        let mut t = Translator::new(ModeSet::of(&[WireMode::MessagesTuple]), ctx());
+        let mut out = Vec::new();
+        t.translate(
+            &StreamEvent::Updates {
+                node: "tools".into(),
+                update: StateUpdate::messages([Message::tool("c1", "42")]),
+            },
+            &mut out,
+        );
+        assert_eq!(names(&out), ["messages"]);
+        assert_eq!(out[0].2[0]["type"], "tool");
+    }
+}

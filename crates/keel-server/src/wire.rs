@@ -1,0 +1,261 @@
+//! Keel's messages and state in the shapes LangGraph's clients read and write: messages
+//! as LangChain serializes them (`{"type": "human" | "ai" | "tool" | "system", "content",
+//! "id", "tool_calls": [{"name", "args", "id", "type": "tool_call"}], ...}`) and thread
+//! values as `{"messages": [...], <state values>}`.
+//!
+//! Input messages are accepted in both the LangChain shape (`type`) and the OpenAI chat
+//! shape (`role`), which is what `langgraph-sdk` users and `agent-chat-ui` send.
+
+use keel_core::message::{Content, Message, MessageBody, ToolCall, ToolStatus};
+use keel_core::state::{AgentState, MessageOp, StateUpdate};
+use serde_json::{Map, Value, json};
+
+/// A message as LangChain serializes it (`BaseMessage.model_dump()` keys).
+pub fn message_to_lc(message: &Message) -> Value {
+    let content = serde_json::to_value(message.content()).unwrap_or(Value::Null);
+    let name = message
+        .name()
+        .map_or(Value::Null, |n| Value::String(n.into()));
+    match message.body() {
+        MessageBody::System(_) => json!({
+            "type": "system", "content": content, "id": message.id(), "name": name,
+            "additional_kwargs": {}, "response_metadata": {},
+        }),
+        MessageBody::Human(_) => json!({
+            "type": "human", "content": content, "id": message.id(), "name": name,
+            "additional_kwargs": {}, "response_metadata": {}, "example": false,
+        }),
+        MessageBody::Ai(ai) => {
+            let usage = ai.usage.map_or(Value::Null, |u| {
+                json!({
+                    "input_tokens": u.input_tokens,
+                    "output_tokens": u.output_tokens,
+                    "total_tokens": u.total_tokens,
+                })
+            });
+            json!({
+                "type": "ai", "content": content, "id": message.id(), "name": name,
+                "tool_calls": ai.tool_calls.iter().map(tool_call_to_lc).collect::<Vec<_>>(),
+                "invalid_tool_calls": [],
+                "usage_metadata": usage,
+                "additional_kwargs": {},
+                "response_metadata": ai.response_metadata,
+                "example": false,
+            })
+        }
+        MessageBody::Tool(tool) => json!({
+            "type": "tool", "content": content, "id": message.id(), "name": name,
+            "tool_call_id": tool.tool_call_id,
+            "status": if tool.status == ToolStatus::Error { "error" } else { "success" },
+            "additional_kwargs": {}, "response_metadata": {},
+        }),
+    }
+}
+
+/// A tool call in LangChain's shape.
+pub fn tool_call_to_lc(call: &ToolCall) -> Value {
+    json!({"name": call.name, "args": call.args, "id": call.id, "type": "tool_call"})
+}
+
+/// A thread's values: `{"messages": [...]}` plus every named state value.
+pub fn state_to_values(state: &AgentState) -> Value {
+    let mut values = Map::new();
+    values.insert(
+        "messages".into(),
+        Value::Array(state.messages.iter().map(message_to_lc).collect()),
+    );
+    for (k, v) in &state.values {
+        if k != "messages" {
+            values.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(values)
+}
+
+/// A node's update in the `updates` mode's shape: messages it upserted, a LangChain
+/// `RemoveMessage` (`{"type": "remove", "id"}`) per removal (`__remove_all__` clears
+/// the list, as LangGraph's `REMOVE_ALL_MESSAGES`), then the values it set.
+pub fn update_to_lc(update: &StateUpdate) -> Value {
+    let mut out = Map::new();
+    if !update.messages.is_empty() {
+        let ops = update
+            .messages
+            .iter()
+            .map(|op| match op {
+                MessageOp::Upsert { message } => message_to_lc(message),
+                MessageOp::Remove { id } => remove_message(id),
+                MessageOp::RemoveAll => remove_message("__remove_all__"),
+            })
+            .collect();
+        out.insert("messages".into(), Value::Array(ops));
+    }
+    for (k, v) in &update.values {
+        out.insert(k.clone(), v.clone());
+    }
+    Value::Object(out)
+}
+
+fn remove_message(id: &str) -> Value {
+    json!({"type": "remove", "id": id, "content": "", "additional_kwargs": {}, "response_metadata": {}})
+}
+
+/// Reads the `messages` of a run's `input`: a list of messages, one message, or a
+/// plain string (a user message). `path` names the field in error messages.
+pub fn messages_from_input(value: &Value, path: &str) -> Result<Vec<Message>, String> {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| message_from_lc(item, &format!("{path}[{i}]")))
+            .collect(),
+        Value::String(text) => Ok(vec![Message::human(text.as_str())]),
+        Value::Object(_) => Ok(vec![message_from_lc(value, path)?]),
+        other => Err(format!(
+            "{path} must be a list of messages, a message or a string, not {}",
+            kind(other)
+        )),
+    }
+}
+
+/// One input message, in LangChain's shape (`type`) or OpenAI's (`role`).
+pub fn message_from_lc(value: &Value, path: &str) -> Result<Message, String> {
+    let Value::Object(obj) = value else {
+        return Err(format!("{path} must be an object, not {}", kind(value)));
+    };
+    let role = obj
+        .get("type")
+        .or_else(|| obj.get("role"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            format!("{path} needs a \"type\" (human, ai, tool, system) or a \"role\"")
+        })?;
+    let content: Content = match obj.get("content") {
+        None | Some(Value::Null) => Content::default(),
+        Some(c @ (Value::String(_) | Value::Array(_))) => serde_json::from_value(c.clone())
+            .map_err(|e| format!("{path}.content is not valid message content: {e}"))?,
+        Some(other) => {
+            return Err(format!(
+                "{path}.content must be a string or a list of parts, not {}",
+                kind(other)
+            ));
+        }
+    };
+    let mut message = match role {
+        "human" | "user" | "HumanMessage" | "HumanMessageChunk" => Message::human(content),
+        "system" | "SystemMessage" => Message::system(content),
+        "ai" | "assistant" | "AIMessage" | "AIMessageChunk" => {
+            let calls = match obj.get("tool_calls") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(calls)) => calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| tool_call_from_lc(c, &format!("{path}.tool_calls[{i}]")))
+                    .collect::<Result<_, _>>()?,
+                Some(other) => {
+                    return Err(format!(
+                        "{path}.tool_calls must be a list, not {}",
+                        kind(other)
+                    ));
+                }
+            };
+            Message::ai(content).with_tool_calls(calls)
+        }
+        "tool" | "ToolMessage" => {
+            let id = obj
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{path}: a tool message needs a \"tool_call_id\" string"))?;
+            if obj.get("status").and_then(Value::as_str) == Some("error") {
+                Message::tool_error(id, content)
+            } else {
+                Message::tool(id, content)
+            }
+        }
+        other => {
+            return Err(format!(
+                "{path}.type {other:?} is not a message type: use human, ai, tool or system"
+            ));
+        }
+    };
+    match obj.get("id") {
+        Some(Value::String(id)) if !id.is_empty() => message.set_id(id.as_str()),
+        None | Some(Value::Null) | Some(Value::String(_)) => {}
+        Some(other) => return Err(format!("{path}.id must be a string, not {}", kind(other))),
+    }
+    if let Some(name) = obj.get("name").and_then(Value::as_str) {
+        message = message.with_name(name);
+    }
+    Ok(message)
+}
+
+/// A tool call in LangChain's shape (`name`, `args`, `id`) or OpenAI's (`function`).
+fn tool_call_from_lc(value: &Value, path: &str) -> Result<ToolCall, String> {
+    if value.get("function").is_some() {
+        return serde_json::from_value(value.clone()).map_err(|e| format!("{path}: {e}"));
+    }
+    let name = value
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{path} needs a \"name\" string"))?;
+    let id = value.get("id").and_then(Value::as_str).unwrap_or_default();
+    let args = value.get("args").cloned().unwrap_or_else(|| json!({}));
+    Ok(ToolCall::new(id, name, args))
+}
+
+/// `a string`, `a number`, ... for error messages.
+pub fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_kind() {
+        let call = ToolCall::new("c1", "lookup", json!({"q": "x"}));
+        let messages = [
+            Message::human("hi").with_id("h"),
+            Message::ai("calling")
+                .with_tool_calls(vec![call])
+                .with_id("a"),
+            Message::tool("c1", "result").with_id("t"),
+            Message::system("be brief").with_id("s"),
+        ];
+        for m in &messages {
+            let lc = message_to_lc(m);
+            let back = message_from_lc(&lc, "m").unwrap();
+            assert_eq!(&back, m, "{lc}");
+        }
+        assert_eq!(
+            message_to_lc(&messages[1])["tool_calls"][0]["args"]["q"],
+            "x"
+        );
+    }
+
+    #[test]
+    fn accepts_openai_roles_and_strings() {
+        let msgs =
+            messages_from_input(&json!([{"role": "user", "content": "yo"}]), "input").unwrap();
+        assert!(msgs[0].is_human());
+        assert_eq!(
+            messages_from_input(&json!("hello"), "m").unwrap()[0].text(),
+            "hello"
+        );
+        let err = messages_from_input(
+            &json!([{"type": "robot", "content": "x"}]),
+            "input.messages",
+        )
+        .unwrap_err();
+        assert!(err.contains("input.messages[0].type"), "{err}");
+        let err = messages_from_input(&json!(3), "input.messages").unwrap_err();
+        assert!(err.contains("a number"), "{err}");
+    }
+}

@@ -1,0 +1,102 @@
+// The chat page in headless Chromium (Debian's package), driven with playwright-core
+// (npm; it brings no browser of its own). Against `keel serve --config
+// examples/keel.yaml` (the offline model):
+//   1. sends a message and waits for the streamed answer;
+//   2. asks for an `echo` and sees the tool call and its result;
+//   3. sends a dozen long messages on the same thread and waits for the compacting
+//      toast; the thread list and the checkpoint history are filled in;
+// and saves screenshots under target/serve-tests/.
+//
+//   node chat_page_test.mjs URL SCREENSHOT_DIR
+import { chromium } from "playwright-core";
+
+const [url, shots] = process.argv.slice(2);
+const results = { passed: 0, failed: 0 };
+
+async function step(name, fn) {
+  try {
+    await fn();
+    results.passed += 1;
+    console.log(`ok   ${name}`);
+  } catch (err) {
+    results.failed += 1;
+    console.log(`FAIL ${name}\n${err.stack || err}`);
+  }
+}
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+const pageErrors = [];
+page.on("pageerror", (e) => pageErrors.push(String(e)));
+
+async function sendAndWait(text) {
+  await page.fill("#input", text);
+  await page.click("#send");
+  await page.waitForFunction(() => document.body.dataset.busy === "false" && !document.querySelector("#send").disabled, null, { timeout: 60000 });
+}
+
+await step("the page loads and finds the assistant", async () => {
+  await page.goto(url);
+  await page.waitForFunction(() => document.querySelector("#assistant").textContent.includes("agent"), null, { timeout: 15000 });
+});
+
+await step("a message gets a streamed answer", async () => {
+  await sendAndWait("Hi! I'm Ada, on project PRJ-123 on the EU cluster.");
+  const answers = await page.$$eval(".msg.ai", (els) => els.map((e) => e.textContent));
+  assert(answers.length === 1, `one answer expected, got ${JSON.stringify(answers)}`);
+  assert(answers[0].includes("messages in my context"), `unexpected answer ${answers[0]}`);
+  const threads = await page.$$eval("#threads li", (els) => els.length);
+  assert(threads >= 1, "the new thread is listed");
+});
+
+await step("a tool call and its result are shown", async () => {
+  await sendAndWait("Please echo the word banana");
+  const calls = await page.$$eval(".tool-call", (els) => els.map((e) => e.textContent));
+  assert(calls.some((c) => c.includes("echo(")), `tool call expected, got ${JSON.stringify(calls)}`);
+  const tools = await page.$$eval(".msg.tool", (els) => els.map((e) => e.textContent));
+  assert(tools.some((t) => t.startsWith("echo:") && t.includes("banana")), `tool result expected, got ${JSON.stringify(tools)}`);
+});
+
+await step("a long thread shows the compacting toast", async () => {
+  const log = Array.from({ length: 10 }, (_, i) => `  10:0${i}:00 WARN ingest: object store timeout after 30s (bucket ingest-eu, partition ${i}, attempt ${i + 1})`).join("\n");
+  let seen = false;
+  for (let turn = 1; turn <= 12 && !seen; turn += 1) {
+    await page.fill("#input", `Step ${turn}: the ingest job failed again on node ${turn}. Log excerpt:\n${log}\nWhat should I look at next?`);
+    await page.click("#send");
+    // The toast is up from the compacting event until shortly after the run ends.
+    const toast = page.waitForSelector("#toast:not([hidden])", { timeout: 60000 }).then(() => true).catch(() => false);
+    await page.waitForFunction(() => document.body.dataset.busy === "false", null, { timeout: 60000 });
+    if (Number(await page.evaluate(() => document.body.dataset.toasts)) > 0) {
+      seen = await toast;
+      if (seen) await page.screenshot({ path: `${shots}/chat-page-toast.png` });
+    }
+  }
+  assert(seen, "no compacting toast in 12 long turns");
+  const toastText = await page.textContent("#toast");
+  assert(toastText.includes("Compacting"), `toast text ${toastText}`);
+});
+
+await step("thread history is listed and reopening the thread shows every message", async () => {
+  const history = await page.$$eval("#history li", (els) => els.map((e) => e.textContent));
+  assert(history.length > 5 && history[0].startsWith("#"), `history ${JSON.stringify(history)}`);
+  await page.click("#new-thread");
+  await page.waitForFunction(() => document.querySelectorAll(".msg").length === 0);
+  await page.click("#threads li:not(.active)");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.human").length >= 8, null, { timeout: 10000 });
+  await page.screenshot({ path: `${shots}/chat-page.png`, fullPage: false });
+});
+
+await step("no script error on the page", async () => {
+  assert(pageErrors.length === 0, pageErrors.join("\n"));
+});
+
+await browser.close();
+console.log(`${results.passed} passed, ${results.failed} failed`);
+process.exit(results.failed ? 1 : 0);

@@ -1,0 +1,127 @@
+// Drives keel serve with the official JavaScript client, @langchain/langgraph-sdk (npm),
+// against the scripted server (scripts/serve-tests.sh js starts it):
+//
+//   node js_sdk_test.mjs URL
+//
+// Prints one line per test and ends with `N passed, N failed`.
+import { Client } from "@langchain/langgraph-sdk";
+
+const [url] = process.argv.slice(2);
+const client = new Client({ apiUrl: url });
+const results = { passed: 0, failed: 0 };
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+async function collect(iterable) {
+  const parts = [];
+  for await (const part of iterable) parts.push(part);
+  return parts;
+}
+
+async function test(name, fn) {
+  try {
+    await fn();
+    results.passed += 1;
+    console.log(`ok   ${name}`);
+  } catch (err) {
+    results.failed += 1;
+    console.log(`FAIL ${name}\n${err.stack || err}`);
+  }
+}
+
+const user = (content) => ({ messages: [{ role: "user", content }] });
+
+await test("assistants.search lists the agent", async () => {
+  const found = await client.assistants.search();
+  assert(found.length === 1 && found[0].graph_id === "agent", JSON.stringify(found));
+  const one = await client.assistants.get("agent");
+  assert(one.assistant_id === found[0].assistant_id, JSON.stringify(one));
+});
+
+await test("each stream mode has its events", async () => {
+  const expected = {
+    values: ["values"],
+    updates: ["updates"],
+    "messages-tuple": ["messages"],
+    messages: ["messages/complete", "messages/metadata", "messages/partial"],
+    events: ["events"],
+  };
+  for (const [mode, names] of Object.entries(expected)) {
+    const thread = await client.threads.create();
+    const parts = await collect(client.runs.stream(thread.thread_id, "agent", { input: user(`echo js ${mode}`), streamMode: mode }));
+    const events = parts.map((p) => p.event);
+    assert(events[0] === "metadata" && events.at(-1) === "end", `${mode}: ${events}`);
+    const middle = [...new Set(events.slice(1, -1))].sort();
+    assert(JSON.stringify(middle) === JSON.stringify(names), `${mode}: ${middle}`);
+  }
+});
+
+await test("a long thread streams values, updates, messages-tuple and the compacting event; state keeps every message", async () => {
+  const thread = await client.threads.create();
+  const log = Array.from({ length: 12 }, (_, i) => `  10:${i}:00 WARN ingest: object store timeout after 30s (partition ${i})`).join("\n");
+  const seen = new Set();
+  const custom = [];
+  for (let turn = 0; turn < 12; turn += 1) {
+    for await (const part of client.runs.stream(thread.thread_id, "agent", {
+      input: user(`Turn ${turn}: the nightly ingest failed on node ${turn}.\n${log}`),
+      streamMode: ["values", "updates", "messages-tuple", "custom"],
+    })) {
+      seen.add(part.event);
+      if (part.event === "custom") custom.push(part.data.type);
+    }
+  }
+  for (const e of ["values", "updates", "messages", "custom"]) assert(seen.has(e), `no ${e} event: ${[...seen]}`);
+  assert(custom.includes("context_compacting"), `custom: ${custom}`);
+  const state = await client.threads.getState(thread.thread_id);
+  assert(state.values.messages.length === 24, `messages: ${state.values.messages.length}`);
+  const history = await client.threads.getHistory(thread.thread_id, { limit: 3 });
+  assert(history.length === 3 && history[0].checkpoint.checkpoint_id === state.checkpoint.checkpoint_id, JSON.stringify(history.map((h) => h.checkpoint)));
+});
+
+await test("cancel stops a running run", async () => {
+  const thread = await client.threads.create();
+  const run = await client.runs.create(thread.thread_id, "agent", { input: user("slow js") });
+  for (let i = 0; i < 100; i += 1) {
+    if ((await client.runs.get(thread.thread_id, run.run_id)).status === "running") break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await client.runs.cancel(thread.thread_id, run.run_id, true);
+  const after = await client.runs.get(thread.thread_id, run.run_id);
+  assert(after.status === "interrupted", JSON.stringify(after));
+  const state = await client.threads.getState(thread.thread_id);
+  assert(state.values.messages.map((m) => m.type).join() === "human", JSON.stringify(state.values));
+});
+
+await test("joinStream with lastEventId resumes after that event", async () => {
+  const thread = await client.threads.create();
+  const run = await client.runs.create(thread.thread_id, "agent", { input: user("slow resume"), streamMode: ["messages-tuple"] });
+  const first = [];
+  for await (const part of client.runs.joinStream(thread.thread_id, run.run_id)) {
+    first.push(part);
+    if (first.length === 6) break;
+  }
+  const rest = await collect(client.runs.joinStream(thread.thread_id, run.run_id, { lastEventId: first.at(-1).id }));
+  const ids = [...first, ...rest].map((p) => Number(p.id));
+  assert(ids.every((id, i) => id === i), `ids ${ids}`);
+  assert(rest.at(-1).event === "end", JSON.stringify(rest.at(-1)));
+  const words = [...first, ...rest].filter((p) => p.event === "messages").map((p) => p.data[0].content).join("").split(" ").filter(Boolean);
+  assert(words.length === 60 && words[59] === "w60", `words ${words.length}`);
+});
+
+await test("runs.wait answers with the thread's values; a bad request has the error shape", async () => {
+  const thread = await client.threads.create();
+  const values = await client.runs.wait(thread.thread_id, "agent", { input: user("hello from js") });
+  assert(values.messages.at(-1).content.startsWith("You said: hello from js"), JSON.stringify(values));
+  const res = await fetch(`${url}/threads/${thread.thread_id}/runs`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ assistant_id: "agent", input: { messages: [{ type: "robot" }] } }),
+  });
+  const body = await res.json();
+  assert(res.status === 422 && typeof body.detail === "string", `${res.status} ${JSON.stringify(body)}`);
+});
+
+console.log(`${results.passed} passed, ${results.failed} failed`);
+process.exit(results.failed ? 1 : 0);

@@ -1,0 +1,362 @@
+"""Drives keel serve with the official Python client, `langgraph-sdk` (PyPI).
+
+Run by scripts/serve-sdk-test.sh, which starts the scripted server (examples/keel.yaml's
+middleware around keel-testkit's ScriptedModel) and passes its URLs:
+
+    python python_sdk_test.py OPEN_URL AUTH_URL
+
+Prints one line per test and ends with `N passed, N failed`; exits non-zero on failure.
+"""
+
+import asyncio
+import sys
+import traceback
+
+import httpx
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError
+
+OPEN_URL, AUTH_URL = sys.argv[1], sys.argv[2]
+# `keel serve --config examples/keel.yaml` itself (the offline model), when given.
+SERVE_URL = sys.argv[3] if len(sys.argv) > 3 else None
+ALICE, BOB = "alice-key-1", "bob-key-22"
+
+LOG = "\n".join(
+    f"  10:{i:02}:00 WARN ingest: object store timeout after 30s (bucket ingest-eu, partition {i})"
+    for i in range(12)
+)
+
+
+def client(url=OPEN_URL, key=None):
+    return get_client(url=url, api_key=key)
+
+
+async def collect(stream):
+    return [part async for part in stream]
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+@test
+async def assistants_are_listed_and_found():
+    c = client()
+    found = await c.assistants.search()
+    assert [a["graph_id"] for a in found] == ["agent"], found
+    by_id = await c.assistants.get(found[0]["assistant_id"])
+    assert by_id["graph_id"] == "agent"
+    info = await c.http.get("/info")
+    assert "version" in info and "flags" in info, info
+    ok = await c.http.get("/ok")
+    assert ok == {"ok": True}, ok
+
+
+@test
+async def every_stream_mode_has_its_events():
+    c = client()
+    expected = {
+        "values": {"values"},
+        "updates": {"updates"},
+        "messages": {"messages/metadata", "messages/partial", "messages/complete"},
+        "messages-tuple": {"messages"},
+        "custom": set(),
+        "events": {"events"},
+    }
+    for mode, names in expected.items():
+        thread = await c.threads.create()
+        parts = await collect(
+            c.runs.stream(
+                thread["thread_id"],
+                "agent",
+                input={"messages": [{"role": "user", "content": f"echo hello in {mode}"}]},
+                stream_mode=mode,
+            )
+        )
+        events = [p.event for p in parts]
+        assert events[0] == "metadata", events
+        assert events[-1] == "end", events
+        middle = set(events[1:-1])
+        if mode == "custom":
+            # Session memory writes nothing on a short thread; nothing else may leak in.
+            assert middle <= {"custom"}, events
+        else:
+            assert middle == names, (mode, events)
+        if mode == "messages-tuple":
+            chunk, meta = parts[1].data
+            assert chunk["type"] == "AIMessageChunk" and meta["langgraph_node"] == "model", parts[1]
+            tool = [p.data[0] for p in parts if p.event == "messages" and p.data[0]["type"] == "tool"]
+            assert tool and tool[0]["name"] == "echo", parts
+            text = "".join(p.data[0]["content"] for p in parts if p.event == "messages" and p.data[0]["type"] == "AIMessageChunk")
+            assert text.startswith("The tool said:"), text
+        if mode == "events":
+            kinds = {p.data["event"] for p in parts if p.event == "events"}
+            assert {"on_chain_start", "on_chat_model_stream", "on_chain_end"} <= kinds, kinds
+        if mode == "values":
+            last = parts[-2].data["messages"]
+            assert [m["type"] for m in last] == ["human", "ai", "tool", "ai"], last
+
+
+@test
+async def twelve_long_turns_compact_and_state_keeps_every_message():
+    await twelve_long_turns(client())
+
+
+@test
+async def keel_serve_with_the_offline_model_compacts_twelve_long_turns():
+    if SERVE_URL is None:
+        raise AssertionError("no keel serve URL given")
+    c = client(SERVE_URL)
+    found = await c.assistants.search()
+    assert [a["graph_id"] for a in found] == ["agent"], found
+    await twelve_long_turns(c)
+
+
+async def twelve_long_turns(c):
+    thread = await c.threads.create(metadata={"test": "long"})
+    seen_modes = set()
+    custom = []
+    for turn in range(12):
+        text = f"Turn {turn}: the nightly ingest failed again on node {turn}. Log excerpt:\n{LOG}"
+        async for part in c.runs.stream(
+            thread["thread_id"],
+            "agent",
+            input={"messages": [{"role": "user", "content": text}]},
+            stream_mode=["values", "updates", "messages-tuple", "custom"],
+        ):
+            seen_modes.add(part.event)
+            if part.event == "custom":
+                custom.append(part.data)
+    assert {"values", "updates", "messages", "custom"} <= seen_modes, seen_modes
+    kinds = [e.get("type") for e in custom]
+    assert "context_compacting" in kinds, kinds
+    assert "context_compacted" in kinds, kinds
+    state = await c.threads.get_state(thread["thread_id"])
+    messages = state["values"]["messages"]
+    humans = [m for m in messages if m["type"] == "human"]
+    assert len(humans) == 12, len(humans)
+    assert humans[0]["content"].startswith("Turn 0:"), humans[0]
+    assert len(messages) == 24, len(messages)
+    history = await c.threads.get_history(thread["thread_id"], limit=5)
+    assert len(history) == 5
+    steps = [h["metadata"]["step"] for h in history]
+    assert steps == sorted(steps, reverse=True), steps
+    assert history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
+    older = await c.threads.get_history(thread["thread_id"], limit=2, before=history[-1]["checkpoint"])
+    assert [h["metadata"]["step"] for h in older] == [steps[-1] - 1, steps[-1] - 2], older
+    found = await c.threads.search(metadata={"test": "long"})
+    assert [t["thread_id"] for t in found] == [thread["thread_id"]], found
+
+
+@test
+async def cancel_stops_a_run_and_keeps_its_checkpoints():
+    c = client()
+    thread = await c.threads.create()
+    run = await c.runs.create(thread["thread_id"], "agent", input={"messages": [{"role": "user", "content": "slow please"}]})
+    for _ in range(100):
+        if (await c.runs.get(thread["thread_id"], run["run_id"]))["status"] == "running":
+            break
+        await asyncio.sleep(0.02)
+    await c.runs.cancel(thread["thread_id"], run["run_id"], wait=True)
+    after = await c.runs.get(thread["thread_id"], run["run_id"])
+    assert after["status"] == "interrupted", after
+    state = await c.threads.get_state(thread["thread_id"])
+    kinds = [m["type"] for m in state["values"]["messages"]]
+    assert kinds == ["human"], kinds
+    runs = await c.runs.list(thread["thread_id"])
+    assert [r["run_id"] for r in runs] == [run["run_id"]], runs
+    # The thread takes new runs afterwards.
+    result = await c.runs.wait(thread["thread_id"], "agent", input={"messages": [{"role": "user", "content": "hello again"}]})
+    assert result["messages"][-1]["content"].startswith("You said: hello again"), result
+
+
+@test
+async def a_client_that_leaves_cancels_with_on_disconnect_cancel():
+    c = client()
+    thread = await c.threads.create()
+    tid = thread["thread_id"]
+    run_id = None
+    async for part in c.runs.stream(
+        tid, "agent", input={"messages": [{"role": "user", "content": "slow leaving"}]},
+        stream_mode="messages-tuple", on_disconnect="cancel",
+    ):
+        if part.event == "metadata":
+            run_id = part.data["run_id"]
+        if part.event == "messages":
+            break
+    status = None
+    for _ in range(100):
+        status = (await c.runs.get(tid, run_id))["status"]
+        if status not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.02)
+    assert status == "interrupted", status
+    assert (await c.threads.get(tid))["status"] == "idle"
+    # Without on_disconnect the run goes on, and the thread is busy meanwhile.
+    async for part in c.runs.stream(tid, "agent", input={"messages": [{"role": "user", "content": "slow staying"}]}):
+        if part.event == "metadata":
+            run_id = part.data["run_id"]
+            break
+    assert (await c.threads.get(tid))["status"] == "busy"
+    await c.runs.join(tid, run_id)
+    assert (await c.runs.get(tid, run_id))["status"] == "success"
+    assert (await c.threads.get(tid))["status"] == "idle"
+
+
+@test
+async def last_event_id_resumes_where_the_stream_stopped():
+    c = client()
+    thread = await c.threads.create()
+    run = await c.runs.create(
+        thread["thread_id"], "agent",
+        input={"messages": [{"role": "user", "content": "slow stream"}]},
+        stream_mode=["messages-tuple", "values"],
+    )
+    first = []
+    async for part in c.runs.join_stream(thread["thread_id"], run["run_id"]):
+        first.append(part)
+        if len(first) == 8:
+            break
+    rest = await collect(c.runs.join_stream(thread["thread_id"], run["run_id"], last_event_id=first[-1].id))
+    ids = [int(p.id) for p in first + rest]
+    assert ids == list(range(len(ids))), ids
+    assert rest[-1].event == "end", rest[-1]
+    full = await collect(c.runs.join_stream(thread["thread_id"], run["run_id"]))
+    assert [(p.event, p.data) for p in full] == [(p.event, p.data) for p in first + rest]
+    text = "".join(p.data[0]["content"] for p in full if p.event == "messages")
+    assert text.split() == [f"w{i}" for i in range(1, 61)], text
+
+
+@test
+async def multitask_strategies():
+    c = client()
+    thread = await c.threads.create()
+    tid = thread["thread_id"]
+    slow = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "slow one"}]})
+    try:
+        await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "rejected"}]}, multitask_strategy="reject")
+        raise AssertionError("reject accepted a run on a busy thread")
+    except ConflictError:
+        pass
+    queued = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "queued"}]}, multitask_strategy="enqueue")
+    assert queued["status"] == "pending", queued
+    await c.runs.join(tid, queued["run_id"])
+    assert (await c.runs.get(tid, slow["run_id"]))["status"] == "success"
+    texts = [m["content"] for m in (await c.threads.get_state(tid))["values"]["messages"] if m["type"] == "human"]
+    assert texts == ["slow one", "queued"], texts
+
+    # rollback: the running run is cancelled, deleted, and its input undone.
+    slow2 = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "slow two"}]})
+    newer = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "instead"}]}, multitask_strategy="rollback")
+    await c.runs.join(tid, newer["run_id"])
+    try:
+        await c.runs.get(tid, slow2["run_id"])
+        raise AssertionError("a rolled-back run is still listed")
+    except NotFoundError:
+        pass
+    texts = [m["content"] for m in (await c.threads.get_state(tid))["values"]["messages"] if m["type"] == "human"]
+    assert texts == ["slow one", "queued", "instead"], texts
+
+    # interrupt: the running run stops and keeps its checkpoints.
+    slow3 = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "slow three"}]})
+    await asyncio.sleep(0.05)
+    last = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "after interrupt"}]}, multitask_strategy="interrupt")
+    await c.runs.join(tid, last["run_id"])
+    assert (await c.runs.get(tid, slow3["run_id"]))["status"] == "interrupted"
+    texts = [m["content"] for m in (await c.threads.get_state(tid))["values"]["messages"] if m["type"] == "human"]
+    assert texts[-2:] == ["slow three", "after interrupt"], texts
+
+
+@test
+async def bad_input_gets_the_error_shape():
+    async with httpx.AsyncClient(base_url=OPEN_URL) as h:
+        thread = (await h.post("/threads", json={})).json()
+        tid = thread["thread_id"]
+        cases = [
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": 3}}, 422),
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": [{"type": "robot"}]}}, 422),
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "stream_mode": "debug"}, 422),
+            ("/threads/" + tid + "/runs", {"assistant_id": "nope"}, 404),
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "command": {"resume": "yes"}}, 400),
+            ("/threads/missing/runs", {"assistant_id": "agent"}, 404),
+            ("/threads", {"thread_id": tid}, 409),
+        ]
+        for path, body, status in cases:
+            r = await h.post(path, json=body)
+            assert r.status_code == status, (path, body, r.status_code, r.text)
+            assert isinstance(r.json().get("detail"), str), r.text
+        r = await h.post("/threads", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and "detail" in r.json(), r.text
+        r = await h.post("/threads", content=b"x" * (3 * 1024 * 1024), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "detail" in r.json(), (r.status_code, r.text)
+        r = await h.get(f"/threads/{tid}/runs/nope/stream", headers={"Last-Event-ID": "abc"})
+        assert r.status_code == 404, r.text
+
+
+@test
+async def threads_are_scoped_to_their_owner():
+    alice, bob = client(AUTH_URL, ALICE), client(AUTH_URL, BOB)
+    thread = await alice.threads.create(metadata={"owner": "alice"})
+    tid = thread["thread_id"]
+    await alice.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "alice's secret"}]})
+    assert (await alice.threads.get(tid))["thread_id"] == tid
+    for call in (
+        lambda: bob.threads.get(tid),
+        lambda: bob.threads.get_state(tid),
+        lambda: bob.threads.get_history(tid),
+        lambda: bob.runs.list(tid),
+        lambda: bob.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "hi"}]}),
+        lambda: bob.threads.delete(tid),
+    ):
+        try:
+            await call()
+            raise AssertionError("bob reached alice's thread")
+        except NotFoundError:
+            pass
+        except httpx.HTTPStatusError as e:  # runs.wait raises httpx's own error
+            assert e.response.status_code == 404, e
+    assert await bob.threads.search() == []
+    assert [t["thread_id"] for t in await alice.threads.search()] == [tid]
+    async with httpx.AsyncClient(base_url=AUTH_URL) as h:
+        assert (await h.post("/threads/search", json={})).status_code == 401
+        assert (await h.post("/threads/search", json={}, headers={"x-api-key": "wrong-key-123"})).status_code == 401
+        assert (await h.get("/ok")).status_code == 200
+    state = await alice.threads.get_state(tid)
+    assert state["values"]["messages"][0]["content"] == "alice's secret"
+
+
+@test
+async def stateless_runs_and_deletion():
+    c = client()
+    result = await c.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "no thread"}]})
+    assert result["messages"][-1]["content"].startswith("You said: no thread"), result
+    thread = await c.threads.create()
+    await c.threads.delete(thread["thread_id"])
+    try:
+        await c.threads.get(thread["thread_id"])
+        raise AssertionError("a deleted thread is still there")
+    except NotFoundError:
+        pass
+
+
+async def main():
+    passed = failed = 0
+    for fn in TESTS:
+        try:
+            await asyncio.wait_for(fn(), timeout=120)
+            passed += 1
+            print(f"ok   {fn.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAIL {fn.__name__}")
+            traceback.print_exc()
+    print(f"{passed} passed, {failed} failed")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if asyncio.run(main()) else 0)

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Tests of `keel serve` (issue 16) with real clients, against servers on loopback.
+#
+#   scripts/serve-tests.sh python     # the official Python client, langgraph-sdk (PyPI)
+#   scripts/serve-tests.sh js         # the official JS client, @langchain/langgraph-sdk (npm)
+#   scripts/serve-tests.sh browser    # the chat page in headless Chromium; screenshot under target/
+#   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
+#   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
+#   scripts/serve-tests.sh all        # python, js, browser, load 50
+#
+# Everything a test needs is installed by this script, idempotently, under
+# target/serve-tests/ (a Python venv, node_modules) or with apt-get (nodejs, npm,
+# chromium) when missing. Servers are the scripted one (examples/keel.yaml's middleware
+# around keel-testkit's ScriptedModel: crates/keel-server/examples/scripted_server.rs)
+# and `keel serve` itself; each is stopped by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+WORK="$ROOT/target/serve-tests"
+mkdir -p "$WORK"
+
+SDK_PY_VERSION="0.4.14"
+SDK_JS_VERSION="1.15.0"
+PLAYWRIGHT_VERSION="1.65.1"
+
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]:-}"; do
+        [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+
+build() {
+    # With PostgreSQL support, as keel-cli builds keel-server: one build serves all tests.
+    cargo build -q -p keel-server --features postgres --example scripted_server
+    cargo build -q -p keel-cli
+}
+
+# start_server LOGNAME CMD ARGS... — starts a server printing "listening on http://ADDR",
+# sets URL to that address.
+start_server() {
+    local name="$1"
+    shift
+    local log="$WORK/$name.log"
+    : >"$log"
+    "$@" >"$log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 200); do
+        if URL="$(grep -o 'http://127.0.0.1:[0-9]*' "$log" | head -1)" && [[ -n "$URL" ]]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "serve-tests: $name did not start:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+python_env() {
+    local venv="$WORK/venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -c "import langgraph_sdk, httpx; assert langgraph_sdk.__version__ == '$SDK_PY_VERSION'" 2>/dev/null; then
+        "$venv/bin/pip" install -q "langgraph-sdk==$SDK_PY_VERSION" httpx
+    fi
+    PY="$venv/bin/python"
+}
+
+node_env() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+    fi
+    local dir="$WORK/js"
+    mkdir -p "$dir"
+    if [[ ! -f "$dir/package.json" ]]; then
+        echo '{"private": true, "type": "module"}' >"$dir/package.json"
+    fi
+    if [[ ! -f "$dir/node_modules/@langchain/langgraph-sdk/package.json" ]] ||
+        ! grep -q "\"version\": \"$SDK_JS_VERSION\"" "$dir/node_modules/@langchain/langgraph-sdk/package.json"; then
+        (cd "$dir" && npm install --silent --no-audit --no-fund "@langchain/langgraph-sdk@$SDK_JS_VERSION" >/dev/null)
+    fi
+}
+
+chromium_env() {
+    if ! command -v chromium >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
+    node_env
+    local dir="$WORK/js"
+    if [[ ! -f "$dir/node_modules/playwright-core/package.json" ]] ||
+        ! grep -q "\"version\": \"$PLAYWRIGHT_VERSION\"" "$dir/node_modules/playwright-core/package.json"; then
+        (cd "$dir" && npm install --silent --no-audit --no-fund "playwright-core@$PLAYWRIGHT_VERSION" >/dev/null)
+    fi
+}
+
+run_browser() {
+    build
+    chromium_env
+    rm -f "$WORK/browser.db"*
+    start_server browser "$ROOT/target/debug/keel" serve --config examples/keel.yaml --port 0 \
+        --database "sqlite://$WORK/browser.db"
+    cp crates/keel-server/tests/browser/chat_page_test.mjs "$WORK/js/"
+    CHROMIUM="$(command -v chromium)" node "$WORK/js/chat_page_test.mjs" "$URL" "$WORK"
+    echo "screenshots: $WORK/chat-page.png, $WORK/chat-page-toast.png"
+}
+
+# The load test: N concurrent streaming runs against one scripted server. CI runs 50
+# on a debug build; docs/benchmarks.md has 200 on a release build (PROFILE=release).
+# PACE_MS sets the model's time per word (default 5).
+run_load() {
+    local runs="${1:-200}" profile="${PROFILE:-debug}"
+    local flags=()
+    [[ "$profile" == release ]] && flags=(--release)
+    cargo build -q "${flags[@]}" -p keel-server --features postgres --example scripted_server --example load
+    local pace="${PACE_MS:-5}"
+    start_server load-server "$ROOT/target/$profile/examples/scripted_server" --port 0 \
+        --pace-ms "$pace"
+    local pid="${PIDS[-1]}"
+    "$ROOT/target/$profile/examples/load" --url "$URL" --runs "$runs" --server-pid "$pid" \
+        --pace-ms "$pace"
+}
+
+# Two server processes on one PostgreSQL (scripts/postgres.sh provisions a throwaway
+# one unless KEEL_TEST_POSTGRES_URL names one).
+run_postgres() {
+    build
+    python_env
+    # shellcheck source=postgres.sh
+    source "$ROOT/scripts/postgres.sh"
+    start_server pg-a "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+        --database "$KEEL_TEST_POSTGRES_URL"
+    local a="$URL"
+    start_server pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
+        --database "$KEEL_TEST_POSTGRES_URL"
+    "$PY" crates/keel-server/tests/sdk/two_process_test.py "$a" "$URL"
+}
+
+run_python() {
+    build
+    python_env
+    # Records and checkpoints in SQLite for one server, in memory for the other.
+    rm -f "$WORK/python.db"*
+    start_server python-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5 \
+        --database "sqlite://$WORK/python.db"
+    local open="$URL"
+    start_server python-auth "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --api-keys "alice-key-1=alice,bob-key-22=bob"
+    local auth="$URL"
+    rm -f "$WORK/serve.db"*
+    start_server python-serve "$ROOT/target/debug/keel" serve --config examples/keel.yaml \
+        --port 0 --database "sqlite://$WORK/serve.db"
+    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth" "$URL"
+}
+
+run_js() {
+    build
+    node_env
+    start_server js-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    cp crates/keel-server/tests/sdk/js_sdk_test.mjs "$WORK/js/"
+    node "$WORK/js/js_sdk_test.mjs" "$URL"
+}
+
+case "${1:-all}" in
+    python) run_python ;;
+    js) run_js ;;
+    browser) run_browser ;;
+    load) run_load "${2:-200}" ;;
+    postgres) run_postgres ;;
+    all)
+        run_python
+        run_js
+        run_browser
+        run_load 50
+        run_postgres
+        ;;
+    *)
+        echo "usage: $0 python|js|browser|load [N]|postgres|all" >&2
+        exit 2
+        ;;
+esac
