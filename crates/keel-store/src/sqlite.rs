@@ -242,6 +242,9 @@ impl SqliteStore {
                 SqlitePoolOptions::new()
                     .max_connections(1)
                     .min_connections(1)
+                    // A local file or memory handle cannot drop like a socket: the
+                    // pool's ping before every query would be a wasted round trip.
+                    .test_before_acquire(false)
                     .idle_timeout(None)
                     .max_lifetime(None),
             )
@@ -250,7 +253,9 @@ impl SqliteStore {
                 options
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal),
-                SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE),
+                SqlitePoolOptions::new()
+                    .max_connections(FILE_POOL_SIZE)
+                    .test_before_acquire(false),
             )
         };
         // Switching a brand-new file to WAL needs a moment of exclusive access, and

@@ -48,6 +48,60 @@ pub(crate) const AFTER_CURSOR: &str = scoped!(
     "SELECT timestamp_ms, CAST(body AS TEXT) AS body FROM chat_messages",
     " AND (timestamp_ms, message_id) > ($5, $6) ORDER BY timestamp_ms, message_id LIMIT $7"
 );
+pub(crate) const MESSAGE_EXISTS: &str = scoped!(
+    "SELECT timestamp_ms FROM chat_messages",
+    " AND message_id = $5"
+);
+
+/// Rows per chat-history INSERT: 8 parameters each, well under SQLite's limit of 32,766
+/// parameters a statement (and PostgreSQL's 65,535).
+pub(crate) const APPEND_ROWS_PER_STATEMENT: usize = 500;
+
+/// `query` (an `INSERT ... VALUES (<one row with $1..$k>) [rest]`) for `rows` rows: the
+/// row tuple repeated with its parameters renumbered (`$1..$k`, `$k+1..$2k`, ...).
+pub(crate) fn multi_row(query: &str, rows: usize) -> String {
+    let Some(start) = query.find("VALUES (").map(|i| i + "VALUES ".len()) else {
+        return query.to_owned();
+    };
+    // The tuple ends at the parenthesis that closes the one it opens with.
+    let mut depth = 0usize;
+    let mut end = start;
+    for (i, c) in query[start..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = start + i + 1;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let tuple = &query[start..end];
+    let params = tuple.matches('$').count();
+    let mut out = String::with_capacity(query.len() + rows * (tuple.len() + 16));
+    out.push_str(&query[..start]);
+    for row in 0..rows {
+        if row > 0 {
+            out.push_str(", ");
+        }
+        let mut rest = tuple;
+        while let Some(d) = rest.find('$') {
+            out.push_str(&rest[..=d]);
+            rest = &rest[d + 1..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let n: usize = rest[..digits].parse().unwrap_or(0);
+            out.push_str(&(n + row * params).to_string());
+            rest = &rest[digits..];
+        }
+        out.push_str(rest);
+    }
+    out.push_str(&query[end..]);
+    out
+}
+
 pub(crate) const COUNT_START: &str = scoped!("SELECT COUNT(*) AS n FROM chat_messages", "");
 pub(crate) const COUNT_CURSOR: &str = scoped!(
     "SELECT COUNT(*) AS n FROM chat_messages",
@@ -392,31 +446,77 @@ macro_rules! impl_sql_store {
                     .iter()
                     .map(|m| $crate::sql::encode_message(&m.message))
                     .collect::<Result<Vec<_>, _>>()?;
-                // One transaction: a batch with one duplicate id stores nothing.
-                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                // One statement for the batch (one round trip, atomic by itself) while it
+                // fits the parameter limit; larger batches go in one transaction.
+                let rows: Vec<_> = messages.iter().zip(&bodies).collect();
+                let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
+                let mut tx = if chunks.len() > 1 {
+                    Some(self.pool.begin().await.map_err($crate::sql::backend)?)
+                } else {
+                    None
+                };
                 let mut stored = 0;
-                for (m, body) in messages.iter().zip(&bodies) {
-                    let r = sqlx::query(query)
-                        .bind(&scope.flow_id)
-                        .bind(&scope.user_id)
-                        .bind(&scope.session_id)
-                        .bind(&scope.context_id)
-                        .bind(m.message.id())
-                        .bind(m.timestamp_ms)
-                        .bind(m.message.role().as_str())
-                        .bind(body)
-                        .execute(&mut *tx)
-                        .await;
+                for chunk in &chunks {
+                    let sql = $crate::sql::multi_row(query, chunk.len());
+                    // Built from a constant statement and a row count only: no input text.
+                    // Persistent: a statement per row count, prepared once per connection.
+                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(true);
+                    for (m, body) in chunk.iter() {
+                        q = q
+                            .bind(&scope.flow_id)
+                            .bind(&scope.user_id)
+                            .bind(&scope.session_id)
+                            .bind(&scope.context_id)
+                            .bind(m.message.id())
+                            .bind(m.timestamp_ms)
+                            .bind(m.message.role().as_str())
+                            .bind(*body);
+                    }
+                    let r = match tx.as_mut() {
+                        Some(tx) => q.execute(&mut **tx).await,
+                        None => q.execute(&self.pool).await,
+                    };
                     match r {
                         Ok(done) => stored += done.rows_affected(),
                         Err(e) if $crate::sql::is_unique_violation(&e) => {
-                            return Err($crate::check::duplicate_id(m.message.id()));
+                            // Name the id: the first of the chunk already stored.
+                            let id = self
+                                .first_stored(scope, chunk.iter().map(|(m, _)| m.message.id()))
+                                .await
+                                .unwrap_or_else(|| chunk[0].0.message.id().to_owned());
+                            return Err($crate::check::duplicate_id(&id));
                         }
                         Err(e) => return Err($crate::sql::backend(e)),
                     }
                 }
-                tx.commit().await.map_err($crate::sql::backend)?;
+                if let Some(tx) = tx {
+                    tx.commit().await.map_err($crate::sql::backend)?;
+                }
                 Ok(stored)
+            }
+
+            /// The first of `ids` already stored in the scope (to name a duplicate).
+            async fn first_stored<'i>(
+                &self,
+                scope: &keel_core::store::SessionScope,
+                ids: impl Iterator<Item = &'i str>,
+            ) -> Option<String> {
+                for id in ids {
+                    let found: Option<(i64,)> = sqlx::query_as($crate::sql::MESSAGE_EXISTS)
+                        .bind(&scope.flow_id)
+                        .bind(&scope.user_id)
+                        .bind(&scope.session_id)
+                        .bind(&scope.context_id)
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .ok()
+                        .flatten();
+                    if found.is_some() {
+                        return Some(id.to_owned());
+                    }
+                }
+                None
             }
         }
 
@@ -905,3 +1005,16 @@ macro_rules! impl_sql_store {
     };
 }
 pub(crate) use impl_sql_store;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn multi_row_renumbers_each_tuple() {
+        let q = "INSERT INTO t (a, b) VALUES ($1, CAST($2 AS JSON)) ON CONFLICT DO NOTHING";
+        assert_eq!(super::multi_row(q, 1), q);
+        assert_eq!(
+            super::multi_row(q, 3),
+            "INSERT INTO t (a, b) VALUES ($1, CAST($2 AS JSON)), ($3, CAST($4 AS JSON)), ($5, CAST($6 AS JSON)) ON CONFLICT DO NOTHING"
+        );
+    }
+}
