@@ -20,8 +20,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use criterion::measurement::{Measurement, ValueFormatter};
-use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::middleware::{
@@ -30,6 +29,7 @@ use keel_core::middleware::{
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
 use keel_core::state::AgentState;
 use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome, StoreError};
+use keel_testkit::cpu::ThreadCpu;
 
 /// Answers "ok" to everything; costs a message allocation.
 struct Echo(ModelProfile);
@@ -107,63 +107,10 @@ const WRAP_ONLY: Hooks = Hooks {
     ..Hooks::NONE
 };
 
-/// CPU time of the calling thread, in nanoseconds. The kernel refreshes this figure at
-/// scheduler ticks, so each sample must span many ticks: the groups use flat sampling
-/// (every sample the same, long, iteration count); the tick error averages out.
-struct ThreadCpu;
-
-fn thread_cpu_ns() -> u64 {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-    text.split_whitespace().next().unwrap().parse().unwrap()
-}
-
-impl Measurement for ThreadCpu {
-    type Intermediate = u64;
-    type Value = u64;
-    fn start(&self) -> u64 {
-        thread_cpu_ns()
-    }
-    fn end(&self, start: u64) -> u64 {
-        thread_cpu_ns() - start
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &NanosFormatter
-    }
-}
-
-/// Shows CPU nanoseconds as ns / µs / ms.
-struct NanosFormatter;
-
-impl ValueFormatter for NanosFormatter {
-    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
-        let (factor, unit) = if typical < 1e3 {
-            (1.0, "ns")
-        } else if typical < 1e6 {
-            (1e-3, "µs")
-        } else {
-            (1e-6, "ms")
-        };
-        values.iter_mut().for_each(|v| *v *= factor);
-        unit
-    }
-    fn scale_throughputs(&self, _: f64, _: &Throughput, values: &mut [f64]) -> &'static str {
-        values.iter_mut().for_each(|v| *v = 1e9 / *v);
-        "elem/s"
-    }
-    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
-        "ns"
-    }
-}
-
+/// Measured in the bench thread's CPU time (`keel_testkit::cpu::ThreadCpu`; the machine
+/// is shared). The kernel refreshes that figure at scheduler ticks, so each sample must
+/// span many ticks: the groups use flat sampling (every sample the same, long, iteration
+/// count); the tick error averages out.
 type Cpu = Criterion<ThreadCpu>;
 
 fn bench_agent(c: &mut Cpu) {

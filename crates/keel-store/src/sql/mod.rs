@@ -495,6 +495,26 @@ macro_rules! impl_sql_store {
                 Ok(stored)
             }
 
+            /// Runs `query` (a DELETE bound to a session's flow, user and session ids) and
+            /// returns how many rows went.
+            async fn delete_session_rows(
+                &self,
+                query: &'static str,
+                flow_id: &str,
+                user_id: &str,
+                session_id: &str,
+            ) -> Result<u64, StoreError> {
+                $crate::check::session(flow_id, user_id, session_id)?;
+                let done = sqlx::query(query)
+                    .bind(flow_id)
+                    .bind(user_id)
+                    .bind(session_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(done.rows_affected())
+            }
+
             /// The first of `ids` already stored in the scope (to name a duplicate).
             async fn first_stored<'i>(
                 &self,
@@ -781,15 +801,8 @@ macro_rules! impl_sql_store {
                 user_id: &str,
                 session_id: &str,
             ) -> Result<u64, StoreError> {
-                $crate::check::session(flow_id, user_id, session_id)?;
-                let done = sqlx::query($crate::sql::DELETE_HISTORY)
-                    .bind(flow_id)
-                    .bind(user_id)
-                    .bind(session_id)
-                    .execute(&self.pool)
+                self.delete_session_rows($crate::sql::DELETE_HISTORY, flow_id, user_id, session_id)
                     .await
-                    .map_err($crate::sql::backend)?;
-                Ok(done.rows_affected())
             }
 
             async fn last_n(
@@ -943,15 +956,8 @@ macro_rules! impl_sql_store {
                 user_id: &str,
                 session_id: &str,
             ) -> Result<u64, StoreError> {
-                $crate::check::session(flow_id, user_id, session_id)?;
-                let done = sqlx::query($crate::sql::DELETE_STATES)
-                    .bind(flow_id)
-                    .bind(user_id)
-                    .bind(session_id)
-                    .execute(&self.pool)
+                self.delete_session_rows($crate::sql::DELETE_STATES, flow_id, user_id, session_id)
                     .await
-                    .map_err($crate::sql::backend)?;
-                Ok(done.rows_affected())
             }
         }
 
