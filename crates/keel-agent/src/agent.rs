@@ -77,6 +77,8 @@ impl Agent {
     /// `docs/operations.md`); returns how many went. A later run starts the thread
     /// afresh.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<u64, AgentError> {
+        // A recreated thread restarts at seq 0: its list is not the old one's.
+        self.inner.lineages.lock().pop(thread_id);
         self.inner
             .checkpointer
             .delete_thread(thread_id)

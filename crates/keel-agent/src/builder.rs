@@ -173,6 +173,7 @@ impl AgentBuilder {
             recursion_limit,
             multitask: self.multitask,
             registry: Default::default(),
+            lineages: parking_lot::Mutex::new(lru::LruCache::new(crate::run::LINEAGE_THREADS)),
         }))
     }
 }

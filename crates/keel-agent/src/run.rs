@@ -16,7 +16,7 @@ use keel_core::middleware::{
 use keel_core::model::{
     ChatChunk, ChatModel, ChunkAggregator, ModelError, ModelSettings, ToolChoice,
 };
-use keel_core::state::{AgentState, MessageOp, StateUpdate};
+use keel_core::state::{AgentState, Lineage, MessageOp, StateUpdate};
 use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
 use keel_core::stream::{StreamEvent, StreamWriter};
 use keel_core::tool::{Tool, ToolError, ToolSpec};
@@ -47,7 +47,18 @@ pub(crate) struct Inner {
     pub(crate) recursion_limit: usize,
     pub(crate) multitask: MultitaskStrategy,
     pub(crate) registry: Arc<Registry>,
+    /// Per thread (bounded): the head seq this agent's last successful run ended on, and
+    /// the lineage of its message list. A run that starts from that same head continues
+    /// the lineage, so middleware that remember the list (token counts, summarization's
+    /// scans) look at the new messages only; any other head starts a fresh lineage.
+    pub(crate) lineages: parking_lot::Mutex<lru::LruCache<String, (u64, Lineage)>>,
 }
+
+/// How many threads' lineages an agent remembers.
+pub(crate) const LINEAGE_THREADS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
 
 /// Where the loop goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +132,12 @@ impl Run {
         }
         drop(turn);
         result?;
+        if let Some(head) = self.head {
+            inner
+                .lineages
+                .lock()
+                .put(self.thread_id.to_string(), (head, self.state.lineage));
+        }
         let state = Arc::try_unwrap(self.state).unwrap_or_else(|shared| (*shared).clone());
         Ok(RunOutput {
             state,
@@ -217,9 +234,14 @@ impl Run {
         (self.state, self.head) = match latest {
             Some(cp) => (
                 Arc::new(AgentState {
+                    lineage: inner
+                        .lineages
+                        .lock()
+                        .get(self.thread_id.as_ref())
+                        .filter(|(seq, _)| *seq == cp.seq)
+                        .map_or_else(Lineage::fresh, |(_, lineage)| *lineage),
                     messages: Arc::new(cp.messages),
                     values: cp.values,
-                    lineage: Default::default(),
                 }),
                 Some(cp.seq),
             ),
