@@ -59,7 +59,10 @@ async fn a_thread_keeps_its_lineage_across_runs_and_a_deleted_one_does_not() {
     assert_eq!(seen.len(), 3);
     let (first, second, third) = (seen[0].0, seen[1].0, seen[2].0);
     assert!(first.is_some(), "the request holds the state's own list");
-    assert_eq!(first, second, "the second run continues the first run's list");
+    assert_eq!(
+        first, second,
+        "the second run continues the first run's list"
+    );
     assert_eq!((seen[0].1, seen[1].1), (1, 3));
     assert_ne!(third, first, "a recreated thread is another list");
 }
