@@ -151,15 +151,22 @@ run_python() {
     rm -f "$WORK/serve.db"*
     start_server python-serve "$ROOT/target/debug/keel" serve --config examples/keel.yaml \
         --port 0 --database "sqlite://$WORK/serve.db"
-    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth" "$URL"
+    local serve="$URL"
+    rm -f "$WORK/review.db"*
+    start_server python-review "$ROOT/target/debug/keel" serve --config examples/keel-review.yaml \
+        --port 0 --database "sqlite://$WORK/review.db"
+    "$PY" crates/keel-server/tests/sdk/python_sdk_test.py "$open" "$auth" "$serve" "$URL"
 }
 
 run_js() {
     build
     node_env
     start_server js-open "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    local open="$URL"
+    start_server js-review "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 1 \
+        --config examples/keel-review.yaml
     cp crates/keel-server/tests/sdk/js_sdk_test.mjs "$WORK/js/"
-    node "$WORK/js/js_sdk_test.mjs" "$URL"
+    node "$WORK/js/js_sdk_test.mjs" "$open" "$URL"
 }
 
 case "${1:-all}" in

@@ -2,10 +2,14 @@
 //! `model` and `system_prompt` keys, a `middleware:` list of one-key mappings, outermost
 //! first, `- summarization: {...}` in DeerFlow's schema).
 //!
-//! Only the part `keel serve` needs is read here: the model (`offline`, Keel's
-//! deterministic model, or an OpenAI-compatible server), the system prompt, built-in
-//! tools, and the `summarization` and `session_memory` middleware. The module is
-//! self-contained so the shared stack loader can replace it.
+//! Beside the stack file's keys, a server reads: the model (`offline`, Keel's
+//! deterministic model, or an OpenAI-compatible server), built-in tools, the graph name
+//! and description, and a `session_memory` entry (Keel's rolling session memory, on
+//! the server's database). `summarization` is built on the server's database too, so
+//! processes sharing it share summaries; every other entry (`human_in_the_loop`, `pii`,
+//! `model_call_limit`, ...) is built by `keel_middleware::stack`, as `keel run` builds
+//! it. Model names inside entries (a fallback model, a router's choices) resolve to the
+//! agent's own model when they name it or `offline`.
 //!
 //! ```yaml
 //! name: agent                      # the graph id the assistant is listed under
@@ -17,6 +21,7 @@
 //!   - session_memory: {n_messages: 40, fold_batch: 10, pinned_keys: [project_id]}
 //!   - summarization: {enabled: true, trigger: [{type: tokens, value: 3500}],
 //!                     keep: {type: tokens, value: 1200}}
+//!   - human_in_the_loop: {interrupt_on: {echo: true}}   # runs pause before `echo`
 //! ```
 
 use std::path::Path;
@@ -30,6 +35,7 @@ use keel_core::model::ChatModel;
 use keel_core::store::SessionScope;
 use keel_core::tool::{Tool, ToolError, ToolSpec};
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
+use keel_middleware::stack::{ModelRegistry, Stack};
 use keel_store::Store;
 use keel_summarization::cache::SummaryCache;
 use keel_summarization::config::SummarizationConfig;
@@ -57,6 +63,10 @@ pub enum StackError {
     /// Not YAML, or a key of the wrong type (serde-saphyr's message has the line).
     #[error("keel.yaml: {0}")]
     Syntax(String),
+    /// A middleware entry the stack loader refused (its message names the key, the
+    /// value and what is allowed).
+    #[error("keel.yaml: {0}")]
+    Middleware(String),
     /// A key with a value outside what is allowed.
     #[error("keel.yaml: {key}: {problem}")]
     Invalid {
@@ -254,7 +264,9 @@ impl StackConfig {
         online: bool,
     ) -> Result<Agent, StackError> {
         let profile = model.profile().clone();
-        let mut builder = Agent::builder().model(model).checkpointer(store.clone());
+        let mut builder = Agent::builder()
+            .model(model.clone())
+            .checkpointer(store.clone());
         if let Some(prompt) = &self.system_prompt {
             builder = builder.system_prompt(prompt.clone());
         }
@@ -323,12 +335,27 @@ impl StackConfig {
                     builder = builder.middleware(middleware);
                 }
                 other => {
-                    return Err(invalid(
-                        &format!("middleware[{i}]"),
-                        &format!(
-                            "{other:?} is not a middleware keel serve knows; available: summarization, session_memory"
-                        ),
-                    ));
+                    // Every other entry is LangChain's middleware, built by the shared
+                    // stack loader (JSON is YAML; lines count in that one-entry text).
+                    let text = serde_json::to_string(&json!({ "middleware": [{ other: args }] }))
+                        .map_err(|e| invalid(&key, &e.to_string()))?;
+                    let renumber = |e: keel_middleware::stack::StackError| {
+                        let message = e
+                            .to_string()
+                            .replace("middleware[0]", &format!("middleware[{i}]"))
+                            .replace(" (line 1)", "")
+                            .replace(", line 1", "");
+                        StackError::Middleware(message)
+                    };
+                    let stack = Stack::from_yaml_str(&text).map_err(renumber)?;
+                    let main = model.clone();
+                    let main_name = profile.name.clone();
+                    let models: Arc<dyn ModelRegistry> = Arc::new(move |name: &str| {
+                        (name == main_name || name == "offline").then(|| main.clone())
+                    });
+                    for m in stack.middleware(models).map_err(renumber)? {
+                        builder = builder.middleware_shared(m);
+                    }
                 }
             }
         }
@@ -405,8 +432,24 @@ mod tests {
             agent.middleware_names(),
             ["SessionMemoryMiddleware", "SummarizationMiddleware"]
         );
-        let stack = StackConfig::from_yaml_str("middleware:\n  - pii: {}\n").unwrap();
-        let err = stack.build(store).unwrap_err();
-        assert!(err.to_string().contains("\"pii\""), "{err}");
+        let stack = StackConfig::from_yaml_str(
+            "middleware:\n  - pii: {pii_type: email}\n  - human_in_the_loop: {interrupt_on: {echo: true}}\n",
+        )
+        .unwrap();
+        let agent = stack.build(store.clone()).unwrap();
+        assert_eq!(
+            agent.middleware_names(),
+            ["PIIMiddleware[email]", "HumanInTheLoopMiddleware"]
+        );
+        let stack = StackConfig::from_yaml_str(
+            "middleware:\n  - summarization: {}\n  - pii: {pii_type: email, strategy: shout}\n",
+        )
+        .unwrap();
+        let err = stack.build(store.clone()).unwrap_err().to_string();
+        assert!(err.contains("middleware[1].pii.strategy"), "{err}");
+        assert!(err.contains("shout"), "{err}");
+        let stack = StackConfig::from_yaml_str("middleware:\n  - pi: {}\n").unwrap();
+        let err = stack.build(store).unwrap_err().to_string();
+        assert!(err.contains("middleware[0].pi"), "{err}");
     }
 }

@@ -36,8 +36,10 @@
 //! ([`config`]), keeps records next to the checkpoints in the database, and takes API
 //! keys. A run executes in its own task: a client that disconnects can reconnect with
 //! `Last-Event-ID` and get what it missed; `on_disconnect: cancel` stops it instead.
-//! Human-in-the-loop interrupts plug into [`runs::RunManager`]: a run request's
-//! `command: {resume: ...}` is refused with 400 until a middleware can interrupt.
+//! With `HumanInTheLoopMiddleware` in the stack, a paused run shows as LangGraph's
+//! `__interrupt__` (in `updates`, `values` and thread state) and a run request's
+//! `command: {resume: {"decisions": [...]}}` records the decisions and continues it
+//! ([`runs::RunManager`] applies them under the thread's lease).
 pub mod app;
 pub mod auth;
 pub mod config;

@@ -52,6 +52,9 @@ pub enum ThreadStatus {
     Busy,
     /// The last run failed.
     Error,
+    /// The last run paused for a person's decision (human in the loop); a run with
+    /// `command: {resume: ...}` continues it.
+    Interrupted,
 }
 
 impl ThreadStatus {
@@ -61,6 +64,7 @@ impl ThreadStatus {
             ThreadStatus::Idle => "idle",
             ThreadStatus::Busy => "busy",
             ThreadStatus::Error => "error",
+            ThreadStatus::Interrupted => "interrupted",
         }
     }
 
@@ -70,6 +74,7 @@ impl ThreadStatus {
             "idle" => Some(ThreadStatus::Idle),
             "busy" => Some(ThreadStatus::Busy),
             "error" => Some(ThreadStatus::Error),
+            "interrupted" => Some(ThreadStatus::Interrupted),
             _ => None,
         }
     }

@@ -7,7 +7,7 @@
 //! shape (`role`), which is what `langgraph-sdk` users and `agent-chat-ui` send.
 
 use keel_core::message::{Content, Message, MessageBody, ToolCall, ToolStatus};
-use keel_core::state::{AgentState, MessageOp, StateUpdate};
+use keel_core::state::{AgentState, INTERRUPT_KEY, MessageOp, StateUpdate};
 use serde_json::{Map, Value, json};
 
 /// A message as LangChain serializes it (`BaseMessage.model_dump()` keys).
@@ -65,11 +65,42 @@ pub fn state_to_values(state: &AgentState) -> Value {
         Value::Array(state.messages.iter().map(message_to_lc).collect()),
     );
     for (k, v) in &state.values {
-        if k != "messages" {
+        if k == INTERRUPT_KEY {
+            // LangGraph's shape: the list of pending interrupts, absent when none.
+            if let Some(list) = interrupts_to_lg(v) {
+                values.insert(k.clone(), list);
+            }
+        } else if k != "messages" {
             values.insert(k.clone(), v.clone());
         }
     }
     Value::Object(values)
+}
+
+/// A pending interrupt as LangGraph's clients read it (`__interrupt__` in values and
+/// updates, `interrupts` in thread state): `[{"value": {...}, "id": "..."}]`, where the
+/// value is what the middleware asked (for `HumanInTheLoopMiddleware`, LangChain's
+/// `{"action_requests": [...], "review_configs": [...]}`) and the id is stable for that
+/// pause. `None` for a null value (nothing pending).
+pub fn interrupts_to_lg(stored: &Value) -> Option<Value> {
+    if stored.is_null() {
+        return None;
+    }
+    let mut value = stored.clone();
+    // Keel's bookkeeping (which calls and message the pause is about) stays server-side.
+    let mut key = String::new();
+    if let Value::Object(fields) = &mut value {
+        for bookkeeping in ["tool_call_ids", "message_id"] {
+            if let Some(v) = fields.remove(bookkeeping) {
+                key.push_str(&v.to_string());
+            }
+        }
+    }
+    if key.is_empty() {
+        key = stored.to_string();
+    }
+    let id = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).simple();
+    Some(json!([{ "value": value, "id": id.to_string() }]))
 }
 
 /// A node's update in the `updates` mode's shape: messages it upserted, a LangChain
@@ -90,6 +121,10 @@ pub fn update_to_lc(update: &StateUpdate) -> Value {
         out.insert("messages".into(), Value::Array(ops));
     }
     for (k, v) in &update.values {
+        if k == INTERRUPT_KEY {
+            // Sent on its own as LangGraph's `{"__interrupt__": [...]}` update.
+            continue;
+        }
         out.insert(k.clone(), v.clone());
     }
     Value::Object(out)

@@ -89,6 +89,30 @@ impl Decision {
     }
 }
 
+/// Reads the decisions of a resume value in LangChain's shape, `{"decisions": [...]}`
+/// (what `Command(resume=...)` carries for `HumanInTheLoopMiddleware`), or a bare list of
+/// decisions.
+pub fn decisions_from_resume(value: &Value) -> Result<Vec<Decision>, ResumeError> {
+    let list = match value {
+        Value::Array(_) => value,
+        Value::Object(fields) => fields.get("decisions").ok_or_else(|| {
+            ResumeError::BadValue(
+                "expected {\"decisions\": [...]}, one decision per pending tool call".into(),
+            )
+        })?,
+        other => {
+            return Err(ResumeError::BadValue(format!(
+                "expected {{\"decisions\": [...]}}, not {other}"
+            )));
+        }
+    };
+    serde_json::from_value(list.clone()).map_err(|e| {
+        ResumeError::BadValue(format!(
+            "{e}; a decision is {{\"type\": \"approve\"}}, {{\"type\": \"edit\", \"edited_action\": {{\"name\": ..., \"args\": {{...}}}}}}, {{\"type\": \"reject\", \"message\": ...}} or {{\"type\": \"respond\", \"message\": ...}}"
+        ))
+    })
+}
+
 /// A tool call by name and arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Action {
@@ -133,6 +157,29 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
+    /// Checks that `decisions` answer this interrupt: one per gated call, in order, each
+    /// of a kind the call's review config allows.
+    pub fn check(&self, decisions: &[Decision]) -> Result<(), ResumeError> {
+        if self.tool_call_ids.len() != decisions.len() {
+            return Err(ResumeError::DecisionCount {
+                expected: self.tool_call_ids.len(),
+                given: decisions.len(),
+            });
+        }
+        for (i, decision) in decisions.iter().enumerate() {
+            let allowed = &self.review_configs[i].allowed_decisions;
+            if !allowed.contains(&decision.kind()) {
+                return Err(ResumeError::NotAllowed {
+                    index: i,
+                    tool: self.action_requests[i].name.clone(),
+                    decision: decision.kind(),
+                    allowed: allowed.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The pending interrupt of a state, if any.
     pub fn of(state: &AgentState) -> Option<Interrupt> {
         state
@@ -186,6 +233,23 @@ pub enum ResumeError {
         /// Decisions given.
         given: usize,
     },
+    /// A decision of a kind the call's review config does not allow.
+    #[error(
+        "decision {index} ({decision:?}) is not allowed for tool '{tool}'; allowed: {allowed:?}"
+    )]
+    NotAllowed {
+        /// The decision's position.
+        index: usize,
+        /// The gated call's tool.
+        tool: String,
+        /// What was decided.
+        decision: DecisionType,
+        /// What the review config allows.
+        allowed: Vec<DecisionType>,
+    },
+    /// A resume value that is not LangChain's `{"decisions": [...]}`.
+    #[error("resume value: {0}")]
+    BadValue(String),
     /// Reading or writing the thread failed, or the resumed run failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -324,49 +388,58 @@ impl HumanInTheLoop {
             .map(|(_, c)| c)
     }
 
-    /// Resumes a paused thread with one decision per gated call, in order.
+    /// Resumes a paused thread with one decision per gated call, in order: records the
+    /// decisions ([`HumanInTheLoop::record_decisions`]) and runs the thread.
     pub async fn resume(
         agent: &Agent,
         thread_id: &str,
         decisions: Vec<Decision>,
     ) -> Result<RunOutput, ResumeError> {
-        let state = agent.state(thread_id).await?.unwrap_or_default();
-        let Some(pending) = Interrupt::of(&state) else {
-            return Err(ResumeError::NothingPending {
-                thread_id: thread_id.to_owned(),
-            });
+        Self::record_decisions(agent, thread_id, decisions).await?;
+        Ok(agent.invoke(thread_id, Vec::new()).await?)
+    }
+
+    /// Checks `decisions` against the thread's pending interrupt and stores them in its
+    /// checkpoint (compare-and-swap on the head), without running it: the thread's next
+    /// run, with no input, applies them. For callers that run the thread their own way,
+    /// such as a server streaming the resumed run.
+    pub async fn record_decisions(
+        agent: &Agent,
+        thread_id: &str,
+        decisions: Vec<Decision>,
+    ) -> Result<(), ResumeError> {
+        let checkpoint = |source| AgentError::Checkpoint {
+            thread_id: thread_id.to_owned(),
+            source,
         };
-        if pending.tool_call_ids.len() != decisions.len() {
-            return Err(ResumeError::DecisionCount {
-                expected: pending.tool_call_ids.len(),
-                given: decisions.len(),
-            });
-        }
-        let mut values = state.values.clone();
-        values.insert(
-            DECISIONS_KEY.into(),
-            serde_json::to_value(&decisions).unwrap_or(Value::Null),
-        );
         let head = agent
             .checkpointer()
             .latest(thread_id)
             .await
-            .map_err(|source| AgentError::Checkpoint {
+            .map_err(checkpoint)?;
+        let pending = head.as_ref().and_then(|cp| {
+            cp.values
+                .get(INTERRUPT_KEY)
+                .filter(|v| !v.is_null())
+                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
+        });
+        let Some(pending) = pending else {
+            return Err(ResumeError::NothingPending {
                 thread_id: thread_id.to_owned(),
-                source,
-            })?
-            .map(|cp| cp.seq);
+            });
+        };
+        pending.check(&decisions)?;
+        let head = head.map(|cp| cp.seq);
+        let mut update = StateUpdate::default();
+        update.values.insert(
+            DECISIONS_KEY.into(),
+            serde_json::to_value(&decisions).unwrap_or(Value::Null),
+        );
         let write = CheckpointWrite {
             parent: head,
             run_id: "resume".into(),
             node: "HumanInTheLoopMiddleware.resume".into(),
-            update: StateUpdate {
-                messages: Vec::new(),
-                values: values
-                    .into_iter()
-                    .filter(|(k, _)| k == DECISIONS_KEY)
-                    .collect(),
-            },
+            update,
             created_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64),
@@ -375,10 +448,7 @@ impl HumanInTheLoop {
             .checkpointer()
             .put(thread_id, write)
             .await
-            .map_err(|source| AgentError::Checkpoint {
-                thread_id: thread_id.to_owned(),
-                source,
-            })?;
+            .map_err(checkpoint)?;
         if let PutOutcome::Conflict { head: now } = outcome {
             return Err(AgentError::Conflict {
                 thread_id: thread_id.to_owned(),
@@ -387,7 +457,7 @@ impl HumanInTheLoop {
             }
             .into());
         }
-        Ok(agent.invoke(thread_id, Vec::new()).await?)
+        Ok(())
     }
 
     fn fail(&self, hook: &'static str, message: String) -> MiddlewareError {

@@ -23,6 +23,7 @@ use crate::routes::assistants;
 use crate::routes::threads::{current_values, new_thread, owned};
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
+use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
 
 /// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
 #[derive(Debug, Default, Deserialize)]
@@ -64,6 +65,60 @@ fn present(v: &Option<Value>) -> bool {
     }
 }
 
+/// The decisions of a `command: {resume: ...}`: LangChain's `{"decisions": [...]}`, a
+/// bare list, or either keyed by the interrupt's id (LangGraph's form for several
+/// interrupts). Whether they answer the thread's pending interrupt is checked once the
+/// thread is known.
+fn resume_of(
+    app: &AppState,
+    command: &Value,
+    input: &Option<Value>,
+    stateless: bool,
+) -> Result<Vec<Decision>, ApiError> {
+    let Value::Object(fields) = command else {
+        return Err(ApiError::Invalid(format!(
+            "command must be an object like {{\"resume\": ...}}, not {}",
+            kind(command)
+        )));
+    };
+    if let Some(key) = fields.keys().find(|k| k.as_str() != "resume") {
+        return Err(ApiError::Invalid(format!(
+            "command.{key} is not supported; command supports only resume"
+        )));
+    }
+    let Some(value) = fields.get("resume") else {
+        return Err(ApiError::Invalid(
+            "command needs resume, the answer to the thread's pending interrupt".into(),
+        ));
+    };
+    if present(input) {
+        return Err(ApiError::Invalid("send input or command, not both".into()));
+    }
+    if stateless {
+        return Err(ApiError::Invalid(
+            "command.resume needs a thread: a stateless run has no interrupt to resume".into(),
+        ));
+    }
+    if !app
+        .manager
+        .agent()
+        .middleware_names()
+        .contains(&"HumanInTheLoopMiddleware")
+    {
+        return Err(ApiError::BadRequest(
+            "command.resume: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision".into(),
+        ));
+    }
+    // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
+    let value = match value {
+        Value::Object(m) if !m.contains_key("decisions") && m.len() == 1 => {
+            m.values().next().unwrap_or(value)
+        }
+        other => other,
+    };
+    decisions_from_resume(value).map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+}
+
 fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
     let assistant = body
         .assistant_id
@@ -99,22 +154,10 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             "after_seconds is not supported by this server".into(),
         ));
     }
-    if present(&body.command) {
-        if present(&body.input) {
-            return Err(ApiError::Invalid("send input or command, not both".into()));
-        }
-        // A resume answers an interrupt; today's middleware never interrupts, so no
-        // thread can be waiting for one. The run manager takes a resume value here
-        // once human-in-the-loop middleware exists.
-        return Err(match body.command.as_ref().and_then(|c| c.get("resume")) {
-            Some(_) => ApiError::BadRequest(
-                "command.resume: the thread has no pending interrupt to resume (this agent has no human-in-the-loop middleware)".into(),
-            ),
-            None => ApiError::Invalid(
-                "command supports only resume; goto and update are not supported".into(),
-            ),
-        });
-    }
+    let resume = match &body.command {
+        None | Some(Value::Null) => None,
+        Some(command) => Some(resume_of(app, command, &body.input, stateless)?),
+    };
     let input = match &body.input {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Object(fields)) => {
@@ -183,7 +226,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     };
     let kwargs = json!({
         "input": body.input,
-        "command": null,
+        "command": body.command,
         "config": body.config.unwrap_or_else(|| json!({})),
         "context": body.context.unwrap_or_else(|| json!({})),
         "stream_mode": modes.names(),
@@ -193,6 +236,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     Ok(Parsed {
         run: NewRun {
             input,
+            resume,
             modes,
             metadata,
             strategy,
@@ -248,6 +292,9 @@ async fn start(
             id
         }
     };
+    if let Some(decisions) = &parsed.run.resume {
+        check_resume(app, &thread_id, decisions).await?;
+    }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
     if parsed.delete_on_completion {
         let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
@@ -259,6 +306,34 @@ async fn start(
         });
     }
     Ok((record, live, parsed.cancel_on_disconnect))
+}
+
+/// A resume on an idle thread must answer its pending interrupt: one allowed decision
+/// per paused call. On a busy thread the run waits its turn and the check is made when
+/// it starts (its error then ends the run).
+async fn check_resume(
+    app: &AppState,
+    thread_id: &str,
+    decisions: &[Decision],
+) -> Result<(), ApiError> {
+    if app.manager.is_busy(thread_id).await? {
+        return Ok(());
+    }
+    let state = app
+        .manager
+        .agent()
+        .state(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?
+        .unwrap_or_default();
+    let Some(pending) = Interrupt::of(&state) else {
+        return Err(ApiError::BadRequest(format!(
+            "command.resume: thread {thread_id} has no pending interrupt to resume"
+        )));
+    };
+    pending
+        .check(decisions)
+        .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
 fn run_location(record: &RunRecord) -> String {

@@ -70,10 +70,12 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             "parent_checkpoint": null,
             "interrupts": [],
         }),
-        Some(cp) => json!({
+        Some(cp) => {
+            let (next, tasks, interrupts) = pending_tasks(cp);
+            json!({
             "values": values_of(cp),
-            "next": [],
-            "tasks": [],
+            "next": next,
+            "tasks": tasks,
             "checkpoint": checkpoint_ref(thread_id, cp.seq),
             "metadata": {
                 "source": if cp.node == "input" { "input" } else { "loop" },
@@ -85,8 +87,41 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             },
             "created_at": rfc3339(cp.created_at_ms),
             "parent_checkpoint": cp.seq.checked_sub(1).map(|p| checkpoint_ref(thread_id, p)),
-            "interrupts": [],
-        }),
+            "interrupts": interrupts,
+            })
+        }
+    }
+}
+
+/// The node a paused thread waits in.
+const INTERRUPTED_NODE: &str = "HumanInTheLoopMiddleware.after_model";
+
+/// A paused thread's `next`, `tasks` and `interrupts` (LangGraph shows the waiting node
+/// as a task holding its interrupts); empty lists otherwise.
+fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
+    let pending = cp
+        .values
+        .get(keel_core::state::INTERRUPT_KEY)
+        .and_then(crate::wire::interrupts_to_lg);
+    match pending {
+        None => (json!([]), json!([]), json!([])),
+        Some(list) => {
+            let id = list[0]["id"].clone();
+            (
+                json!([INTERRUPTED_NODE]),
+                json!([{
+                    "id": id,
+                    "name": INTERRUPTED_NODE,
+                    "path": ["__pregel_pull", INTERRUPTED_NODE],
+                    "error": null,
+                    "interrupts": list.clone(),
+                    "checkpoint": null,
+                    "state": null,
+                    "result": null,
+                }]),
+                list,
+            )
+        }
     }
 }
 
@@ -303,7 +338,9 @@ pub async fn search(
     let status = match body.status.as_deref() {
         None => None,
         Some(s) => Some(ThreadStatus::parse(s).ok_or_else(|| {
-            ApiError::Invalid(format!("status {s:?} is not idle, busy or error"))
+            ApiError::Invalid(format!(
+                "status {s:?} is not idle, busy, interrupted or error"
+            ))
         })?),
     };
     let sort_by = body.sort_by.as_deref().unwrap_or("created_at");

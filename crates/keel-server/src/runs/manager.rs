@@ -14,8 +14,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use keel_agent::{Agent, AgentError};
 use keel_core::message::Message;
-use keel_core::state::{MessageOp, StateUpdate};
+use keel_core::middleware::MiddlewareError;
+use keel_core::state::{INTERRUPT_KEY, MessageOp, StateUpdate};
 use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome};
+use keel_middleware::human_in_the_loop::{Decision, HumanInTheLoop, ResumeError};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -120,6 +122,7 @@ impl LiveRun {
 struct Queued {
     live: Arc<LiveRun>,
     input: Vec<Message>,
+    resume: Option<Vec<Decision>>,
 }
 
 #[derive(Default)]
@@ -140,6 +143,9 @@ struct State {
 pub struct NewRun {
     /// Messages appended to the thread.
     pub input: Vec<Message>,
+    /// Decisions answering the thread's pending interrupt (`command: {resume: ...}`),
+    /// recorded when the run starts; the input is then empty.
+    pub resume: Option<Vec<Decision>>,
     /// Protocol modes streamed.
     pub modes: ModeSet,
     /// Client metadata.
@@ -262,7 +268,7 @@ impl RunManager {
                 .set_thread_status(thread_id, ThreadStatus::Busy)
                 .await,
         );
-        let start = match self.admit(thread_id, &live, run.input, run.strategy) {
+        let start = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
             Ok(start) => start,
             Err(e) => {
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
@@ -287,6 +293,7 @@ impl RunManager {
         thread_id: &str,
         live: &Arc<LiveRun>,
         input: Vec<Message>,
+        resume: Option<Vec<Decision>>,
         strategy: Strategy,
     ) -> Result<Option<Queued>, ApiError> {
         let run_id = live.run_id.clone();
@@ -296,6 +303,7 @@ impl RunManager {
             let queued = Queued {
                 live: live.clone(),
                 input,
+                resume,
             };
             let start = match (&slot.active, strategy) {
                 (None, _) => {
@@ -388,11 +396,21 @@ impl RunManager {
 
     /// Runs one run to its end, then starts the next queued one of its thread.
     async fn drive(self: Arc<Self>, queued: Queued) {
-        let Queued { live, input } = queued;
+        let Queued {
+            live,
+            input,
+            resume,
+        } = queued;
         let mut cancel = live.cancel.subscribe();
-        let ending = self.execute(&live, input, &mut cancel).await;
+        let ending = self.execute(&live, input, resume, &mut cancel).await;
+        let mut paused = false;
         let status = match ending {
             Ending::Done(Ok(output)) => {
+                paused = output
+                    .state
+                    .values
+                    .get(INTERRUPT_KEY)
+                    .is_some_and(|v| !v.is_null());
                 let values = state_to_values(&output.state);
                 let mut out = Vec::new();
                 Translator::new(live.modes, self.context(&live)).finish(values, &mut out);
@@ -464,6 +482,8 @@ impl RunManager {
                         &live.thread_id,
                         if status == "error" {
                             ThreadStatus::Error
+                        } else if paused {
+                            ThreadStatus::Interrupted
                         } else {
                             ThreadStatus::Idle
                         },
@@ -499,6 +519,7 @@ impl RunManager {
         &self,
         live: &LiveRun,
         input: Vec<Message>,
+        resume: Option<Vec<Decision>>,
         cancel: &mut watch::Receiver<Option<CancelAction>>,
     ) -> Ending {
         // Wait for a running slot, unless cancelled first.
@@ -541,6 +562,21 @@ impl RunManager {
                 }));
             }
         };
+        // A resume records its decisions under the lease, so the run applies them.
+        if let Some(decisions) = resume
+            && let Err(e) =
+                HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
+        {
+            lease.release().await;
+            return Ending::Done(Err(match e {
+                ResumeError::Agent(e) => e,
+                other => AgentError::Middleware(MiddlewareError {
+                    middleware: "HumanInTheLoopMiddleware".into(),
+                    hook: "resume",
+                    message: other.to_string(),
+                }),
+            }));
+        }
         let mut translator = Translator::new(live.modes, self.context(live));
         let mut out = Vec::new();
         translator.start(

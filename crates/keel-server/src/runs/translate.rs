@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use keel_core::message::MessageBody;
 use keel_core::model::ChatChunk;
-use keel_core::state::MessageOp;
+use keel_core::state::{INTERRUPT_KEY, MessageOp};
 use keel_core::stream::StreamEvent;
 use serde_json::{Map, Value, json};
 
 use super::modes::{ModeSet, WireMode};
-use crate::wire::{message_to_lc, state_to_values, update_to_lc};
+use crate::wire::{interrupts_to_lg, message_to_lc, state_to_values, update_to_lc};
 
 /// One SSE event to append to the run's log.
 pub type Out = (Option<WireMode>, &'static str, Value);
@@ -170,10 +170,21 @@ impl Translator {
                 if self.modes.has(WireMode::Events) {
                     out.push(self.event("on_chain_end", node, node, json!({ "output": lc })));
                 }
+                let interrupt = update.values.get(INTERRUPT_KEY).and_then(interrupts_to_lg);
                 if self.modes.has(WireMode::Updates) {
-                    let mut data = Map::new();
-                    data.insert(node.clone(), lc);
-                    out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
+                    // A node that only paused the run has nothing else to report.
+                    if interrupt.is_none() || lc.as_object().is_some_and(|o| !o.is_empty()) {
+                        let mut data = Map::new();
+                        data.insert(node.clone(), lc);
+                        out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
+                    }
+                    if let Some(list) = interrupt {
+                        out.push((
+                            Some(WireMode::Updates),
+                            "updates",
+                            json!({ INTERRUPT_KEY: list }),
+                        ));
+                    }
                 }
             }
             StreamEvent::Messages {

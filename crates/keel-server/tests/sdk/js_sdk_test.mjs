@@ -1,12 +1,14 @@
 // Drives keel serve with the official JavaScript client, @langchain/langgraph-sdk (npm),
 // against the scripted server (scripts/serve-tests.sh js starts it):
 //
-//   node js_sdk_test.mjs URL
+//   node js_sdk_test.mjs URL [REVIEW_URL]
+//
+// REVIEW_URL is a server of examples/keel-review.yaml (human in the loop on `echo`).
 //
 // Prints one line per test and ends with `N passed, N failed`.
 import { Client } from "@langchain/langgraph-sdk";
 
-const [url] = process.argv.slice(2);
+const [url, reviewUrl] = process.argv.slice(2);
 const client = new Client({ apiUrl: url });
 const results = { passed: 0, failed: 0 };
 
@@ -121,6 +123,31 @@ await test("runs.wait answers with the thread's values; a bad request has the er
   });
   const body = await res.json();
   assert(res.status === 422 && typeof body.detail === "string", `${res.status} ${JSON.stringify(body)}`);
+});
+
+await test("an interrupt reaches the stream and a command resumes it", async () => {
+  assert(reviewUrl, "no REVIEW_URL given");
+  const review = new Client({ apiUrl: reviewUrl });
+  const thread = await review.threads.create();
+  const parts = await collect(review.runs.stream(thread.thread_id, "agent", { input: user("echo from js"), streamMode: ["updates", "values"] }));
+  const pending = parts.filter((p) => p.event === "updates" && p.data.__interrupt__).map((p) => p.data.__interrupt__);
+  assert(pending.length === 1, JSON.stringify(parts));
+  const [interrupt] = pending[0];
+  assert(interrupt.value.action_requests[0].name === "echo" && typeof interrupt.id === "string", JSON.stringify(interrupt));
+  const values = parts.filter((p) => p.event === "values").at(-1).data;
+  assert(values.__interrupt__[0].id === interrupt.id, JSON.stringify(values));
+  assert((await review.threads.get(thread.thread_id)).status === "interrupted");
+  // The JS client's Command: resume keyed by interrupt id.
+  const resumed = await collect(review.runs.stream(thread.thread_id, "agent", {
+    command: { resume: { [interrupt.id]: { decisions: [{ type: "approve" }] } } },
+    streamMode: "values",
+  }));
+  const last = resumed.filter((p) => p.event === "values").at(-1).data;
+  const tool = last.messages.filter((m) => m.type === "tool");
+  assert(tool.length === 1 && tool[0].content.includes("echo from js"), JSON.stringify(last.messages));
+  assert(last.__interrupt__ === undefined, JSON.stringify(last));
+  const state = await review.threads.getState(thread.thread_id);
+  assert(state.next.length === 0 && state.tasks.length === 0, JSON.stringify(state));
 });
 
 console.log(`${results.passed} passed, ${results.failed} failed`);

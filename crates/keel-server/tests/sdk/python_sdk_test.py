@@ -19,6 +19,8 @@ from langgraph_sdk.errors import ConflictError, NotFoundError
 OPEN_URL, AUTH_URL = sys.argv[1], sys.argv[2]
 # `keel serve --config examples/keel.yaml` itself (the offline model), when given.
 SERVE_URL = sys.argv[3] if len(sys.argv) > 3 else None
+# `keel serve --config examples/keel-review.yaml` (human in the loop on `echo`), when given.
+REVIEW_URL = sys.argv[4] if len(sys.argv) > 4 else None
 ALICE, BOB = "alice-key-1", "bob-key-22"
 
 LOG = "\n".join(
@@ -341,6 +343,72 @@ async def stateless_runs_and_deletion():
         raise AssertionError("a deleted thread is still there")
     except NotFoundError:
         pass
+
+
+@test
+async def an_interrupt_is_streamed_and_a_command_resumes_it():
+    if REVIEW_URL is None:
+        raise AssertionError("no keel serve URL with human_in_the_loop given")
+    c = client(REVIEW_URL)
+    thread = await c.threads.create()
+    tid = thread["thread_id"]
+    parts = await collect(c.runs.stream(
+        tid, "agent",
+        input={"messages": [{"role": "user", "content": "echo hello"}]},
+        stream_mode=["updates", "values"],
+    ))
+    interrupts = [p.data["__interrupt__"] for p in parts
+                  if p.event == "updates" and "__interrupt__" in p.data]
+    assert len(interrupts) == 1, [(p.event, p.data) for p in parts]
+    [pending] = interrupts[0]
+    request = pending["value"]["action_requests"][0]
+    assert request["name"] == "echo", pending
+    assert request["args"] == {"query": "echo hello"}, pending
+    assert request["description"].startswith("Tool execution requires approval"), pending
+    assert pending["value"]["review_configs"][0]["allowed_decisions"] == ["approve", "edit", "reject"]
+    assert (await c.threads.get(tid))["status"] == "interrupted"
+    state = await c.threads.get_state(tid)
+    assert state["next"] == ["HumanInTheLoopMiddleware.after_model"], state["next"]
+    assert state["tasks"][0]["interrupts"][0]["id"] == pending["id"], state["tasks"]
+    # No tool ran: the AI message's call has no result yet.
+    assert state["values"]["messages"][-1]["tool_calls"][0]["name"] == "echo"
+
+    # A wrong answer is refused before a run starts.
+    try:
+        await c.runs.create(tid, "agent", command={"resume": {"decisions": [{"type": "respond", "message": "x"}]}})
+        raise AssertionError("a decision the review config forbids was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "not allowed" in e.response.text, e.response.text
+
+    # Edit, with the SDK's Command shape; the edited call runs.
+    parts = await collect(c.runs.stream(
+        tid, "agent",
+        command={"resume": {"decisions": [{"type": "edit", "edited_action": {"name": "echo", "args": {"query": "edited"}}}]}},
+        stream_mode="updates",
+    ))
+    assert not [p for p in parts if p.event == "error"], parts
+    state = await c.threads.get_state(tid)
+    messages = state["values"]["messages"]
+    tool = [m for m in messages if m["type"] == "tool"]
+    assert tool and "edited" in tool[-1]["content"], messages
+    assert messages[-1]["type"] == "ai" and "edited" in messages[-1]["content"], messages[-1]
+    assert "__interrupt__" not in state["values"] and state["next"] == []
+    assert (await c.threads.get(tid))["status"] == "idle"
+
+    # Reject through runs.wait: its answer carries the interrupt, then the rejection.
+    values = await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "echo again"}]})
+    assert values["__interrupt__"][0]["value"]["action_requests"][0]["args"] == {"query": "echo again"}, values
+    values = await c.runs.wait(tid, "agent", command={"resume": {"decisions": [{"type": "reject", "message": "not today"}]}})
+    rejected = [m for m in values["messages"] if m["type"] == "tool"][-1]
+    assert rejected["status"] == "error" and "not today" in rejected["content"], rejected
+
+    # The same from the JS-style map keyed by interrupt id is covered by the Rust tests;
+    # nothing is pending now, so a resume is a 400.
+    try:
+        await c.runs.create(tid, "agent", command={"resume": {"decisions": [{"type": "approve"}]}})
+        raise AssertionError("a resume with nothing pending was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 400 and "no pending interrupt" in e.response.text, e.response.text
 
 
 async def main():
