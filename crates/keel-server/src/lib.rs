@@ -13,7 +13,8 @@
 //!                 │               a lease per thread across processes (PostgreSQL)
 //!                 ├── Agent::stream ─▶ runs::translate (values, updates, messages,
 //!                 │                    messages-tuple, custom, events)
-//!                 └── runs::EventLog (numbered events: SSE ids, Last-Event-ID resume)
+//!                 └── runs::EventLog (numbered events: SSE ids, Last-Event-ID resume;
+//!                                     copied to PostgreSQL so any process can follow)
 //! ```
 //!
 //! A router for any agent (no authentication, records in memory):

@@ -263,6 +263,32 @@ const CREATE_RUNS: &str = "CREATE TABLE IF NOT EXISTS keel_server_runs (
     run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
     record TEXT NOT NULL)";
 const CREATE_RUNS_INDEX: &str = "CREATE INDEX IF NOT EXISTS keel_server_runs_thread ON keel_server_runs (thread_id, created_at_ms)";
+// A run's events, copied from the process running it so that another process sharing
+// the database can stream them (reconnects with `Last-Event-ID`, `join`), and cancel
+// requests addressed to a run another process is running.
+const CREATE_EVENTS: &str = "CREATE TABLE IF NOT EXISTS keel_server_run_events (
+    run_id TEXT NOT NULL, seq BIGINT NOT NULL, thread_id TEXT NOT NULL,
+    event TEXT NOT NULL, mode TEXT, data TEXT NOT NULL, written_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (run_id, seq))";
+const CREATE_EVENTS_INDEX: &str = "CREATE INDEX IF NOT EXISTS keel_server_run_events_written ON keel_server_run_events (written_at_ms)";
+const CREATE_CANCELS: &str = "CREATE TABLE IF NOT EXISTS keel_server_run_cancels (
+    run_id TEXT PRIMARY KEY, action TEXT NOT NULL, written_at_ms BIGINT NOT NULL)";
+
+/// One stored run event: its id in the run's log, SSE event name, stream mode, JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    /// The id (position in the run's log).
+    pub seq: u64,
+    /// The SSE event name.
+    pub event: String,
+    /// The stream mode's protocol name, for mode events.
+    pub mode: Option<String>,
+    /// The JSON payload.
+    pub data: String,
+}
+
+/// Rows per INSERT when copying events (7 binds a row, well under PostgreSQL's 65,535).
+const EVENT_ROWS_PER_INSERT: usize = 500;
 
 /// Runs `$body` with `$pool` bound to whichever SQL pool `$self` holds; `$memory` for the
 /// in-memory backend.
@@ -310,6 +336,9 @@ impl Registry {
             CREATE_THREADS_INDEX,
             CREATE_RUNS,
             CREATE_RUNS_INDEX,
+            CREATE_EVENTS,
+            CREATE_EVENTS_INDEX,
+            CREATE_CANCELS,
         ] {
             sql!(registry, _t => {}, pool => {
                 sqlx::query(statement)
@@ -481,11 +510,21 @@ impl Registry {
             if done.rows_affected() == 0 {
                 return Ok(false);
             }
-            sqlx::query("DELETE FROM keel_server_runs WHERE thread_id = $1")
+            sqlx::query("DELETE FROM keel_server_run_cancels WHERE run_id IN (SELECT run_id FROM keel_server_runs WHERE thread_id = $1)")
                 .bind(thread_id)
                 .execute(pool)
                 .await
                 .map_err(RegistryError::new)?;
+            for statement in [
+                "DELETE FROM keel_server_runs WHERE thread_id = $1",
+                "DELETE FROM keel_server_run_events WHERE thread_id = $1",
+            ] {
+                sqlx::query(statement)
+                    .bind(thread_id)
+                    .execute(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            }
             Ok(true)
         })
     }
@@ -612,6 +651,113 @@ impl Registry {
                 .await
                 .map_err(RegistryError::new)?;
             Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// Copies events of a run (in id order) for other processes; a no-op in memory.
+    pub async fn append_events(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        events: &[StoredEvent],
+    ) -> Result<(), RegistryError> {
+        let now = now_ms();
+        sql!(self, _t => Ok(()), pool => {
+            for chunk in events.chunks(EVENT_ROWS_PER_INSERT) {
+                let text = keel_store::multi_row(
+                    "INSERT INTO keel_server_run_events (run_id, seq, thread_id, event, mode, data, written_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_id, seq) DO NOTHING",
+                    chunk.len(),
+                );
+                // Only placeholders are formatted in; every value is bound.
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(text));
+                for e in chunk {
+                    query = query
+                        .bind(run_id)
+                        .bind(i64::try_from(e.seq).unwrap_or(i64::MAX))
+                        .bind(thread_id)
+                        .bind(&e.event)
+                        .bind(&e.mode)
+                        .bind(&e.data)
+                        .bind(now);
+                }
+                query.execute(pool).await.map_err(RegistryError::new)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Up to `limit` stored events of a run with id `>= from`, in order.
+    pub async fn events_from(
+        &self,
+        run_id: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, RegistryError> {
+        sql!(self, _t => Ok(Vec::new()), pool => {
+            let rows: Vec<(i64, String, Option<String>, String)> = sqlx::query_as(
+                "SELECT seq, event, mode, data FROM keel_server_run_events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(run_id)
+            .bind(i64::try_from(from).unwrap_or(i64::MAX))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await
+            .map_err(RegistryError::new)?;
+            Ok(rows
+                .into_iter()
+                .map(|(seq, event, mode, data)| StoredEvent {
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    event,
+                    mode,
+                    data,
+                })
+                .collect())
+        })
+    }
+
+    /// Deletes stored events (and cancel requests) written before `before_ms`; returns
+    /// how many events went.
+    pub async fn prune_events(&self, before_ms: i64) -> Result<u64, RegistryError> {
+        sql!(self, _t => Ok(0), pool => {
+            sqlx::query("DELETE FROM keel_server_run_cancels WHERE written_at_ms < $1")
+                .bind(before_ms)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            let done = sqlx::query("DELETE FROM keel_server_run_events WHERE written_at_ms < $1")
+                .bind(before_ms)
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Asks the process running a run to cancel it (`interrupt` or `rollback`); the
+    /// first request counts.
+    pub async fn request_cancel(&self, run_id: &str, action: &str) -> Result<(), RegistryError> {
+        sql!(self, _t => Ok(()), pool => {
+            sqlx::query("INSERT INTO keel_server_run_cancels (run_id, action, written_at_ms) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING")
+                .bind(run_id)
+                .bind(action)
+                .bind(now_ms())
+                .execute(pool)
+                .await
+                .map_err(RegistryError::new)?;
+            Ok(())
+        })
+    }
+
+    /// The cancel requested for a run by another process, if any.
+    pub async fn cancel_requested(&self, run_id: &str) -> Result<Option<String>, RegistryError> {
+        sql!(self, _t => Ok(None), pool => {
+            let row: Option<(String,)> =
+                sqlx::query_as("SELECT action FROM keel_server_run_cancels WHERE run_id = $1")
+                    .bind(run_id)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            Ok(row.map(|(a,)| a))
         })
     }
 

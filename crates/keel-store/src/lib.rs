@@ -143,3 +143,6 @@ pub use keel_core::store::{
     SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
 };
 pub use store::{Backend, Storage, Store};
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sql::multi_row;

@@ -539,12 +539,12 @@ pub async fn cancel(
     Ids((thread_id, run_id)): Ids<(String, String)>,
     query: QueryPairs,
 ) -> Result<StatusCode, ApiError> {
-    owned_run(&app, &owner, &thread_id, &run_id).await?;
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
     let action = CancelAction::parse(query.get("action").unwrap_or("interrupt"))
         .map_err(ApiError::Invalid)?;
     let wait = query.bool_or("wait", false)?;
     app.manager.cancel(&thread_id, &run_id, action).await;
-    if wait && let Some(live) = app.manager.live(&run_id) {
+    if wait && let Some(live) = app.manager.find(&record).await {
         live.log.closed().await;
     }
     Ok(StatusCode::ACCEPTED)
@@ -557,8 +557,8 @@ pub async fn join(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, run_id)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    owned_run(&app, &owner, &thread_id, &run_id).await?;
-    let live = app.manager.live(&run_id);
+    let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
+    let live = app.manager.find(&record).await;
     Ok(Json(outcome(&app, live, &thread_id, &run_id).await?))
 }
 
@@ -600,7 +600,7 @@ pub async fn join_stream(
         Some(ModeSet::of(&modes.map_err(ApiError::Invalid)?))
     };
     let cancel = query.bool_or("cancel_on_disconnect", false)?;
-    match app.manager.live(&run_id) {
+    match app.manager.find(&record).await {
         Some(live) => Ok(stream_response(&record, live, from, filter, cancel)),
         // The run ended long enough ago that its events are gone: say how it ended.
         None => {

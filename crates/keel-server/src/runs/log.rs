@@ -116,6 +116,17 @@ impl EventLog {
         }
     }
 
+    /// The events with id `>= from` kept now (empty when there are none yet), without
+    /// waiting; `Err(first_kept)` when some of them were dropped.
+    pub fn since(&self, from: u64) -> Result<Vec<SseEvent>, u64> {
+        let inner = self.inner.lock();
+        if from < inner.first_id {
+            return Err(inner.first_id);
+        }
+        let skip = usize::try_from(from - inner.first_id).unwrap_or(usize::MAX);
+        Ok(inner.events.iter().skip(skip).cloned().collect())
+    }
+
     /// The events with id `>= from`, waiting for some when there are none yet.
     pub async fn next(&self, from: u64) -> Next {
         let mut rx = self.version.subscribe();

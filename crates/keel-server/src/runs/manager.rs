@@ -9,7 +9,9 @@
 //! the thread's state before the run, since checkpoints are never deleted.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use futures::StreamExt;
 use keel_agent::{Agent, AgentError};
@@ -23,11 +25,11 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use super::log::EventLog;
-use super::modes::ModeSet;
+use super::modes::{ModeSet, WireMode};
 use super::translate::{RunContext, Translator};
 use crate::error::ApiError;
 use crate::lease::Leases;
-use crate::registry::{Registry, RunRecord, RunStatus, Strategy, ThreadStatus};
+use crate::registry::{Registry, RunRecord, RunStatus, StoredEvent, Strategy, ThreadStatus};
 use crate::time::now_ms;
 use crate::wire::{message_to_lc, state_to_values};
 
@@ -136,7 +138,22 @@ struct State {
     slots: HashMap<String, Slot>,
     live: HashMap<String, Arc<LiveRun>>,
     finished: VecDeque<String>,
+    /// Runs of other processes (shared database) being followed here, by run id.
+    followers: HashMap<String, Weak<LiveRun>>,
 }
+
+/// How often the process running a run copies its new events to a shared database
+/// (and checks for a cancel asked through another process).
+const MIRROR_EVERY: Duration = Duration::from_millis(200);
+/// How often a process following another's run reads its new events.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+/// How long a run's copied events stay in a shared database.
+pub const EVENTS_KEPT: Duration = Duration::from_secs(15 * 60);
+/// Quiet polls after which a follower checks whether the run still exists.
+const FOLLOW_CHECK_POLLS: u32 = 20;
+/// Checks in a row finding the run unfinished with nobody running its thread before a
+/// follower gives up on it (its process stopped).
+const FOLLOW_ORPHAN_CHECKS: u32 = 5;
 
 /// What a new run needs, once the request is validated.
 #[derive(Clone, Debug)]
@@ -165,6 +182,8 @@ pub struct RunManager {
     leases: Leases,
     running: Arc<Semaphore>,
     state: Mutex<State>,
+    /// Runs started, to prune old copied events now and then.
+    started: AtomicU64,
 }
 
 impl std::fmt::Debug for RunManager {
@@ -199,6 +218,7 @@ impl RunManager {
             assistant,
             limits,
             state: Mutex::new(State::default()),
+            started: AtomicU64::new(0),
         }
     }
 
@@ -275,6 +295,11 @@ impl RunManager {
                 return Err(e);
             }
         };
+        if self.registry.is_shared() {
+            let manager = self.clone();
+            let mirrored = live.clone();
+            tokio::spawn(async move { manager.mirror(mirrored).await });
+        }
         if let Some(queued) = start {
             self.spawn(queued);
         }
@@ -349,21 +374,32 @@ impl RunManager {
     /// Cancels a run of a thread: a running one stops at its current step, a queued one
     /// never starts. A finished run is left as it is.
     pub async fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
-        let dequeued = {
+        // Found here: `Some(dequeued run)` or `None` once signalled; not here: `Err`.
+        let found: Result<Option<Queued>, ()> = {
             let mut state = self.state.lock();
-            let Some(slot) = state.slots.get_mut(thread_id) else {
-                return;
-            };
-            if let Some(active) = slot.active.as_ref().filter(|a| a.run_id == run_id) {
-                active.cancel(action);
-                return;
+            match state.slots.get_mut(thread_id) {
+                None => Err(()),
+                Some(slot) => {
+                    if let Some(active) = slot.active.as_ref().filter(|a| a.run_id == run_id) {
+                        active.cancel(action);
+                        Ok(None)
+                    } else {
+                        let position = slot.queue.iter().position(|q| q.live.run_id == run_id);
+                        position
+                            .and_then(|i| slot.queue.remove(i))
+                            .map(Some)
+                            .ok_or(())
+                    }
+                }
             }
-            let position = slot.queue.iter().position(|q| q.live.run_id == run_id);
-            position.and_then(|i| slot.queue.remove(i))
         };
-        if let Some(queued) = dequeued {
-            queued.live.cancel(action);
-            self.close_unstarted(&queued.live, action).await;
+        match found {
+            Ok(Some(queued)) => {
+                queued.live.cancel(action);
+                self.close_unstarted(&queued.live, action).await;
+            }
+            Ok(None) => {}
+            Err(()) => self.cancel_elsewhere(run_id, action).await,
         }
     }
 
@@ -376,6 +412,199 @@ impl RunManager {
         );
         live.log.close();
         self.retire(&live.run_id);
+    }
+
+    /// On a shared database, asks the process running `run_id` to cancel it (it reads
+    /// the request within [`MIRROR_EVERY`]).
+    async fn cancel_elsewhere(&self, run_id: &str, action: CancelAction) {
+        if !self.registry.is_shared() || self.live(run_id).is_some() {
+            return;
+        }
+        let action = match action {
+            CancelAction::Interrupt => "interrupt",
+            CancelAction::Rollback => "rollback",
+        };
+        self.log_err(self.registry.request_cancel(run_id, action).await);
+    }
+
+    /// The run, to stream or wait for: this process's, or on a shared database one that
+    /// another process is running (or ran recently), followed through its copied events.
+    /// `None` when its events are gone.
+    pub async fn find(self: &Arc<Self>, record: &RunRecord) -> Option<Arc<LiveRun>> {
+        if let Some(live) = self.live(&record.run_id) {
+            return Some(live);
+        }
+        if !self.registry.is_shared() {
+            return None;
+        }
+        if let Some(live) = self
+            .state
+            .lock()
+            .followers
+            .get(&record.run_id)
+            .and_then(Weak::upgrade)
+        {
+            return Some(live);
+        }
+        let stored = match self.registry.events_from(&record.run_id, 0, 1).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::error!("reading a run's events: {e}");
+                return None;
+            }
+        };
+        if stored.is_empty() && record.status.is_final() {
+            return None;
+        }
+        let live = Arc::new(LiveRun {
+            run_id: record.run_id.clone(),
+            thread_id: record.thread_id.clone(),
+            modes: ModeSet::from_json(record.kwargs.get("stream_mode")).unwrap_or_default(),
+            log: EventLog::new(self.limits.max_log_bytes),
+            cancel: watch::Sender::new(None),
+        });
+        self.state
+            .lock()
+            .followers
+            .insert(record.run_id.clone(), Arc::downgrade(&live));
+        let manager = self.clone();
+        let followed = live.clone();
+        tokio::spawn(async move { manager.follow(followed).await });
+        Some(live)
+    }
+
+    /// Copies a run's events to the shared database as they come, until its log closes,
+    /// and applies a cancel another process recorded for it.
+    async fn mirror(self: Arc<Self>, live: Arc<LiveRun>) {
+        if self
+            .started
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(64)
+        {
+            let before = now_ms() - EVENTS_KEPT.as_millis() as i64;
+            self.log_err(self.registry.prune_events(before).await);
+        }
+        let mut cursor = 0;
+        let mut cancel_seen = false;
+        loop {
+            let closed = live.log.is_closed();
+            let events = match live.log.since(cursor) {
+                Ok(events) => events,
+                Err(first_kept) => {
+                    tracing::warn!(run_id = %live.run_id, first_kept, "events dropped before they were copied");
+                    cursor = first_kept;
+                    continue;
+                }
+            };
+            if let Some(last) = events.last() {
+                cursor = last.id + 1;
+                let stored: Vec<StoredEvent> = events
+                    .iter()
+                    .map(|e| StoredEvent {
+                        seq: e.id,
+                        event: e.event.to_string(),
+                        mode: e.mode.map(|m| m.as_str().to_owned()),
+                        data: e.data.to_string(),
+                    })
+                    .collect();
+                self.log_err(
+                    self.registry
+                        .append_events(&live.thread_id, &live.run_id, &stored)
+                        .await,
+                );
+            }
+            if closed {
+                return;
+            }
+            if !cancel_seen {
+                match self.registry.cancel_requested(&live.run_id).await {
+                    Ok(Some(action)) => {
+                        cancel_seen = true;
+                        let action =
+                            CancelAction::parse(&action).unwrap_or(CancelAction::Interrupt);
+                        self.cancel(&live.thread_id, &live.run_id, action).await;
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(MIRROR_EVERY) => {}
+                () = live.log.closed() => {}
+            }
+        }
+    }
+
+    /// Feeds a follower's log from the events another process copies, until the `end`
+    /// event; passes a cancel asked here to that process.
+    async fn follow(self: Arc<Self>, live: Arc<LiveRun>) {
+        let mut cursor = 0;
+        let mut quiet = 0u32;
+        let mut orphan = 0u32;
+        let mut cancel = live.cancel.subscribe();
+        let mut cancel_sent = false;
+        let ended = loop {
+            match self.registry.events_from(&live.run_id, cursor, 1000).await {
+                Ok(events) => {
+                    quiet = if events.is_empty() { quiet + 1 } else { 0 };
+                    let mut end = false;
+                    for e in events {
+                        let mode = e.mode.as_deref().and_then(|m| WireMode::parse(m).ok());
+                        end |= e.event == "end";
+                        cursor = e.seq + 1;
+                        live.log.push(&e.event, e.data, mode);
+                    }
+                    if end {
+                        break None;
+                    }
+                }
+                Err(e) => {
+                    quiet += 1;
+                    tracing::error!(run_id = %live.run_id, "reading a run's events: {e}");
+                }
+            }
+            if quiet > 0 && quiet.is_multiple_of(FOLLOW_CHECK_POLLS) {
+                match self.registry.run(&live.thread_id, &live.run_id).await {
+                    // Ended (its events were copied long ago, or never).
+                    Ok(Some(record)) if record.status.is_final() => {
+                        break Some(record.status.as_str());
+                    }
+                    // Rolled back: the record went with it.
+                    Ok(None) => break Some(RunStatus::Interrupted.as_str()),
+                    Ok(Some(_)) => {
+                        let busy = self.is_busy(&live.thread_id).await.unwrap_or(true);
+                        orphan = if busy { 0 } else { orphan + 1 };
+                        if orphan >= FOLLOW_ORPHAN_CHECKS {
+                            push_json(
+                                &live.log,
+                                "error",
+                                &json!({"error": "RunLost", "message": "the process running this run stopped before it ended"}),
+                            );
+                            break Some(RunStatus::Error.as_str());
+                        }
+                    }
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+            let asked = *cancel.borrow_and_update();
+            if let Some(action) = asked.filter(|_| !cancel_sent) {
+                cancel_sent = true;
+                self.cancel_elsewhere(&live.run_id, action).await;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                _ = cancel.changed() => {}
+            }
+        };
+        if let Some(status) = ended {
+            push_json(
+                &live.log,
+                "end",
+                &json!({"run_id": live.run_id, "status": status}),
+            );
+        }
+        live.log.close();
+        self.state.lock().followers.remove(&live.run_id);
     }
 
     async fn record_cancel(&self, live: &LiveRun, action: CancelAction) {

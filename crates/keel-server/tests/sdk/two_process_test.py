@@ -112,6 +112,37 @@ async def main():
     )
     print(f"     compactions: {len(compacted)}, summaries written: {sum(written.values())}, sources: {sources}")
     check("no two runs of a thread interleaved their checkpoints", not interleaved, interleaved[:5])
+
+    # A run on A, followed from B: its stream (with Last-Event-ID), join and cancel reach
+    # it through the database, not only through A.
+    t = (await a.threads.create())["thread_id"]
+    run = await a.runs.create(
+        t, "agent", input={"messages": [{"role": "user", "content": "slow across processes"}]},
+        stream_mode=["messages-tuple", "values"],
+    )
+    first = []
+    async for part in b.runs.join_stream(t, run["run_id"]):
+        first.append(part)
+        if len(first) == 8:
+            break
+    rest = [p async for p in b.runs.join_stream(t, run["run_id"], last_event_id=first[-1].id)]
+    ids = [int(p.id) for p in first + rest]
+    check("B streams A's run, and resumes after a Last-Event-ID", ids == list(range(len(ids))) and rest[-1].event == "end", ids)
+    on_a = [(p.id, p.event, p.data) for p in [p async for p in a.runs.join_stream(t, run["run_id"])]]
+    on_b = [(p.id, p.event, p.data) for p in first + rest]
+    check("B sees the same events, ids and payloads as A", on_a == on_b, (len(on_a), len(on_b)))
+    text = "".join(p.data[0]["content"] for p in first + rest if p.event == "messages")
+    check("the streamed answer is whole", text.split() == [f"w{i}" for i in range(1, 61)], text[:80])
+
+    run = await a.runs.create(t, "agent", input={"messages": [{"role": "user", "content": "slow join"}]})
+    values = await b.runs.join(t, run["run_id"])
+    check("B's join waits for A's run to end", values["messages"][-1]["content"].split()[-1] == "w60", values["messages"][-1]["content"][-40:])
+
+    run = await a.runs.create(t, "agent", input={"messages": [{"role": "user", "content": "slow cancel"}]})
+    await asyncio.sleep(0.1)
+    await b.runs.cancel(t, run["run_id"], wait=True)
+    status = (await a.runs.get(t, run["run_id"]))["status"]
+    check("B cancels A's run", status == "interrupted", status)
     print(f"{passed} passed, {failed} failed")
     return failed
 

@@ -59,7 +59,7 @@ pub(crate) const APPEND_ROWS_PER_STATEMENT: usize = 500;
 
 /// `query` (an `INSERT ... VALUES (<one row with $1..$k>) [rest]`) for `rows` rows: the
 /// row tuple repeated with its parameters renumbered (`$1..$k`, `$k+1..$2k`, ...).
-pub(crate) fn multi_row(query: &str, rows: usize) -> String {
+pub fn multi_row(query: &str, rows: usize) -> String {
     let Some(start) = query.find("VALUES (").map(|i| i + "VALUES ".len()) else {
         return query.to_owned();
     };
