@@ -127,8 +127,11 @@ impl Run {
             });
         };
         let result = self.run_turn(inner, &mut turn, input).await;
-        if let (Err(AgentError::RolledBack { .. }), Some(handoff)) = (&result, &mut turn.handoff) {
-            handoff.rollback_to = self.base.clone();
+        // A run stopped before it wrote leaves the handoff it found to the next run.
+        if let (Err(AgentError::RolledBack { .. }), Some(handoff), Some(base)) =
+            (&result, &mut turn.handoff, &self.base)
+        {
+            handoff.rollback_to = Some(base.clone());
         }
         drop(turn);
         result?;
@@ -153,6 +156,13 @@ impl Run {
         turn: &mut Turn,
         input: Vec<Message>,
     ) -> Result<(), AgentError> {
+        // Under rollback, a run that a newer one preempts before it starts ends without
+        // writing: its work would be reverted anyway. This also covers a newer run that
+        // reached the thread first (tickets are drawn before queueing, so two arrivals
+        // can queue out of order): the older one must not then write after it.
+        if inner.multitask == MultitaskStrategy::Rollback && turn.preempted() {
+            return Err(self.stopped(inner));
+        }
         // A handoff is for the run right after the stopped one, and only under rollback.
         let rollback_to = turn
             .handoff
