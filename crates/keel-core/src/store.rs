@@ -200,6 +200,12 @@ pub trait ChatHistoryStore: Send + Sync {
         scope: &SessionScope,
         n: usize,
     ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// The timestamp of the newest message, if any. Session memory reads it on every
+    /// turn it records (new messages are stamped after it); SQL stores answer it from
+    /// the index without reading a message body.
+    async fn newest_timestamp(&self, scope: &SessionScope) -> Result<Option<i64>, StoreError> {
+        Ok(self.last_n(scope, 1).await?.last().map(|m| m.timestamp_ms))
+    }
     /// Up to `limit` messages strictly after `cursor` (from the start when `None`), oldest
     /// first.
     async fn after(

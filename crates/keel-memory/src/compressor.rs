@@ -824,10 +824,9 @@ impl SessionCompressor {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let newest = self.history.last_n(scope, 1).await?;
+        let newest = self.history.newest_timestamp(scope).await?;
         let base = newest
-            .last()
-            .map_or(i64::MIN, |m| m.timestamp_ms.saturating_add(1))
+            .map_or(i64::MIN, |t| t.saturating_add(1))
             .max(now_ms());
         let mut seen = HashSet::new();
         let rows: Vec<StoredMessage> = candidates

@@ -156,6 +156,19 @@ pub async fn chat_history<S: Storage>(store: &S) -> Checked {
     );
     let none = call(C, "last_n(0)", store.last_n(&scope, 0).await)?;
     ensure!(C, none.is_empty(), "last_n(0) gave {:?}", ids(&none));
+    let newest = call(C, "newest_timestamp", store.newest_timestamp(&scope).await)?;
+    ensure!(
+        C,
+        newest == Some(30),
+        "newest_timestamp gave {newest:?}, expected 30"
+    );
+    let empty = SessionScope::new(format!("{ns}-flow"), "user", "no-such-session", "ctx");
+    let newest = call(C, "newest_timestamp", store.newest_timestamp(&empty).await)?;
+    ensure!(
+        C,
+        newest.is_none(),
+        "newest_timestamp of an empty session gave {newest:?}"
+    );
     let many = call(C, "last_n(100)", store.last_n(&scope, 100).await)?;
     ensure!(
         C,

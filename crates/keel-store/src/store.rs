@@ -231,6 +231,10 @@ impl ChatHistoryStore for Store {
         dispatch!(self, s => s.last_n(scope, n).await)
     }
 
+    async fn newest_timestamp(&self, scope: &SessionScope) -> Result<Option<i64>, StoreError> {
+        dispatch!(self, s => s.newest_timestamp(scope).await)
+    }
+
     async fn after(
         &self,
         scope: &SessionScope,

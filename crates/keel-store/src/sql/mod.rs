@@ -36,9 +36,16 @@ macro_rules! scoped {
     };
 }
 
-pub(crate) const LAST_N: &str = scoped!(
+/// The newest rows of a scope, newest first; the caller appends the row count. The
+/// count is written into the statement rather than bound: SQLite treats a bound
+/// `LIMIT` as a constant of the prepared plan, so a statement stepped with another
+/// limit than last time's is parsed and planned again (`sqlite3Reprepare`), and session
+/// memory asks for a different number of rows from one call to the next (the newest
+/// one when recording, a window that depends on the turn's length). One statement per
+/// distinct count stays in the connection's statement cache instead.
+pub(crate) const LAST_N_UNLIMITED: &str = scoped!(
     "SELECT timestamp_ms, CAST(body AS TEXT) AS body FROM chat_messages",
-    " ORDER BY timestamp_ms DESC, message_id DESC LIMIT $5"
+    " ORDER BY timestamp_ms DESC, message_id DESC LIMIT "
 );
 pub(crate) const AFTER_START: &str = scoped!(
     "SELECT timestamp_ms, CAST(body AS TEXT) AS body FROM chat_messages",
@@ -103,6 +110,8 @@ pub fn multi_row(query: &str, rows: usize) -> String {
 }
 
 pub(crate) const COUNT_START: &str = scoped!("SELECT COUNT(*) AS n FROM chat_messages", "");
+pub(crate) const NEWEST_TIMESTAMP: &str =
+    scoped!("SELECT MAX(timestamp_ms) AS t FROM chat_messages", "");
 pub(crate) const COUNT_CURSOR: &str = scoped!(
     "SELECT COUNT(*) AS n FROM chat_messages",
     " AND (timestamp_ms, message_id) > ($5, $6)"
@@ -814,18 +823,41 @@ macro_rules! impl_sql_store {
                 if n == 0 {
                     return Ok(Vec::new());
                 }
-                let rows: Vec<(i64, String)> = sqlx::query_as($crate::sql::LAST_N)
+                // Only a number is formatted in (see LAST_N_UNLIMITED).
+                let text = format!(
+                    "{}{}",
+                    $crate::sql::LAST_N_UNLIMITED,
+                    $crate::check::limit(n)
+                );
+                let query = sqlx::query_as(sqlx::AssertSqlSafe(text))
+                    .persistent(true)
                     .bind(&scope.flow_id)
                     .bind(&scope.user_id)
                     .bind(&scope.session_id)
-                    .bind(&scope.context_id)
-                    .bind($crate::check::limit(n))
+                    .bind(&scope.context_id);
+                let rows: Vec<(i64, String)> = query
                     .fetch_all(&self.pool)
                     .await
                     .map_err($crate::sql::backend)?;
                 let mut out = Self::messages(rows)?;
                 out.reverse();
                 Ok(out)
+            }
+
+            async fn newest_timestamp(
+                &self,
+                scope: &keel_core::store::SessionScope,
+            ) -> Result<Option<i64>, StoreError> {
+                $crate::check::scope(scope)?;
+                let (t,): (Option<i64>,) = sqlx::query_as($crate::sql::NEWEST_TIMESTAMP)
+                    .bind(&scope.flow_id)
+                    .bind(&scope.user_id)
+                    .bind(&scope.session_id)
+                    .bind(&scope.context_id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(t)
             }
 
             async fn after(
