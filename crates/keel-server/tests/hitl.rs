@@ -3,18 +3,19 @@
 //! request), and a run with `command: {resume: {"decisions": [...]}}` continues it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
+use common::json;
 use keel_core::message::{Message, MessageBody, ToolCall};
 use keel_server::config::StackConfig;
 use keel_server::router;
 use keel_store::Store;
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 /// Calls `echo` once per user message, then reports what the tool said.
 fn app() -> Router {
@@ -39,47 +40,17 @@ fn app() -> Router {
     router(agent)
 }
 
-async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, String) {
-    let mut request = Request::builder().method(method).uri(path);
-    let body = match body {
-        Some(v) => {
-            request = request.header("content-type", "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let response = app
-        .clone()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
-        .await
-        .unwrap();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// `(event, data)` of an SSE body.
+/// `(event, data)` of a streamed run.
 fn events(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let mut event = None;
-            let mut data = String::new();
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("event: ") {
-                    event = Some(v.to_owned());
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data.push_str(v);
-                }
-            }
-            Some((event?, serde_json::from_str(&data).ok()?))
-        })
+    common::events(body)
+        .into_iter()
+        .map(|(event, _, data)| (event, data))
         .collect()
+}
+
+/// One request without an API key.
+async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, String) {
+    common::call(app, method, path, None, body).await
 }
 
 async fn thread(app: &Router) -> String {

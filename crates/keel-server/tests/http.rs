@@ -2,18 +2,20 @@
 //! model: the protocol's shapes, streaming, reconnecting, auth scoping and error shapes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::{call, events, json};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_server::auth::ApiKeys;
 use keel_server::{ServerOptions, router, router_with};
 use keel_testkit::ScriptedModel;
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::ServiceExt;
 
 fn agent() -> Agent {
@@ -26,61 +28,6 @@ fn agent() -> Agent {
         Ok(Message::ai(format!("echo: {said}")))
     });
     Agent::builder().model(Arc::new(model)).build().unwrap()
-}
-
-async fn call(
-    app: &Router,
-    method: &str,
-    path: &str,
-    key: Option<&str>,
-    body: Option<Value>,
-) -> (StatusCode, String) {
-    let mut request = Request::builder().method(method).uri(path);
-    if let Some(key) = key {
-        request = request.header("x-api-key", key);
-    }
-    let body = match body {
-        Some(v) => {
-            request = request.header("content-type", "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let response = app
-        .clone()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
-        .await
-        .unwrap();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap()
-}
-
-/// `(event, id, data)` of an SSE body.
-fn events(body: &str) -> Vec<(String, u64, Value)> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let mut event = None;
-            let mut id = None;
-            let mut data = String::new();
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("event: ") {
-                    event = Some(v.to_owned());
-                } else if let Some(v) = line.strip_prefix("id: ") {
-                    id = v.parse().ok();
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data.push_str(v);
-                }
-            }
-            Some((event?, id?, serde_json::from_str(&data).ok()?))
-        })
-        .collect()
 }
 
 #[tokio::test]
