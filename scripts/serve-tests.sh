@@ -101,9 +101,13 @@ run_browser() {
     rm -f "$WORK/browser.db"*
     start_server browser "$ROOT/target/debug/keel" serve --config examples/keel.yaml --port 0 \
         --database "sqlite://$WORK/browser.db"
+    local plain="$URL"
+    rm -f "$WORK/browser-review.db"*
+    start_server browser-review "$ROOT/target/debug/keel" serve --config examples/keel-review.yaml \
+        --port 0 --database "sqlite://$WORK/browser-review.db"
     cp crates/keel-server/tests/browser/chat_page_test.mjs "$WORK/js/"
-    CHROMIUM="$(command -v chromium)" node "$WORK/js/chat_page_test.mjs" "$URL" "$WORK"
-    echo "screenshots: $WORK/chat-page.png, $WORK/chat-page-toast.png"
+    CHROMIUM="$(command -v chromium)" node "$WORK/js/chat_page_test.mjs" "$plain" "$WORK" "$URL"
+    echo "screenshots: $WORK/chat-page.png, $WORK/chat-page-toast.png, $WORK/chat-page-review.png"
 }
 
 # The load test: N concurrent streaming runs against one scripted server. CI runs 50

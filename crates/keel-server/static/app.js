@@ -1,7 +1,10 @@
 // The Keel chat page. It speaks the LangGraph Agent Server protocol, like any SDK
 // client: POST /threads, POST /threads/{id}/runs/stream (server-sent events in the
 // values, messages-tuple and custom modes), GET /threads/{id}/state, POST
-// /threads/search and /threads/{id}/history. No build step: this file is served as is.
+// /threads/search and /threads/{id}/history. A run paused for review (the
+// `__interrupt__` of human-in-the-loop middleware) shows its tool calls with the
+// decisions allowed; a choice resumes the run with `command: {resume: {decisions}}`.
+// No build step: this file is served as is.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -82,9 +85,49 @@ function hideToast(after) {
   state.toastTimer = setTimeout(() => { $("toast").hidden = true; }, after);
 }
 
+// The pending review of a run paused before tool calls, from `__interrupt__` (values)
+// or the thread state's `interrupts`: one row per call, a button per allowed decision.
+function showReview(interrupts) {
+  const box = $("review");
+  box.textContent = "";
+  const pending = (interrupts || [])[0];
+  const value = pending && pending.value;
+  if (!value || !Array.isArray(value.action_requests)) {
+    box.hidden = true;
+    return;
+  }
+  const title = document.createElement("strong");
+  title.textContent = "Waiting for your review";
+  box.appendChild(title);
+  const decisions = value.action_requests.map(() => null);
+  value.action_requests.forEach((request, i) => {
+    const row = document.createElement("div");
+    row.className = "review-call";
+    const what = document.createElement("code");
+    what.textContent = `${request.name}(${JSON.stringify(request.args || {})})`;
+    row.appendChild(what);
+    const allowed = ((value.review_configs || [])[i] || {}).allowed_decisions || ["approve", "reject"];
+    for (const kind of allowed.filter((k) => k === "approve" || k === "reject")) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = `decide ${kind}`;
+      button.textContent = kind;
+      button.addEventListener("click", () => {
+        decisions[i] = kind === "approve" ? { type: "approve" } : { type: "reject", message: "Rejected from the chat page." };
+        row.dataset.decided = kind;
+        if (decisions.every(Boolean)) resume(decisions);
+      });
+      row.appendChild(button);
+    }
+    box.appendChild(row);
+  });
+  box.hidden = false;
+}
+
 function onEvent(event, data) {
   if (event === "values") {
     render(data.messages);
+    showReview(data.__interrupt__);
   } else if (event === "messages") {
     const [chunk] = data;
     if (chunk.type === "AIMessageChunk") {
@@ -138,19 +181,34 @@ async function readEvents(res) {
 
 async function send(message) {
   if (state.streaming || !message.trim()) return;
+  await run(async () => {
+    if (!state.thread) await newThread();
+    bubble("human", message);
+    return { input: { messages: [{ type: "human", content: message }] } };
+  });
+}
+
+// Continues a paused run with one decision per reviewed call.
+async function resume(decisions) {
+  if (state.streaming) return;
+  $("review").hidden = true;
+  await run(async () => ({ command: { resume: { decisions } } }));
+}
+
+// Streams one run of the current thread; `prepare` returns the run's input or command.
+async function run(prepare) {
   state.streaming = true;
   document.body.dataset.busy = "true";
   $("send").disabled = true;
   status("streaming…");
   try {
-    if (!state.thread) await newThread();
-    bubble("human", message);
+    const what = await prepare();
     const res = await fetch(`/threads/${encodeURIComponent(state.thread)}/runs/stream`, {
       method: "POST",
       headers: headers(),
       body: JSON.stringify({
         assistant_id: state.assistant,
-        input: { messages: [{ type: "human", content: message }] },
+        ...what,
         stream_mode: ["values", "messages-tuple", "custom"],
         multitask_strategy: "reject",
       }),
@@ -177,6 +235,7 @@ async function newThread() {
   const thread = await api("POST", "/threads", { metadata: { source: "keel-chat-page" } });
   state.thread = thread.thread_id;
   render([]);
+  showReview(null);
   await loadThreads();
   await loadHistory();
 }
@@ -185,6 +244,7 @@ async function openThread(id) {
   state.thread = id;
   const snapshot = await api("GET", `/threads/${encodeURIComponent(id)}/state`);
   render(snapshot.values.messages || []);
+  showReview(snapshot.interrupts);
   await loadThreads();
   await loadHistory();
 }

@@ -5,12 +5,14 @@
 //   2. asks for an `echo` and sees the tool call and its result;
 //   3. sends a dozen long messages on the same thread and waits for the compacting
 //      toast; the thread list and the checkpoint history are filled in;
+// then, against `keel serve --config examples/keel-review.yaml` (human in the loop on
+// `echo`), asks for an echo, sees the review box, approves, and sees the result;
 // and saves screenshots under target/serve-tests/.
 //
-//   node chat_page_test.mjs URL SCREENSHOT_DIR
+//   node chat_page_test.mjs URL SCREENSHOT_DIR [REVIEW_URL]
 import { chromium } from "playwright-core";
 
-const [url, shots] = process.argv.slice(2);
+const [url, shots, reviewUrl] = process.argv.slice(2);
 const results = { passed: 0, failed: 0 };
 
 async function step(name, fn) {
@@ -91,6 +93,26 @@ await step("thread history is listed and reopening the thread shows every messag
   await page.click("#threads li:not(.active)");
   await page.waitForFunction(() => document.querySelectorAll(".msg.human").length >= 8, null, { timeout: 10000 });
   await page.screenshot({ path: `${shots}/chat-page.png`, fullPage: false });
+});
+
+await step("a paused run shows its review, and approving runs the tool", async () => {
+  assert(reviewUrl, "no REVIEW_URL given");
+  await page.goto(reviewUrl);
+  await page.waitForFunction(() => document.querySelector("#assistant").textContent.includes("agent"), null, { timeout: 15000 });
+  await page.click("#new-thread");
+  await sendAndWait("Please echo the word apples");
+  await page.waitForSelector("#review:not([hidden])", { timeout: 10000 });
+  const call = await page.textContent("#review code");
+  assert(call.startsWith("echo(") && call.includes("apples"), `review shows ${call}`);
+  const before = await page.$$eval(".msg.tool", (els) => els.length);
+  assert(before === 0, "the tool ran before the review");
+  await page.screenshot({ path: `${shots}/chat-page-review.png` });
+  await page.click("#review button.approve");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.tool").length === 1, null, { timeout: 30000 });
+  await page.waitForFunction(() => document.body.dataset.busy === "false", null, { timeout: 30000 });
+  const tools = await page.$$eval(".msg.tool", (els) => els.map((e) => e.textContent));
+  assert(tools[0].startsWith("echo:") && tools[0].includes("apples"), `tool result ${JSON.stringify(tools)}`);
+  assert(await page.isHidden("#review"), "the review box is still up");
 });
 
 await step("no script error on the page", async () => {
