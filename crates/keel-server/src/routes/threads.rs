@@ -93,11 +93,10 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
     }
 }
 
-/// The node a paused thread waits in.
-const INTERRUPTED_NODE: &str = "HumanInTheLoopMiddleware.after_model";
-
 /// A paused thread's `next`, `tasks` and `interrupts` (LangGraph shows the waiting node
-/// as a task holding its interrupts); empty lists otherwise.
+/// as a task holding its interrupts); empty lists otherwise. The waiting node is the one
+/// that paused: the head checkpoint's (`HumanInTheLoopMiddleware.after_model`, or
+/// `.before_agent` for the next call of a per-call review).
 fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
     let pending = cp
         .values
@@ -107,12 +106,13 @@ fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
         None => (json!([]), json!([]), json!([])),
         Some(list) => {
             let id = list[0]["id"].clone();
+            let node = cp.node.as_str();
             (
-                json!([INTERRUPTED_NODE]),
+                json!([node]),
                 json!([{
                     "id": id,
-                    "name": INTERRUPTED_NODE,
-                    "path": ["__pregel_pull", INTERRUPTED_NODE],
+                    "name": node,
+                    "path": ["__pregel_pull", node],
                     "error": null,
                     "interrupts": list.clone(),
                     "checkpoint": null,

@@ -43,6 +43,14 @@ pub enum CancelAction {
 }
 
 impl CancelAction {
+    /// The protocol's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelAction::Interrupt => "interrupt",
+            CancelAction::Rollback => "rollback",
+        }
+    }
+
     /// Reads `interrupt` or `rollback`.
     pub fn parse(s: &str) -> Result<CancelAction, String> {
         match s {
@@ -420,11 +428,7 @@ impl RunManager {
         if !self.registry.is_shared() || self.live(run_id).is_some() {
             return;
         }
-        let action = match action {
-            CancelAction::Interrupt => "interrupt",
-            CancelAction::Rollback => "rollback",
-        };
-        self.log_err(self.registry.request_cancel(run_id, action).await);
+        self.log_err(self.registry.request_cancel(run_id, action.as_str()).await);
     }
 
     /// The run, to stream or wait for: this process's, or on a shared database one that
