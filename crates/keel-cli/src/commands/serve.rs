@@ -13,7 +13,8 @@ use super::CommandResult;
 /// Arguments of `keel serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent: a keel.yaml (model, system prompt, middleware); see examples/keel.yaml.
+    /// The agent: a keel.yaml (model, system prompt, middleware); see examples/keel.yaml,
+    /// and examples/keel-review.yaml for tool calls that wait for a person's decision.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// The port to listen on (0 picks a free one).
