@@ -540,7 +540,10 @@ impl Middleware for HumanInTheLoop {
             None => {
                 return Err(self.fail(
                     "before_agent",
-                    "the thread is paused for review: resume it with HumanInTheLoop::resume and one decision per pending tool call".into(),
+                    format!(
+                        "the thread is paused for review of {} tool call(s); resume it with one decision per call (HumanInTheLoop::resume, or over keel serve a run with command: {{resume: {{decisions: [...]}}}})",
+                        pending.tool_call_ids.len()
+                    ),
                 ));
             }
         };

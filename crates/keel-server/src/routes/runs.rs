@@ -99,12 +99,7 @@ fn resume_of(
             "command.resume needs a thread: a stateless run has no interrupt to resume".into(),
         ));
     }
-    if !app
-        .manager
-        .agent()
-        .middleware_names()
-        .contains(&"HumanInTheLoopMiddleware")
-    {
+    if !has_review_middleware(app) {
         return Err(ApiError::BadRequest(
             "command.resume: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision".into(),
         ));
@@ -292,8 +287,9 @@ async fn start(
             id
         }
     };
-    if let Some(decisions) = &parsed.run.resume {
-        check_resume(app, &thread_id, decisions).await?;
+    match &parsed.run.resume {
+        Some(decisions) => check_resume(app, &thread_id, decisions).await?,
+        None => check_not_paused(app, &thread_id).await?,
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
     if parsed.delete_on_completion {
@@ -308,16 +304,20 @@ async fn start(
     Ok((record, live, parsed.cancel_on_disconnect))
 }
 
-/// A resume on an idle thread must answer its pending interrupt: one allowed decision
-/// per paused call. On a busy thread the run waits its turn and the check is made when
-/// it starts (its error then ends the run).
-async fn check_resume(
-    app: &AppState,
-    thread_id: &str,
-    decisions: &[Decision],
-) -> Result<(), ApiError> {
+/// What a thread waits for, as far as a new run is concerned.
+enum Review {
+    /// A run is executing or queued: the next run waits its turn, and the middleware
+    /// checks the review when it starts.
+    Busy,
+    /// Idle and paused for this review.
+    Pending(Interrupt),
+    /// Idle, nothing to review.
+    None,
+}
+
+async fn review(app: &AppState, thread_id: &str) -> Result<Review, ApiError> {
     if app.manager.is_busy(thread_id).await? {
-        return Ok(());
+        return Ok(Review::Busy);
     }
     let state = app
         .manager
@@ -326,14 +326,54 @@ async fn check_resume(
         .await
         .map_err(|e| ApiError::storage("reading the thread", e))?
         .unwrap_or_default();
-    let Some(pending) = Interrupt::of(&state) else {
-        return Err(ApiError::BadRequest(format!(
+    Ok(Interrupt::of(&state).map_or(Review::None, Review::Pending))
+}
+
+/// A resume on an idle thread must answer its pending interrupt: one allowed decision
+/// per paused call.
+async fn check_resume(
+    app: &AppState,
+    thread_id: &str,
+    decisions: &[Decision],
+) -> Result<(), ApiError> {
+    match review(app, thread_id).await? {
+        Review::Busy => Ok(()),
+        Review::Pending(pending) => pending
+            .check(decisions)
+            .map_err(|e| ApiError::Invalid(format!("command.resume: {e}"))),
+        Review::None => Err(ApiError::BadRequest(format!(
             "command.resume: thread {thread_id} has no pending interrupt to resume"
-        )));
-    };
-    pending
-        .check(decisions)
-        .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+        ))),
+    }
+}
+
+/// New input on an idle thread that waits for a review would fail in the middleware (the
+/// paused calls have no results, which no model accepts): refused here, saying how to
+/// answer the review.
+async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiError> {
+    if !has_review_middleware(app) {
+        return Ok(());
+    }
+    match review(app, thread_id).await? {
+        Review::Pending(pending) => Err(ApiError::Conflict(format!(
+            "thread {thread_id} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, before sending new input",
+            pending.tool_call_ids.len(),
+            pending
+                .action_requests
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+        Review::Busy | Review::None => Ok(()),
+    }
+}
+
+fn has_review_middleware(app: &AppState) -> bool {
+    app.manager
+        .agent()
+        .middleware_names()
+        .contains(&"HumanInTheLoopMiddleware")
 }
 
 fn run_location(record: &RunRecord) -> String {
