@@ -72,10 +72,12 @@ pub(crate) fn count_words(text: &str) -> usize {
 /// The short reference of a message id: the id itself when short, else its first 8
 /// characters; only characters that cannot break the line's shape are kept.
 pub(crate) fn reference(id: &str) -> Option<String> {
-    let clean: String = id
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
-        .collect();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    // Most ids need no cleaning (every allowed character is ASCII, one byte).
+    if !id.is_empty() && id.chars().all(allowed) {
+        return Some(if id.len() <= 14 { id } else { &id[..8] }.to_owned());
+    }
+    let clean: String = id.chars().filter(|c| allowed(*c)).collect();
     if clean.is_empty() {
         return None;
     }

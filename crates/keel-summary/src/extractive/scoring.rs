@@ -586,11 +586,20 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
 /// The cues and values of one sentence.
 pub(crate) fn information(sentence: &str) -> Information {
     let mut info = Information::default();
-    // ASCII lower-casing keeps every byte offset, so both splits line up token by token.
+    // ASCII lower-casing keeps every byte offset (and trimming strips no letter), so a
+    // token's lower-cased form is the same byte range of `lowered`: one split serves both.
     let lowered = sentence.to_ascii_lowercase();
-    let raw: Vec<&str> = sentence.split_whitespace().collect();
-    let tokens: Vec<&str> = raw.iter().map(|t| trim_token(t)).collect();
-    let lower: Vec<&str> = lowered.split_whitespace().map(trim_token).collect();
+    let base = sentence.as_ptr() as usize;
+    let mut raw: Vec<&str> = Vec::with_capacity(sentence.len() / 5 + 1);
+    let mut tokens: Vec<&str> = Vec::with_capacity(raw.capacity());
+    let mut lower: Vec<&str> = Vec::with_capacity(raw.capacity());
+    for r in sentence.split_whitespace() {
+        let t = trim_token(r);
+        let start = t.as_ptr() as usize - base;
+        raw.push(r);
+        tokens.push(t);
+        lower.push(&lowered[start..start + t.len()]);
+    }
     for (i, &l) in lower.iter().enumerate() {
         if l.len() < 2 || !l.as_bytes()[0].is_ascii_alphabetic() {
             continue;
@@ -691,10 +700,12 @@ pub(crate) fn compress(sentence: &str) -> String {
     let mut s = sentence.trim();
     loop {
         let first = s.split_whitespace().next().unwrap_or("");
-        let word = first
-            .trim_end_matches([',', ':', '.', '!'])
-            .to_ascii_lowercase();
-        if first.is_empty() || !DISCOURSE.contains(&word.as_str()) || s.len() == first.len() {
+        let word = first.trim_end_matches([',', ':', '.', '!']);
+        // DISCOURSE is lower-case ASCII: the same as lower-casing the word first.
+        if first.is_empty()
+            || !DISCOURSE.iter().any(|d| d.eq_ignore_ascii_case(word))
+            || s.len() == first.len()
+        {
             break;
         }
         s = s[first.len()..].trim_start();
