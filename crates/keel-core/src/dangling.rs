@@ -228,16 +228,7 @@ impl Middleware for PatchToolCallsMiddleware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
-    use serde_json::json;
-
-    fn ai(ids: &[&str]) -> Message {
-        Message::ai("").with_tool_calls(
-            ids.iter()
-                .map(|i| ToolCall::new(*i, "t", json!({})))
-                .collect(),
-        )
-    }
+    use crate::test_util::ai;
 
     #[test]
     fn complete_runs_are_untouched() {

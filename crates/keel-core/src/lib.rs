@@ -45,6 +45,9 @@ pub mod tokens;
 pub mod tool;
 pub mod transcript;
 
+#[cfg(test)]
+mod test_util;
+
 pub use access::{StackError, StateAccess, check_stack};
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{

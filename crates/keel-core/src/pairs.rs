@@ -622,16 +622,7 @@ impl<'m> Builder<'m> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::ToolCall;
-    use serde_json::json;
-
-    fn ai(ids: &[&str]) -> Message {
-        Message::ai("").with_tool_calls(
-            ids.iter()
-                .map(|i| ToolCall::new(*i, "t", json!({})))
-                .collect(),
-        )
-    }
+    use crate::test_util::ai;
 
     #[test]
     fn parallel_calls_any_order() {
