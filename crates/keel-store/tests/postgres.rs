@@ -435,8 +435,6 @@ async fn two_processes_on_one_thread_lose_nothing() {
 #[tokio::test]
 async fn threads_written_before_the_delta_schema_continue_from_their_latest_checkpoint() {
     use keel_core::message::Message;
-    use keel_core::state::StateUpdate;
-    use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
     let (_schema, options) = fresh_schema().await;
     {
         let pool = PgPoolOptions::new()
@@ -472,23 +470,5 @@ async fn threads_written_before_the_delta_schema_continue_from_their_latest_chec
         pool.close().await;
     }
     let store = store_in(&options, 2).await;
-    let latest = store.latest("t").await.unwrap().unwrap();
-    assert_eq!(latest.seq, 1);
-    assert_eq!(
-        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
-        ["a", "b"]
-    );
-    assert_eq!(latest.values["k"], json!(1));
-    let next = CheckpointWrite {
-        parent: Some(1),
-        run_id: "r1".into(),
-        node: "input".into(),
-        update: StateUpdate::messages([Message::human("new").with_id("c")]),
-        created_at_ms: 6,
-    };
-    assert_eq!(
-        store.put("t", next).await.unwrap(),
-        PutOutcome::Saved { seq: 2 }
-    );
-    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
+    common::continues_the_pre_delta_thread(&store).await;
 }

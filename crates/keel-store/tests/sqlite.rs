@@ -3,14 +3,12 @@
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
+mod common;
+
 use std::sync::Arc;
 
 use keel_core::message::Message;
-use keel_core::state::StateUpdate;
-use keel_core::store::{
-    CheckpointWrite, Checkpointer, PutOutcome, SessionMemoryState, SessionMemoryStore,
-    SessionScope, SummaryStore,
-};
+use keel_core::store::{SessionMemoryState, SessionMemoryStore, SessionScope, SummaryStore};
 use keel_store::sqlite::SqliteStore;
 use keel_store::{Backend, Storage, Store, conformance};
 use serde_json::json;
@@ -248,23 +246,5 @@ async fn threads_written_before_the_delta_schema_continue_from_their_latest_chec
         pool.close().await;
     }
     let store = SqliteStore::connect(&url).await.unwrap();
-    let latest = store.latest("t").await.unwrap().unwrap();
-    assert_eq!(latest.seq, 1);
-    assert_eq!(
-        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
-        ["a", "b"]
-    );
-    assert_eq!(latest.values["k"], json!(1));
-    let next = CheckpointWrite {
-        parent: Some(1),
-        run_id: "r1".into(),
-        node: "input".into(),
-        update: StateUpdate::messages([Message::human("new").with_id("c")]),
-        created_at_ms: 6,
-    };
-    assert_eq!(
-        store.put("t", next).await.unwrap(),
-        PutOutcome::Saved { seq: 2 }
-    );
-    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
+    common::continues_the_pre_delta_thread(&store).await;
 }

@@ -1,6 +1,7 @@
 //! Agent runs against a checkpointer: 64 concurrent runs on one thread under each
 //! multitask strategy, and the invariants every strategy must keep (nothing lost,
-//! nothing duplicated, every run completes or gets its strategy's typed outcome).
+//! nothing duplicated, every run completes or gets its strategy's typed outcome); and
+//! the check of a thread written before the delta schema, shared by the SQL backends.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)] // test code
 
 use std::collections::{HashMap, HashSet};
@@ -10,7 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_agent::{Agent, AgentError, MultitaskStrategy};
 use keel_core::message::{Content, Message, ToolCall, new_id};
-use keel_core::store::Checkpointer;
+use keel_core::state::StateUpdate;
+use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
 use keel_core::tool::{Tool, ToolError, ToolSpec};
 use keel_testkit::ScriptedModel;
 use serde_json::json;
@@ -221,4 +223,29 @@ pub async fn race_every_strategy(checkpointer: Arc<dyn Checkpointer>) {
             );
         }
     }
+}
+
+/// Thread `t` as the first schema stored it (messages `a`, `b` at seq 1, values
+/// `{"k": 1}`), read through `store` after the upgrade: its latest checkpoint reads back,
+/// and the next write continues from it.
+pub async fn continues_the_pre_delta_thread(store: &dyn Checkpointer) {
+    let latest = store.latest("t").await.unwrap().unwrap();
+    assert_eq!(latest.seq, 1);
+    assert_eq!(
+        latest.messages.iter().map(Message::id).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(latest.values["k"], json!(1));
+    let next = CheckpointWrite {
+        parent: Some(1),
+        run_id: "r1".into(),
+        node: "input".into(),
+        update: StateUpdate::messages([Message::human("new").with_id("c")]),
+        created_at_ms: 6,
+    };
+    assert_eq!(
+        store.put("t", next).await.unwrap(),
+        PutOutcome::Saved { seq: 2 }
+    );
+    assert_eq!(store.latest("t").await.unwrap().unwrap().messages.len(), 3);
 }
