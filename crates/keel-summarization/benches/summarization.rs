@@ -1,7 +1,11 @@
 //! Per-call cost of the middleware on a 10,000-message agent thread:
 //!
 //! - `pass_through/10k_growing`: the threshold check on a thread growing by one message
-//!   per call, under every trigger (what every model call of a long thread pays);
+//!   per call, under every trigger (what every model call of a long thread pays), with
+//!   requests that do not carry the state's lineage (a list rebuilt by an outer layer);
+//! - `pass_through_state/{100,10k}`: the same call as the agent makes it, on one agent
+//!   state growing by appending (the request carries its lineage), on a 100- and a
+//!   10,000-message thread: the cost of a call should not depend on the thread's length;
 //! - `cache_reuse/10k_growing`: over the trigger, the cached summary still fits;
 //! - `full_compaction/10k`: a full compaction pass (plan, rescue, headroom, transcript,
 //!   fold) with a fake summary model that answers instantly, cold cache every pass.
@@ -162,6 +166,51 @@ fn benches(c: &mut Criterion) {
             black_box(&grow);
         })
     });
+
+    // Pass-through as the agent calls it: the request shares the state's own list, so
+    // its lineage tells the counter and the memo which messages are new. Each size grows
+    // its own state by one message per call and wraps back (an edit, new lineage)
+    // outside the timing.
+    for (name, size) in [
+        ("pass_through_state/100", 100),
+        ("pass_through_state/10k", 10_000),
+    ] {
+        let start = thread(size);
+        let more = thread(size + 2_000).split_off(start.len());
+        let mw = middleware(1_000_000_000, Arc::new(SummaryCache::new(16)));
+        let mut state = AgentState::with_messages(start.clone());
+        let mut k = 0usize;
+        c.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut spent = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    if k == more.len() {
+                        Arc::make_mut(&mut state.messages).truncate(start.len());
+                        state.renew_lineage();
+                        k = 0;
+                    }
+                    Arc::make_mut(&mut state.messages).push(more[k].clone());
+                    k += 1;
+                    let req = ModelRequest {
+                        messages: state.messages.clone(),
+                        system: Some(Message::system("You are a CI assistant.")),
+                        tools: Arc::new(vec![]),
+                        tool_choice: None,
+                        settings: ModelSettings::default(),
+                        model: model.clone(),
+                        state: Arc::new(state.clone()),
+                        runtime: Runtime::detached("bench-state"),
+                    };
+                    let t = std::time::Instant::now();
+                    let p = rt.block_on(mw.prepare(&req));
+                    spent += t.elapsed();
+                    debug_assert_eq!(p.report.action, Action::PassThrough);
+                    black_box(p);
+                }
+                spent
+            })
+        });
+    }
 
     // Cache reuse: over the trigger; the summary made once still fits.
     let cache = Arc::new(SummaryCache::new(16));
