@@ -137,8 +137,17 @@ pub struct ThreadRecord {
 }
 
 impl ThreadRecord {
-    /// The protocol's `Thread` object, with the thread's current values.
+    /// The protocol's `Thread` object, with the thread's current values. A pending
+    /// interrupt in the values (`__interrupt__`, see `wire::interrupts_to_lg`) is also
+    /// listed under `interrupts`, by the id of the task waiting for it.
     pub fn to_json(&self, values: Value) -> Value {
+        let interrupts = match values.get(keel_core::state::INTERRUPT_KEY) {
+            Some(Value::Array(list)) if !list.is_empty() => {
+                let id = list[0]["id"].as_str().unwrap_or_default().to_owned();
+                json!({ id: list })
+            }
+            _ => json!({}),
+        };
         json!({
             "thread_id": self.thread_id,
             "created_at": rfc3339(self.created_at_ms),
@@ -146,7 +155,7 @@ impl ThreadRecord {
             "metadata": self.metadata,
             "status": self.status.as_str(),
             "values": values,
-            "interrupts": {},
+            "interrupts": interrupts,
         })
     }
 }

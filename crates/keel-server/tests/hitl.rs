@@ -114,6 +114,7 @@ async fn a_gated_call_pauses_the_run_and_a_resume_runs_it() {
     // The thread waits: status, state's next/tasks/interrupts.
     let (_, body) = call(&app, "GET", &format!("/threads/{t}"), None).await;
     assert_eq!(json(&body)["status"], "interrupted", "{body}");
+    assert_eq!(json(&body)["interrupts"][&id][0]["id"], id, "{body}");
     let (_, body) = call(&app, "GET", &format!("/threads/{t}/state"), None).await;
     let state = json(&body);
     assert_eq!(
@@ -177,6 +178,7 @@ async fn a_gated_call_pauses_the_run_and_a_resume_runs_it() {
     assert_eq!(state["next"], json!([]));
     let (_, body) = call(&app, "GET", &format!("/threads/{t}"), None).await;
     assert_eq!(json(&body)["status"], "idle");
+    assert_eq!(json(&body)["interrupts"], json!({}));
 
     // Nothing pending now: a resume is refused.
     let (status, body) = call(
