@@ -107,19 +107,37 @@ function showReview(interrupts) {
     what.textContent = `${request.name}(${JSON.stringify(request.args || {})})`;
     row.appendChild(what);
     const allowed = ((value.review_configs || [])[i] || {}).allowed_decisions || ["approve", "reject"];
-    for (const kind of allowed.filter((k) => k === "approve" || k === "reject")) {
+    // An edit sends the arguments as changed in this box (JSON), for the same tool.
+    let args = null;
+    if (allowed.includes("edit")) {
+      args = document.createElement("textarea");
+      args.className = "review-args";
+      args.rows = 2;
+      args.value = JSON.stringify(request.args || {});
+    }
+    const decide = (decision, kind) => {
+      decisions[i] = decision;
+      row.dataset.decided = kind;
+      if (decisions.every(Boolean)) resume(decisions);
+    };
+    for (const kind of allowed.filter((k) => k === "approve" || k === "edit" || k === "reject")) {
       const button = document.createElement("button");
       button.type = "button";
       button.className = `decide ${kind}`;
       button.textContent = kind;
       button.addEventListener("click", () => {
-        decisions[i] = kind === "approve" ? { type: "approve" } : { type: "reject", message: "Rejected from the chat page." };
-        row.dataset.decided = kind;
-        if (decisions.every(Boolean)) resume(decisions);
+        if (kind === "approve") decide({ type: "approve" }, kind);
+        else if (kind === "reject") decide({ type: "reject", message: "Rejected from the chat page." }, kind);
+        else {
+          let edited;
+          try { edited = JSON.parse(args.value); } catch (err) { status(`the arguments are not JSON: ${err.message}`, true); return; }
+          decide({ type: "edit", edited_action: { name: request.name, args: edited } }, kind);
+        }
       });
       row.appendChild(button);
     }
     box.appendChild(row);
+    if (args) box.appendChild(args);
   });
   box.hidden = false;
 }

@@ -6,7 +6,8 @@
 //   3. sends a dozen long messages on the same thread and waits for the compacting
 //      toast; the thread list and the checkpoint history are filled in;
 // then, against `keel serve --config examples/keel-review.yaml` (human in the loop on
-// `echo`), asks for an echo, sees the review box, approves, and sees the result;
+// `echo`), asks for an echo, sees the review box, approves, and sees the result, then
+// edits the arguments of the next one;
 // and saves screenshots under target/serve-tests/.
 //
 //   node chat_page_test.mjs URL SCREENSHOT_DIR [REVIEW_URL]
@@ -113,6 +114,17 @@ await step("a paused run shows its review, and approving runs the tool", async (
   const tools = await page.$$eval(".msg.tool", (els) => els.map((e) => e.textContent));
   assert(tools[0].startsWith("echo:") && tools[0].includes("apples"), `tool result ${JSON.stringify(tools)}`);
   assert(await page.isHidden("#review"), "the review box is still up");
+});
+
+await step("an edit in the review box runs the call with the new arguments", async () => {
+  await sendAndWait("Please echo the word pears");
+  await page.waitForSelector("#review:not([hidden])", { timeout: 10000 });
+  await page.fill("#review .review-args", JSON.stringify({ query: "plums instead" }));
+  await page.click("#review button.edit");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.tool").length === 2, null, { timeout: 30000 });
+  await page.waitForFunction(() => document.body.dataset.busy === "false", null, { timeout: 30000 });
+  const tools = await page.$$eval(".msg.tool", (els) => els.map((e) => e.textContent));
+  assert(tools[1].includes("plums instead") && !tools[1].includes("pears"), `tool result ${JSON.stringify(tools)}`);
 });
 
 await step("no script error on the page", async () => {
