@@ -9,6 +9,12 @@ pub(crate) fn last_ai_index(messages: &[Message]) -> Option<usize> {
     messages.iter().rposition(Message::is_ai)
 }
 
+/// True when a middleware configured for `tools` (every tool when `None`, LangChain's
+/// default) applies to a call of `tool`.
+pub(crate) fn selects(tools: Option<&[String]>, tool: &str) -> bool {
+    tools.is_none_or(|t| t.iter().any(|name| name == tool))
+}
+
 /// A per-run counter kept in state. LangGraph keeps run-scoped counts in an untracked
 /// channel that every run starts at zero; Keel checkpoints every value, so a run-scoped
 /// count is stored with the run id it belongs to and reads as 0 in any other run.

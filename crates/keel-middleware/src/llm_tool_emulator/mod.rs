@@ -15,6 +15,7 @@ use keel_core::model::{ChatModel, ChatRequest, ModelSettings};
 use keel_core::tool::ToolError;
 use serde_json::json;
 
+use crate::common::selects;
 use crate::events;
 
 /// Emulates tools with a model. See the [module docs](self).
@@ -74,11 +75,7 @@ impl Middleware for LlmToolEmulator {
         request: ToolCallRequest,
         next: ToolNext<'_>,
     ) -> Result<Message, ToolError> {
-        if self
-            .tools
-            .as_ref()
-            .is_some_and(|t| !t.contains(&request.call.name))
-        {
+        if !selects(self.tools.as_deref(), &request.call.name) {
             return next.run(request).await;
         }
         let prompt = [Message::human(Self::prompt(&request))];

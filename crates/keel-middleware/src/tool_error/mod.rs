@@ -16,6 +16,7 @@ use keel_core::middleware::{Hooks, Middleware, ToolCallRequest, ToolNext};
 use keel_core::tool::ToolError;
 use serde_json::json;
 
+use crate::common::selects;
 use crate::events;
 
 /// Makes the result text from a failure, or `None` to let it through.
@@ -80,11 +81,7 @@ impl Middleware for ToolErrorHandler {
         request: ToolCallRequest,
         next: ToolNext<'_>,
     ) -> Result<Message, ToolError> {
-        if self
-            .tools
-            .as_ref()
-            .is_some_and(|t| !t.contains(&request.call.name))
-        {
+        if !selects(self.tools.as_deref(), &request.call.name) {
             return next.run(request).await;
         }
         let error = match next.run(request.clone()).await {

@@ -17,7 +17,7 @@ use keel_core::tool::ToolError;
 use serde_json::json;
 
 use crate::backoff::{self, Backoff};
-use crate::common::attempts_word;
+use crate::common::{attempts_word, selects};
 use crate::error::ConfigError;
 use crate::events;
 
@@ -161,7 +161,7 @@ impl Middleware for ToolRetry {
         next: ToolNext<'_>,
     ) -> Result<Message, ToolError> {
         let tool = request.call.name.clone();
-        if self.tools.as_ref().is_some_and(|t| !t.contains(&tool)) {
+        if !selects(self.tools.as_deref(), &tool) {
             return next.run(request).await;
         }
         let call_id = request.call.id.clone();
