@@ -23,6 +23,36 @@ fn result<'a>(messages: &'a [Message], id: &str) -> &'a Message {
     }
 }
 
+/// Retries of tool failures (`Failed`) with no delay.
+fn retry_failures(
+    max_retries: u32,
+    tools: Option<Vec<String>>,
+    on_failure: ToolFailure,
+) -> ToolRetry {
+    ToolRetry::new(
+        instant(max_retries),
+        tools,
+        vec![ToolFailureKind::Failed],
+        on_failure,
+    )
+    .unwrap()
+}
+
+/// The thread after a run whose model calls `tool` once (call id `c1`), then answers.
+async fn run_calling(tool: &str, retry: ToolRetry) -> Vec<Message> {
+    let model = Arc::new(ScriptedModel::new([
+        call("c1", tool, json!({})),
+        Message::ai("done"),
+    ]));
+    agent(&model, vec![Arc::new(retry)])
+        .invoke("t", vec![Message::human("go")])
+        .await
+        .unwrap()
+        .state
+        .messages
+        .to_vec()
+}
+
 #[tokio::test]
 async fn a_flaky_tool_succeeds_on_the_third_attempt() {
     let tries = Arc::new(AtomicUsize::new(0));
@@ -41,13 +71,7 @@ async fn a_flaky_tool_succeeds_on_the_third_attempt() {
         call("c1", "flaky", json!({})),
         Message::ai("done"),
     ]));
-    let retry = ToolRetry::new(
-        instant(2),
-        None,
-        vec![ToolFailureKind::Failed],
-        ToolFailure::Continue,
-    )
-    .unwrap();
+    let retry = retry_failures(2, None, ToolFailure::Continue);
     let out = builder(&model, vec![Arc::new(retry)])
         .tool(flaky)
         .build()
@@ -61,22 +85,8 @@ async fn a_flaky_tool_succeeds_on_the_third_attempt() {
 
 #[tokio::test]
 async fn exhausted_retries_answer_with_langchains_text() {
-    let model = Arc::new(ScriptedModel::new([
-        call("c1", "fail", json!({})),
-        Message::ai("done"),
-    ]));
-    let retry = ToolRetry::new(
-        instant(2),
-        None,
-        vec![ToolFailureKind::Failed],
-        ToolFailure::Continue,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("go")])
-        .await
-        .unwrap();
-    let r = result(&out.state.messages, "c1");
+    let messages = run_calling("fail", retry_failures(2, None, ToolFailure::Continue)).await;
+    let r = result(&messages, "c1");
     assert_eq!(
         r.text(),
         "Tool 'fail' failed after 3 attempts with ToolException: boom. Please try again."
@@ -87,38 +97,14 @@ async fn exhausted_retries_answer_with_langchains_text() {
 
 #[tokio::test]
 async fn tools_outside_the_list_and_kinds_outside_retry_on_are_not_retried() {
-    let model = Arc::new(ScriptedModel::new([
-        call("c1", "fail", json!({})),
-        Message::ai("done"),
-    ]));
-    let retry = ToolRetry::new(
-        instant(2),
-        Some(vec!["search".into()]),
-        vec![ToolFailureKind::Failed],
-        ToolFailure::Continue,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("go")])
-        .await
-        .unwrap();
+    let retry = retry_failures(2, Some(vec!["search".into()]), ToolFailure::Continue);
+    let messages = run_calling("fail", retry).await;
     // The agent's own error result, untouched.
-    assert_eq!(
-        result(&out.state.messages, "c1").text(),
-        "fail failed: boom"
-    );
+    assert_eq!(result(&messages, "c1").text(), "fail failed: boom");
 
-    let model = Arc::new(ScriptedModel::new([
-        call("c1", "nope", json!({})),
-        Message::ai("done"),
-    ]));
-    let retry = ToolRetry::langchain_defaults();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("go")])
-        .await
-        .unwrap();
+    let messages = run_calling("nope", ToolRetry::langchain_defaults()).await;
     assert!(
-        result(&out.state.messages, "c1")
+        result(&messages, "c1")
             .text()
             .starts_with("unknown tool \"nope\"")
     );
@@ -126,23 +112,6 @@ async fn tools_outside_the_list_and_kinds_outside_retry_on_are_not_retried() {
 
 #[tokio::test]
 async fn on_failure_error_hands_the_error_outward() {
-    let model = Arc::new(ScriptedModel::new([
-        call("c1", "fail", json!({})),
-        Message::ai("done"),
-    ]));
-    let retry = ToolRetry::new(
-        instant(1),
-        None,
-        vec![ToolFailureKind::Failed],
-        ToolFailure::Error,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("go")])
-        .await
-        .unwrap();
-    assert_eq!(
-        result(&out.state.messages, "c1").text(),
-        "fail failed: boom"
-    );
+    let messages = run_calling("fail", retry_failures(1, None, ToolFailure::Error)).await;
+    assert_eq!(result(&messages, "c1").text(), "fail failed: boom");
 }
