@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use keel_agent::AgentError;
+use keel_agent::{AgentError, RunOutput};
 use keel_core::message::Message;
 use keel_core::model::{ModelError, ModelErrorKind};
 use keel_testkit::ScriptedModel;
@@ -20,6 +20,18 @@ fn server(msg: &str) -> ModelError {
     ModelError::new(ModelErrorKind::Server, msg)
 }
 
+/// Retries of the default failure kinds with no delay.
+fn instant_retry(max_retries: u32, on_failure: ModelFailure) -> ModelRetry {
+    ModelRetry::new(instant(max_retries), DEFAULT_RETRY_ON.to_vec(), on_failure).unwrap()
+}
+
+/// One run of an agent on `model` with `retry`, from a user's "hi".
+async fn run(model: &Arc<ScriptedModel>, retry: ModelRetry) -> Result<RunOutput, AgentError> {
+    agent(model, vec![Arc::new(retry)])
+        .invoke("t", vec![Message::human("hi")])
+        .await
+}
+
 #[tokio::test]
 async fn transient_failures_are_retried_until_an_answer() {
     let model = Arc::new(ScriptedModel::with_results([
@@ -27,16 +39,8 @@ async fn transient_failures_are_retried_until_an_answer() {
         Err(server("503")),
         Ok(Message::ai("fine")),
     ]));
-    let retry = ModelRetry::new(
-        instant(2),
-        DEFAULT_RETRY_ON.to_vec(),
-        ModelFailure::Continue,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap();
+    let retry = instant_retry(2, ModelFailure::Continue);
+    let out = run(&model, retry).await.unwrap();
     assert_eq!(model.calls(), 3);
     assert_eq!(out.last_message().unwrap().text(), "fine");
 }
@@ -46,16 +50,8 @@ async fn exhausted_retries_continue_with_langchains_message() {
     let model = Arc::new(ScriptedModel::with_results(
         (0..3).map(|_| Err(server("down"))),
     ));
-    let retry = ModelRetry::new(
-        instant(2),
-        DEFAULT_RETRY_ON.to_vec(),
-        ModelFailure::Continue,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap();
+    let retry = instant_retry(2, ModelFailure::Continue);
+    let out = run(&model, retry).await.unwrap();
     assert_eq!(model.calls(), 3);
     assert_eq!(
         out.last_message().unwrap().text(),
@@ -66,16 +62,8 @@ async fn exhausted_retries_continue_with_langchains_message() {
 #[tokio::test]
 async fn zero_retries_says_one_attempt_and_error_returns_the_error() {
     let model = Arc::new(ScriptedModel::with_results([Err(server("x"))]));
-    let retry = ModelRetry::new(
-        instant(0),
-        DEFAULT_RETRY_ON.to_vec(),
-        ModelFailure::Continue,
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap();
+    let retry = instant_retry(0, ModelFailure::Continue);
+    let out = run(&model, retry).await.unwrap();
     assert_eq!(
         out.last_message().unwrap().text(),
         "Model call failed after 1 attempt with ModelAPIError: x"
@@ -85,12 +73,8 @@ async fn zero_retries_says_one_attempt_and_error_returns_the_error() {
         Err(server("a")),
         Err(server("b")),
     ]));
-    let retry =
-        ModelRetry::new(instant(1), DEFAULT_RETRY_ON.to_vec(), ModelFailure::Error).unwrap();
-    let err = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap_err();
+    let retry = instant_retry(1, ModelFailure::Error);
+    let err = run(&model, retry).await.unwrap_err();
     assert!(
         matches!(err, AgentError::Model { ref source, .. } if source.message == "b"),
         "{err}"
@@ -103,16 +87,8 @@ async fn kinds_outside_retry_on_fail_at_once() {
         Err(ModelError::new(ModelErrorKind::Authentication, "bad key")),
         Ok(Message::ai("never")),
     ]));
-    let retry = ModelRetry::new(
-        instant(3),
-        DEFAULT_RETRY_ON.to_vec(),
-        ModelFailure::Continue,
-    )
-    .unwrap();
-    let err = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap_err();
+    let retry = instant_retry(3, ModelFailure::Continue);
+    let err = run(&model, retry).await.unwrap_err();
     assert!(matches!(err, AgentError::Model { .. }));
     assert_eq!(model.calls(), 1);
 }
@@ -120,16 +96,11 @@ async fn kinds_outside_retry_on_fail_at_once() {
 #[tokio::test]
 async fn a_custom_failure_message_is_used() {
     let model = Arc::new(ScriptedModel::with_results([Err(server("x"))]));
-    let retry = ModelRetry::new(
-        instant(0),
-        DEFAULT_RETRY_ON.to_vec(),
+    let retry = instant_retry(
+        0,
         ModelFailure::Message(Arc::new(|e| format!("sorry ({})", e.message))),
-    )
-    .unwrap();
-    let out = agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap();
+    );
+    let out = run(&model, retry).await.unwrap();
     assert_eq!(out.last_message().unwrap().text(), "sorry (x)");
 }
 
@@ -151,9 +122,6 @@ async fn backoff_waits_between_attempts() {
     )
     .unwrap();
     let start = tokio::time::Instant::now();
-    agent(&model, vec![Arc::new(retry)])
-        .invoke("t", vec![Message::human("hi")])
-        .await
-        .unwrap();
+    run(&model, retry).await.unwrap();
     assert_eq!(start.elapsed().as_secs(), 5);
 }
