@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use keel_agent::AgentError;
+use keel_agent::{AgentError, RunOutput};
 use keel_core::message::Message;
 use keel_testkit::ScriptedModel;
 use serde_json::json;
@@ -25,6 +25,17 @@ fn selector(
     .unwrap()
 }
 
+/// One run of an agent on `main` with `selector`, from the user's `text`.
+async fn run(
+    main: &Arc<ScriptedModel>,
+    selector: LlmToolSelector,
+    text: &str,
+) -> Result<RunOutput, AgentError> {
+    agent(main, vec![Arc::new(selector)])
+        .invoke("t", vec![Message::human(text)])
+        .await
+}
+
 fn offered(model: &ScriptedModel) -> Vec<String> {
     model.requests()[0]
         .tools
@@ -41,16 +52,11 @@ async fn the_main_call_sees_only_the_picked_tools_in_their_order() {
         json!({"tools": ["search", "echo", "search"]}),
     )]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    agent(
+    run(
         &main,
-        vec![Arc::new(selector(
-            Some(1),
-            &["fail"],
-            OnParsingFailure::Error,
-            &picker,
-        ))],
+        selector(Some(1), &["fail"], OnParsingFailure::Error, &picker),
+        "look it up",
     )
-    .invoke("t", vec![Message::human("look it up")])
     .await
     .unwrap();
     // max_tools keeps the first pick; always_include is added after.
@@ -82,16 +88,11 @@ async fn malformed_answers_are_retried_then_handled_by_on_parsing_failure() {
         Message::ai("{\"tools\": [\"echo\"]}"),
     ]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    agent(
+    run(
         &main,
-        vec![Arc::new(selector(
-            None,
-            &[],
-            OnParsingFailure::Error,
-            &picker,
-        ))],
+        selector(None, &[], OnParsingFailure::Error, &picker),
+        "x",
     )
-    .invoke("t", vec![Message::human("x")])
     .await
     .unwrap();
     assert_eq!(picker.calls(), 2);
@@ -99,32 +100,22 @@ async fn malformed_answers_are_retried_then_handled_by_on_parsing_failure() {
 
     let picker = Arc::new(ScriptedModel::new([Message::ai("?"), Message::ai("??")]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    agent(
+    run(
         &main,
-        vec![Arc::new(selector(
-            None,
-            &[],
-            OnParsingFailure::All,
-            &picker,
-        ))],
+        selector(None, &[], OnParsingFailure::All, &picker),
+        "x",
     )
-    .invoke("t", vec![Message::human("x")])
     .await
     .unwrap();
     assert_eq!(offered(&main), ["echo", "search", "fail"]);
 
     let picker = Arc::new(ScriptedModel::new([Message::ai("?"), Message::ai("??")]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    let err = agent(
+    let err = run(
         &main,
-        vec![Arc::new(selector(
-            None,
-            &[],
-            OnParsingFailure::Error,
-            &picker,
-        ))],
+        selector(None, &[], OnParsingFailure::Error, &picker),
+        "x",
     )
-    .invoke("t", vec![Message::human("x")])
     .await
     .unwrap_err();
     assert!(
@@ -141,16 +132,11 @@ async fn invalid_picks_and_missing_always_include_fail() {
         json!({"tools": ["nope"]}),
     )]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    let err = agent(
+    let err = run(
         &main,
-        vec![Arc::new(selector(
-            None,
-            &[],
-            OnParsingFailure::Error,
-            &picker,
-        ))],
+        selector(None, &[], OnParsingFailure::Error, &picker),
+        "x",
     )
-    .invoke("t", vec![Message::human("x")])
     .await
     .unwrap_err();
     assert!(
@@ -161,16 +147,11 @@ async fn invalid_picks_and_missing_always_include_fail() {
 
     let picker = Arc::new(ScriptedModel::new([]));
     let main = Arc::new(ScriptedModel::new([Message::ai("ok")]));
-    let err = agent(
+    let err = run(
         &main,
-        vec![Arc::new(selector(
-            None,
-            &["ghost"],
-            OnParsingFailure::Error,
-            &picker,
-        ))],
+        selector(None, &["ghost"], OnParsingFailure::Error, &picker),
+        "x",
     )
-    .invoke("t", vec![Message::human("x")])
     .await
     .unwrap_err();
     assert!(
