@@ -7,6 +7,8 @@
 //! ([`ChatHistoryStore::delete_session_history`], [`Checkpointer::delete_thread`],
 //! [`SessionMemoryStore::delete_session_states`], [`SummaryStore::delete_summaries`]).
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -168,6 +170,26 @@ impl StoredMessage {
     }
 }
 
+/// The first timestamp of a batch appended after a history whose newest timestamp is
+/// `newest`: one past it, but never before `not_before_ms` (usually the clock).
+pub fn stamp_base(newest: Option<i64>, not_before_ms: i64) -> i64 {
+    newest
+        .map_or(i64::MIN, |t| t.saturating_add(1))
+        .max(not_before_ms)
+}
+
+/// `messages` as stored rows stamped `base, base + 1, ...` in list order.
+pub fn stamp(messages: &[Message], base: i64) -> Vec<StoredMessage> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| StoredMessage {
+            timestamp_ms: base.saturating_add(i64::try_from(i).unwrap_or(i64::MAX)),
+            message: m.clone(),
+        })
+        .collect()
+}
+
 /// Append-only chat history per session scope.
 #[async_trait]
 pub trait ChatHistoryStore: Send + Sync {
@@ -205,6 +227,56 @@ pub trait ChatHistoryStore: Send + Sync {
     /// the index without reading a message body.
     async fn newest_timestamp(&self, scope: &SessionScope) -> Result<Option<i64>, StoreError> {
         Ok(self.last_n(scope, 1).await?.last().map(|m| m.timestamp_ms))
+    }
+    /// Appends the messages whose id is not stored in the scope yet (as
+    /// [`append_new`](Self::append_new)), stamping them `t, t + 1, ...` in list order,
+    /// where `t` is the later of `not_before_ms` and one past the newest stored
+    /// timestamp. So stored timestamps stay strictly increasing in conversation order
+    /// even when the caller's clock is behind the store's newest row. Returns the
+    /// positions of the rows stored, oldest first (skipped ids are not in it).
+    ///
+    /// Ids must be non-empty and unique within the batch. The default reads the newest
+    /// timestamp, appends and then reads back what it stored (three round trips); the
+    /// SQL stores do it in one statement, which also keeps the read and the write in
+    /// one step when several writers record the same session.
+    async fn append_stamped(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let newest = self.newest_timestamp(scope).await?;
+        let base = stamp_base(newest, not_before_ms);
+        let rows = stamp(messages, base);
+        let stored = self.append_new(scope, &rows).await?;
+        if usize::try_from(stored).is_ok_and(|n| n == rows.len()) {
+            return Ok(rows.iter().map(StoredMessage::cursor).collect());
+        }
+        // Some ids were stored before: keep the rows found at the positions just used
+        // (read from one before the base to past the last of them).
+        let last = rows.last().map_or(base, |m| m.timestamp_ms);
+        let mut from = Cursor {
+            timestamp_ms: base.saturating_sub(1),
+            message_id: String::new(),
+        };
+        let mut found = HashSet::new();
+        loop {
+            const PAGE: usize = 256;
+            let page = self.after(scope, Some(&from), PAGE).await?;
+            found.extend(page.iter().map(StoredMessage::cursor));
+            match page.last() {
+                Some(m) if page.len() == PAGE && m.timestamp_ms <= last => from = m.cursor(),
+                _ => break,
+            }
+        }
+        Ok(rows
+            .iter()
+            .map(StoredMessage::cursor)
+            .filter(|c| found.contains(c))
+            .collect())
     }
     /// Up to `limit` messages strictly after `cursor` (from the start when `None`), oldest
     /// first.

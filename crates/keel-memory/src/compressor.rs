@@ -312,13 +312,17 @@ impl SessionCompressor {
             return Ok(TurnMemory::empty());
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
-        let mut state = self.states.get_state(scope).await?.unwrap_or_default();
+        // The state and the usual window do not depend on each other: read both at once.
+        let usual = self.usual_window(&current_ids);
+        let state = self.states.get_state(scope).await?;
+        let fetched = self.history.last_n(scope, usual).await?;
+        let mut state = state.unwrap_or_default();
         let RecentWindow {
             window: fetched,
             boundary,
             complete,
         } = self
-            .recent_window(scope, &current_ids, state.covered_until.as_ref())
+            .recent_window(scope, fetched, &current_ids, state.covered_until.as_ref())
             .await?;
         let models = match &self.summary_model {
             Some(m) => SummaryModels::with_fallback(m.clone(), run_model.clone()),
@@ -408,29 +412,38 @@ impl SessionCompressor {
         })
     }
 
+    /// The most rows the window reads: the cap, one more (to tell whether the cap cut
+    /// anything) and the current messages, which may be stored already.
+    fn whole_window(&self, current_ids: &HashSet<&str>) -> usize {
+        window_cap(&self.settings).saturating_add(1 + current_ids.len())
+    }
+
+    /// The rows the window reads first. Folds usually keep up, leaving at most
+    /// n + fold_batch messages after the cursor: read that many (each row is parsed,
+    /// every turn) and the whole window only when every row read lies after the cursor.
+    fn usual_window(&self, current_ids: &HashSet<&str>) -> usize {
+        self.settings
+            .n_messages
+            .saturating_add(self.settings.fold_batch)
+            .saturating_add(1 + current_ids.len())
+            .min(self.whole_window(current_ids))
+    }
+
     /// The stored messages after the cursor, without the current input (the newest
     /// [`window_cap`] + 1 of them: the extra one tells whether the cap cut anything),
     /// and the boundary: the first of the last `n_messages` of them (else the first
     /// stored current message). Older than the boundary means eligible for folding.
+    /// `fetched` holds the newest [`Self::usual_window`] rows, read by the caller.
     async fn recent_window(
         &self,
         scope: &SessionScope,
+        mut fetched: Vec<StoredMessage>,
         current_ids: &HashSet<&str>,
         covered_until: Option<&Cursor>,
     ) -> Result<RecentWindow, StoreError> {
         let n = self.settings.n_messages;
-        let extra = 1 + current_ids.len();
-        let want = window_cap(&self.settings).saturating_add(extra);
-        // Folds usually keep up, leaving at most n + fold_batch messages after the
-        // cursor: read that many first (each row is parsed, every turn) and the whole
-        // cap only when every row read lies after the cursor.
-        let usual = self
-            .settings
-            .n_messages
-            .saturating_add(self.settings.fold_batch)
-            .saturating_add(extra)
-            .min(want);
-        let mut fetched = self.history.last_n(scope, usual).await?;
+        let want = self.whole_window(current_ids);
+        let usual = self.usual_window(current_ids);
         let complete = fetched.len() < usual
             || covered_until.is_some_and(|c| {
                 fetched
@@ -824,23 +837,17 @@ impl SessionCompressor {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let newest = self.history.newest_timestamp(scope).await?;
-        let base = newest
-            .map_or(i64::MIN, |t| t.saturating_add(1))
-            .max(now_ms());
         let mut seen = HashSet::new();
-        let rows: Vec<StoredMessage> = candidates
+        // A list may hold one id twice (a message replaced in place is still one).
+        let rows: Vec<Message> = candidates
             .into_iter()
-            // A list may hold one id twice (a message replaced in place is still one).
             .filter(|m| seen.insert(m.id()))
-            .enumerate()
-            .map(|(i, m)| StoredMessage {
-                timestamp_ms: base.saturating_add(i as i64),
-                message: m.clone(),
-            })
+            .cloned()
             .collect();
-        let stored = self.history.append_new(scope, &rows).await?;
-        Ok(usize::try_from(stored).unwrap_or(usize::MAX))
+        // Stamped after the newest stored row by the store, in the same statement.
+        let stored = self.history.append_stamped(scope, &rows, now_ms()).await?;
+        let stored = stored.len();
+        Ok(stored)
     }
 
     /// Deletes everything session memory stored for the scope's session, in every

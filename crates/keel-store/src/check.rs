@@ -47,9 +47,13 @@ pub(crate) fn prefix(prefix: &str) -> Result<(), StoreError> {
 /// Checks a batch before `append`: ids are non-empty, storable and unique in the batch.
 /// (Uniqueness against stored rows is the backend's job, inside its transaction.)
 pub(crate) fn append_batch(messages: &[StoredMessage]) -> Result<(), StoreError> {
-    let mut seen = HashSet::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        let id = m.message.id();
+    batch_ids(messages.iter().map(|m| m.message.id()))
+}
+
+/// The ids of an append batch, in order: each non-empty, valid text, and unique.
+pub(crate) fn batch_ids<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> Result<(), StoreError> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for (i, id) in ids.enumerate() {
         if id.is_empty() {
             return Err(StoreError::Invalid(format!(
                 "messages[{i}].id is empty; chat history needs a non-empty id per message"

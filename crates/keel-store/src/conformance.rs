@@ -66,6 +66,7 @@ macro_rules! ensure {
 pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
     chat_history(&*store).await?;
     idempotent_history(&*store).await?;
+    stamped_history(&*store).await?;
     scope_isolation(&*store).await?;
     state_compare_and_swap(&*store).await?;
     purge(&*store).await?;
@@ -305,6 +306,78 @@ pub async fn idempotent_history<S: Storage>(store: &S) -> Checked {
         .append_new(&scope, &[msg(4, "m4"), msg(5, "m4")])
         .await;
     ensure!(C, is_invalid(&r), "one id twice in a batch gave {r:?}");
+    Ok(())
+}
+
+/// `append_stamped` stamps a batch after the newest stored row (or at the floor it is
+/// given, when later), in list order, skips ids already stored and returns exactly the
+/// positions it stored; it runs the batch checks of `append`.
+pub async fn stamped_history<S: Storage>(store: &S) -> Checked {
+    const C: &str = "stamped_history";
+    let scope = SessionScope::new(format!("{}-flow", namespace()), "user", "session", "");
+    let human = |id: &str| Message::human(format!("message {id}")).with_id(id);
+    let at = |ts: i64, id: &str| Cursor {
+        timestamp_ms: ts,
+        message_id: id.to_owned(),
+    };
+    // An empty session starts at the floor; ids that sort backwards keep list order.
+    let first = [human("z1"), human("a2")];
+    let got = call(
+        C,
+        "append_stamped",
+        store.append_stamped(&scope, &first, 100).await,
+    )?;
+    ensure!(
+        C,
+        got == [at(100, "z1"), at(101, "a2")],
+        "the first batch was stored at {got:?}"
+    );
+    // A floor behind the newest row: stamped after the newest row instead.
+    let retry = [human("a2"), human("m3")];
+    let got = call(
+        C,
+        "append_stamped",
+        store.append_stamped(&scope, &retry, 5).await,
+    )?;
+    ensure!(
+        C,
+        got == [at(103, "m3")],
+        "a batch with one stored id gave {got:?} (the stored id is skipped, its slot unused)"
+    );
+    // A floor ahead of the newest row wins.
+    let got = call(
+        C,
+        "append_stamped",
+        store.append_stamped(&scope, &[human("m4")], 1_000).await,
+    )?;
+    ensure!(C, got == [at(1_000, "m4")], "a later floor gave {got:?}");
+    let got = call(
+        C,
+        "append_stamped again",
+        store.append_stamped(&scope, &[human("m4")], 1_000).await,
+    )?;
+    ensure!(C, got.is_empty(), "a retried batch stored {got:?}");
+    let all = call(C, "after", store.after(&scope, None, 100).await)?;
+    ensure!(
+        C,
+        ids(&all) == ["z1", "a2", "m3", "m4"] && all[0].message == first[0],
+        "history: {:?}",
+        all.iter()
+            .map(|m| (m.timestamp_ms, m.message.id()))
+            .collect::<Vec<_>>()
+    );
+    let r = store.append_stamped(&scope, &[human("")], 0).await;
+    ensure!(C, is_invalid(&r), "an empty id gave {r:?}");
+    let r = store
+        .append_stamped(&scope, &[human("m9"), human("m9")], 0)
+        .await;
+    ensure!(C, is_invalid(&r), "one id twice in a batch gave {r:?}");
+    let none = call(
+        C,
+        "append_stamped([])",
+        store.append_stamped(&scope, &[], 0).await,
+    )?;
+    ensure!(C, none.is_empty(), "an empty batch gave {none:?}");
     Ok(())
 }
 

@@ -173,6 +173,34 @@ impl ChatHistoryStore for MemoryStore {
         Ok(stored)
     }
 
+    async fn append_stamped(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        check::scope(scope)?;
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut inner = self.inner.lock();
+        let rows = inner.history.entry(scope.clone()).or_default();
+        let newest = rows.by_position.keys().next_back().map(|c| c.timestamp_ms);
+        let batch = keel_core::store::stamp(
+            messages,
+            keel_core::store::stamp_base(newest, not_before_ms),
+        );
+        check::append_batch(&batch)?;
+        let mut stored = Vec::new();
+        for m in batch {
+            if rows.ids.insert(m.message.id().to_owned()) {
+                stored.push(m.cursor());
+                rows.by_position.insert(m.cursor(), m.message);
+            }
+        }
+        Ok(stored)
+    }
+
     async fn delete_session_history(
         &self,
         flow_id: &str,

@@ -27,6 +27,7 @@ const QUERIES: Queries = Queries {
     append_new: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
              timestamp_ms, role, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
+    append_stamped: crate::sql::append_stamped!("MAX", "v.column4"),
     insert_state: "INSERT INTO session_memory_state (flow_id, user_id, session_id, context_id, \
              summary, pinned, covered_until_message_id, covered_until_timestamp, absorbed_count, \
              summary_model, version, created_at_ms, updated_at_ms) \

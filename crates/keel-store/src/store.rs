@@ -1,6 +1,7 @@
 //! [`Store`]: one handle on whichever backend a URL names.
 
 use async_trait::async_trait;
+use keel_core::message::Message;
 use keel_core::store::{
     ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
     SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
@@ -212,6 +213,15 @@ impl ChatHistoryStore for Store {
         messages: &[StoredMessage],
     ) -> Result<u64, StoreError> {
         dispatch!(self, s => s.append_new(scope, messages).await)
+    }
+
+    async fn append_stamped(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        dispatch!(self, s => s.append_stamped(scope, messages, not_before_ms).await)
     }
 
     async fn delete_session_history(

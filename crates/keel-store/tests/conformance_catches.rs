@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use keel_core::message::Message;
 use keel_core::store::{
     ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
     SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,
@@ -22,6 +23,10 @@ enum Bug {
     TimestampOnlyCursor,
     /// Appends a checkpoint after whatever the head is (no parent check).
     CheckpointLastWriterWins,
+    /// Stamps recorded messages with the caller's clock, not after the newest row.
+    StampsAtTheClock,
+    /// No bug: the trait's default methods (`append_stamped`) over a correct store.
+    None,
 }
 
 struct Buggy {
@@ -72,6 +77,22 @@ impl ChatHistoryStore for Buggy {
     async fn append_new(&self, s: &SessionScope, m: &[StoredMessage]) -> Result<u64, StoreError> {
         self.inner.append_new(&self.scope(s), m).await
     }
+    async fn append_stamped(
+        &self,
+        s: &SessionScope,
+        m: &[Message],
+        not_before: i64,
+    ) -> Result<Vec<Cursor>, StoreError> {
+        let rows = keel_core::store::stamp(m, not_before);
+        match self.bug {
+            Bug::StampsAtTheClock => {
+                self.append_new(s, &rows).await?;
+                Ok(rows.iter().map(StoredMessage::cursor).collect())
+            }
+            // The trait's default, as a store that does not write its own gets it.
+            _ => default_append_stamped(self, s, m, not_before).await,
+        }
+    }
     async fn delete_session_history(&self, f: &str, u: &str, s: &str) -> Result<u64, StoreError> {
         self.inner.delete_session_history(f, u, s).await
     }
@@ -97,6 +118,60 @@ impl ChatHistoryStore for Buggy {
     async fn count_after(&self, s: &SessionScope, c: Option<&Cursor>) -> Result<u64, StoreError> {
         Ok(self.after(s, c, usize::MAX).await?.len() as u64)
     }
+}
+
+/// The default `append_stamped`, reached through a store that keeps every other default.
+async fn default_append_stamped(
+    store: &Buggy,
+    s: &SessionScope,
+    m: &[Message],
+    not_before: i64,
+) -> Result<Vec<Cursor>, StoreError> {
+    struct Defaults<'a>(&'a Buggy);
+    #[async_trait]
+    impl ChatHistoryStore for Defaults<'_> {
+        async fn append(&self, s: &SessionScope, m: &[StoredMessage]) -> Result<(), StoreError> {
+            self.0.append(s, m).await
+        }
+        async fn append_new(
+            &self,
+            s: &SessionScope,
+            m: &[StoredMessage],
+        ) -> Result<u64, StoreError> {
+            self.0.append_new(s, m).await
+        }
+        async fn delete_session_history(
+            &self,
+            f: &str,
+            u: &str,
+            s: &str,
+        ) -> Result<u64, StoreError> {
+            self.0.delete_session_history(f, u, s).await
+        }
+        async fn last_n(
+            &self,
+            s: &SessionScope,
+            n: usize,
+        ) -> Result<Vec<StoredMessage>, StoreError> {
+            self.0.last_n(s, n).await
+        }
+        async fn after(
+            &self,
+            s: &SessionScope,
+            c: Option<&Cursor>,
+            limit: usize,
+        ) -> Result<Vec<StoredMessage>, StoreError> {
+            self.0.after(s, c, limit).await
+        }
+        async fn count_after(
+            &self,
+            s: &SessionScope,
+            c: Option<&Cursor>,
+        ) -> Result<u64, StoreError> {
+            self.0.count_after(s, c).await
+        }
+    }
+    Defaults(store).append_stamped(s, m, not_before).await
 }
 
 #[async_trait]
@@ -214,4 +289,20 @@ async fn a_checkpoint_without_a_parent_check_is_caught() {
     .await
     .unwrap_err();
     assert_eq!(f.check, "concurrent_checkpoints", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stamping_with_the_clock_is_caught() {
+    let f = failure(Bug::StampsAtTheClock).await;
+    assert_eq!(f.check, "stamped_history", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_append_stamped_passes() {
+    let store = Buggy {
+        inner: MemoryStore::new(),
+        bug: Bug::None,
+    };
+    conformance::stamped_history(&store).await.unwrap();
+    conformance::run_all(Arc::new(store)).await.unwrap();
 }

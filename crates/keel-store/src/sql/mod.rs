@@ -16,6 +16,11 @@ pub(crate) struct Queries {
     pub append: &'static str,
     /// As `append`, skipping an id already stored in the scope.
     pub append_new: &'static str,
+    /// Session memory's record in one statement: `$1..$4` scope, `$5` the earliest
+    /// timestamp, then `(message id, offset, role, body JSON)` per row in place of
+    /// `{rows}` (see [`stamped`]); stamps the rows after the newest stored one, skips
+    /// stored ids and returns `(message_id, timestamp_ms)` of the rows stored.
+    pub append_stamped: &'static str,
     /// `$1..$4` scope, `$5` summary, `$6` pinned JSON, `$7` cursor id, `$8` cursor
     /// timestamp, `$9` absorbed, `$10` model, `$11` version, `$12` created, `$13` updated.
     pub insert_state: &'static str,
@@ -108,6 +113,44 @@ pub fn multi_row(query: &str, rows: usize) -> String {
     out.push_str(&query[end..]);
     out
 }
+
+/// `query` (an [`Queries::append_stamped`]) for `rows` rows: `{rows}` becomes the row
+/// tuples `($6, $7, $8, $9), ($10, ...)`.
+pub(crate) fn stamped(query: &str, rows: usize) -> String {
+    let mut tuples = String::with_capacity(rows * 24);
+    for row in 0..rows {
+        if row > 0 {
+            tuples.push_str(", ");
+        }
+        let p = 6 + 4 * row;
+        tuples.push_str(&format!("(${}, ${}, ${}, ${})", p, p + 1, p + 2, p + 3));
+    }
+    query.replacen("{rows}", &tuples, 1)
+}
+
+/// The part of [`Queries::append_stamped`] both dialects share, around the dialect's
+/// greatest-of-two function (`$greatest`) and its JSON cast of `v.column4` (`$body`).
+/// The newest timestamp is a subquery of its own: SQLite answers a bare `MAX` from the
+/// end of the index, but walks every row of the session for `MAX` inside an expression.
+macro_rules! append_stamped {
+    ($greatest:literal, $body:literal) => {
+        concat!(
+            "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
+             timestamp_ms, role, body) \
+             SELECT $1, $2, $3, $4, v.column1, b.t + v.column2, v.column3, ",
+            $body,
+            " FROM (SELECT ",
+            $greatest,
+            "($5, COALESCE((SELECT MAX(timestamp_ms) FROM chat_messages \
+             WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4) \
+             + 1, $5)) AS t) AS b, \
+             (VALUES {rows}) AS v WHERE true \
+             ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING \
+             RETURNING message_id, timestamp_ms"
+        )
+    };
+}
+pub(crate) use append_stamped;
 
 pub(crate) const COUNT_START: &str = scoped!("SELECT COUNT(*) AS n FROM chat_messages", "");
 pub(crate) const NEWEST_TIMESTAMP: &str =
@@ -802,6 +845,66 @@ macro_rules! impl_sql_store {
                 messages: &[keel_core::store::StoredMessage],
             ) -> Result<u64, StoreError> {
                 self.append_with($q.append_new, scope, messages).await
+            }
+
+            async fn append_stamped(
+                &self,
+                scope: &keel_core::store::SessionScope,
+                messages: &[keel_core::message::Message],
+                not_before_ms: i64,
+            ) -> Result<Vec<keel_core::store::Cursor>, StoreError> {
+                $crate::check::scope(scope)?;
+                $crate::check::batch_ids(messages.iter().map(|m| m.id()))?;
+                if messages.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let bodies = messages
+                    .iter()
+                    .map($crate::sql::encode_message)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let rows: Vec<_> = messages.iter().zip(&bodies).collect();
+                let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
+                // Each chunk stamps after the newest row, the previous chunk's included.
+                let mut tx = if chunks.len() > 1 {
+                    Some(self.pool.begin().await.map_err($crate::sql::backend)?)
+                } else {
+                    None
+                };
+                let mut stored = Vec::with_capacity(messages.len());
+                for chunk in &chunks {
+                    let sql = $crate::sql::stamped($q.append_stamped, chunk.len());
+                    // Built from a constant statement and a row count only: no input text.
+                    let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                        .persistent(true)
+                        .bind(&scope.flow_id)
+                        .bind(&scope.user_id)
+                        .bind(&scope.session_id)
+                        .bind(&scope.context_id)
+                        .bind(not_before_ms);
+                    for (i, (m, body)) in chunk.iter().enumerate() {
+                        q = q
+                            .bind(m.id())
+                            .bind(i64::try_from(i).unwrap_or(i64::MAX))
+                            .bind(m.role().as_str())
+                            .bind(*body);
+                    }
+                    let r: Result<Vec<(String, i64)>, _> = match tx.as_mut() {
+                        Some(tx) => q.fetch_all(&mut **tx).await,
+                        None => q.fetch_all(&self.pool).await,
+                    };
+                    let r = r.map_err($crate::sql::backend)?;
+                    stored.extend(r.into_iter().map(|(message_id, timestamp_ms)| {
+                        keel_core::store::Cursor {
+                            timestamp_ms,
+                            message_id,
+                        }
+                    }));
+                }
+                if let Some(tx) = tx {
+                    tx.commit().await.map_err($crate::sql::backend)?;
+                }
+                stored.sort();
+                Ok(stored)
             }
 
             async fn delete_session_history(
