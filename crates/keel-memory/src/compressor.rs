@@ -43,6 +43,7 @@ use crate::fold::merge::{count_words, merge};
 use crate::fold::parse::{FoldOutput, parse_fold_output};
 use crate::fold::{fold_prompt, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
+use crate::tail::TailCache;
 use crate::window::provider_safe_rows;
 
 /// What one fold attempt did.
@@ -208,6 +209,8 @@ pub struct SessionCompressor {
     caller: Arc<SummaryCaller>,
     template: String,
     engine: FoldEngine,
+    /// The newest rows of recent sessions (checked against the store before use).
+    tails: Arc<TailCache>,
 }
 
 /// What writes the summary of a fold.
@@ -248,6 +251,8 @@ impl SessionCompressor {
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
         let template = fold_template(&settings.pinned_keys, settings.summary_word_budget);
+        // Room for the whole window plus a turn's own messages.
+        let tail_rows = window_cap(&settings).saturating_add(64);
         Ok(SessionCompressor {
             settings: Arc::new(settings),
             history,
@@ -256,6 +261,7 @@ impl SessionCompressor {
             caller: Arc::new(SummaryCaller::new(SummaryCallOptions::default())),
             template,
             engine: FoldEngine::Model,
+            tails: Arc::new(TailCache::new(tail_rows)),
         })
     }
 
@@ -315,7 +321,7 @@ impl SessionCompressor {
         // The state and the usual window do not depend on each other: read both at once.
         let usual = self.usual_window(&current_ids);
         let state = self.states.get_state(scope).await?;
-        let fetched = self.history.last_n(scope, usual).await?;
+        let fetched = self.newest(scope, usual).await?;
         let mut state = state.unwrap_or_default();
         let RecentWindow {
             window: fetched,
@@ -412,6 +418,32 @@ impl SessionCompressor {
         })
     }
 
+    /// The newest `n` stored messages of the scope, oldest first, as `last_n` reads
+    /// them: from the kept tail when one count query proves it current, else from the
+    /// store (and then kept).
+    async fn newest(
+        &self,
+        scope: &SessionScope,
+        n: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        if n <= self.tails.max_rows()
+            && let Some(check) = self.tails.check(scope, n)
+        {
+            let count = self
+                .history
+                .count_after(scope, check.after.as_ref())
+                .await?;
+            if count == check.expected
+                && let Some(rows) = self.tails.newest(scope, &check, n)
+            {
+                return Ok(rows);
+            }
+        }
+        let rows = self.history.last_n(scope, n).await?;
+        self.tails.put(scope, &rows, n);
+        Ok(rows)
+    }
+
     /// The most rows the window reads: the cap, one more (to tell whether the cap cut
     /// anything) and the current messages, which may be stored already.
     fn whole_window(&self, current_ids: &HashSet<&str>) -> usize {
@@ -452,7 +484,7 @@ impl SessionCompressor {
                     .is_some_and(|m| m.cursor() <= *c)
             });
         if !complete && usual < want {
-            fetched = self.history.last_n(scope, want).await?;
+            fetched = self.newest(scope, want).await?;
         }
         // Holding every stored message after the cursor, the window can count what a
         // fold may take itself (no COUNT queries per turn).
@@ -846,7 +878,22 @@ impl SessionCompressor {
             .collect();
         // Stamped after the newest stored row by the store, in the same statement.
         let stored = self.history.append_stamped(scope, &rows, now_ms()).await?;
-        let stored = stored.len();
+        let count = stored.len();
+        // The positions come back in order; the rows are the messages with those ids.
+        let by_id: std::collections::HashMap<&str, &Message> =
+            rows.iter().map(|m| (m.id(), m)).collect();
+        let stored: Vec<StoredMessage> = stored
+            .into_iter()
+            .filter_map(|c| {
+                let message = (*by_id.get(c.message_id.as_str())?).clone();
+                Some(StoredMessage {
+                    timestamp_ms: c.timestamp_ms,
+                    message,
+                })
+            })
+            .collect();
+        self.tails.append(scope, stored);
+        let stored = count;
         Ok(stored)
     }
 
@@ -854,10 +901,15 @@ impl SessionCompressor {
     /// context: its chat history and its state (summary, pinned keys). Call it wherever
     /// a session is deleted; returns how many rows went.
     pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
+        self.tails
+            .forget_session(&scope.flow_id, &scope.user_id, &scope.session_id);
         let history = self
             .history
             .delete_session_history(&scope.flow_id, &scope.user_id, &scope.session_id)
             .await?;
+        // Again: a turn may have read the session back in meanwhile.
+        self.tails
+            .forget_session(&scope.flow_id, &scope.user_id, &scope.session_id);
         let states = self
             .states
             .delete_session_states(&scope.flow_id, &scope.user_id, &scope.session_id)

@@ -62,6 +62,7 @@ pub mod events;
 pub mod fold;
 pub mod middleware;
 pub mod settings;
+mod tail;
 pub mod window;
 
 pub use compressor::{FoldEngine, FoldOutcome, SessionCompressor, TurnMemory, render_memory};

@@ -698,3 +698,51 @@ async fn a_winner_that_folded_into_the_window_is_not_sent_twice() {
     let ids: Vec<&str> = turn.recent.iter().map(|m| m.message.id()).collect();
     assert_eq!(ids, ["m00025", "m00026", "m00027", "m00028", "m00029"]);
 }
+
+/// The compressor keeps each session's newest rows between turns and checks them with a
+/// count before use: rows another writer stored in the meantime are in the next window,
+/// even one stamped before rows this compressor recorded since (two writers racing on
+/// PostgreSQL can stamp that way).
+#[tokio::test]
+async fn rows_from_another_writer_reach_the_next_window() {
+    let store = Arc::new(MemoryStore::new());
+    let s = scope("u", "two-writers");
+    let c = compressor(&store, settings(&s));
+    let model = fold_model();
+    let turn: Vec<Message> = (0..6).map(message).collect();
+    c.record(&s, &turn[..5]).await.unwrap();
+    let first = prepare_turn(&c, &s, &model).await;
+    assert_eq!(first.messages().len(), 5);
+
+    // This compressor records a message; another writer then stores one between two of
+    // the rows this compressor already holds, and one after everything.
+    c.record(&s, &turn[5..]).await.unwrap();
+    let rows = store.after(&s, None, 100).await.unwrap();
+    let between = StoredMessage {
+        timestamp_ms: rows[2].timestamp_ms,
+        message: Message::human("from another process")
+            .with_id(format!("{}~b", rows[2].message.id())),
+    };
+    let after = StoredMessage {
+        timestamp_ms: rows[5].timestamp_ms + 10,
+        message: Message::human("later, from another process").with_id("zz-after"),
+    };
+    store.append(&s, &[between.clone(), after]).await.unwrap();
+
+    let ids: Vec<String> = prepare_turn(&c, &s, &model)
+        .await
+        .messages()
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    let expected: Vec<String> = store
+        .after(&s, None, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.message.id().to_owned())
+        .collect();
+    assert_eq!(ids, expected, "the window is the store's history, in order");
+    assert!(ids.contains(&between.message.id().to_owned()));
+    assert!(ids.contains(&"zz-after".to_owned()));
+}
