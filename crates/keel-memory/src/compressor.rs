@@ -318,7 +318,8 @@ impl SessionCompressor {
             return Ok(TurnMemory::empty());
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
-        // The state and the usual window do not depend on each other: read both at once.
+        // Read one after the other: reading both at once on two pool connections was
+        // measured no faster (docs/benchmarks.md, session-memory replay).
         let usual = self.usual_window(&current_ids);
         let state = self.states.get_state(scope).await?;
         let fetched = self.newest(scope, usual).await?;
