@@ -378,6 +378,40 @@ pub async fn stamped_history<S: Storage>(store: &S) -> Checked {
         store.append_stamped(&scope, &[], 0).await,
     )?;
     ensure!(C, none.is_empty(), "an empty batch gave {none:?}");
+
+    // A batch larger than one statement holds: still one increasing run, in list order.
+    let big: Vec<Message> = (0..1_001)
+        .map(|i| human(&format!("big-{:04}", 1_000 - i)))
+        .collect();
+    let got = call(
+        C,
+        "append_stamped(1,001)",
+        store.append_stamped(&scope, &big, 0).await,
+    )?;
+    ensure!(
+        C,
+        got.len() == big.len()
+            && got
+                .windows(2)
+                .all(|w| w[1].timestamp_ms == w[0].timestamp_ms + 1)
+            && got.first().is_some_and(|c| c.timestamp_ms == 1_001),
+        "a 1,001-message batch was stored at {:?} .. {:?} ({} rows)",
+        got.first(),
+        got.last(),
+        got.len()
+    );
+    let all = call(
+        C,
+        "after",
+        store.after(&scope, Some(&at(1_000, "m4")), 2_000).await,
+    )?;
+    ensure!(
+        C,
+        all.iter()
+            .map(|m| m.message.id())
+            .eq(big.iter().map(Message::id)),
+        "a large batch did not keep its list order"
+    );
     Ok(())
 }
 

@@ -29,6 +29,9 @@ enum Bug {
     None,
 }
 
+/// Makes `Bug::CheckpointLastWriterWins` a store that never reports a conflict.
+static LAST_WRITER_WINS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Buggy {
     inner: MemoryStore,
     bug: Bug,
@@ -54,7 +57,12 @@ impl Buggy {
 impl Checkpointer for Buggy {
     async fn put(&self, t: &str, mut w: CheckpointWrite) -> Result<PutOutcome, StoreError> {
         if let Bug::CheckpointLastWriterWins = self.bug {
+            // Read the head and write after it as one step: whoever writes last wins,
+            // every time (without the lock, two worker threads interleaving the read and
+            // the write would sometimes produce the conflict the suite looks for).
+            let _one_at_a_time = LAST_WRITER_WINS.lock().await;
             w.parent = self.inner.latest(t).await?.map(|c| c.seq);
+            return self.inner.put(t, w).await;
         }
         self.inner.put(t, w).await
     }

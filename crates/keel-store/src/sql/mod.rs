@@ -481,6 +481,19 @@ macro_rules! impl_sql_store {
                     .transpose()
             }
 
+            /// A transaction for a batch written in `statements` statements, when it takes
+            /// more than one (a single statement is atomic by itself).
+            async fn batch_transaction(
+                &self,
+                statements: usize,
+            ) -> Result<Option<sqlx::Transaction<'static, $db>>, StoreError> {
+                if statements > 1 {
+                    Ok(Some(self.pool.begin().await.map_err($crate::sql::backend)?))
+                } else {
+                    Ok(None)
+                }
+            }
+
             /// Appends a chat-history batch in one transaction with `query` (`append`:
             /// fail on a stored id; `append_new`: skip it); returns the rows stored.
             async fn append_with(
@@ -502,11 +515,7 @@ macro_rules! impl_sql_store {
                 // fits the parameter limit; larger batches go in one transaction.
                 let rows: Vec<_> = messages.iter().zip(&bodies).collect();
                 let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
-                let mut tx = if chunks.len() > 1 {
-                    Some(self.pool.begin().await.map_err($crate::sql::backend)?)
-                } else {
-                    None
-                };
+                let mut tx = self.batch_transaction(chunks.len()).await?;
                 let mut stored = 0;
                 for chunk in &chunks {
                     let sql = $crate::sql::multi_row(query, chunk.len());
@@ -865,11 +874,7 @@ macro_rules! impl_sql_store {
                 let rows: Vec<_> = messages.iter().zip(&bodies).collect();
                 let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
                 // Each chunk stamps after the newest row, the previous chunk's included.
-                let mut tx = if chunks.len() > 1 {
-                    Some(self.pool.begin().await.map_err($crate::sql::backend)?)
-                } else {
-                    None
-                };
+                let mut tx = self.batch_transaction(chunks.len()).await?;
                 let mut stored = Vec::with_capacity(messages.len());
                 for chunk in &chunks {
                     let sql = $crate::sql::stamped($q.append_stamped, chunk.len());
