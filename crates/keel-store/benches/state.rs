@@ -1,5 +1,5 @@
 //! Session-memory state: load and compare-and-swap save latency on SQLite (WAL file) and
-//! PostgreSQL, and saves per second with 32 concurrent sessions on PostgreSQL.
+//! PostgreSQL, the cost of recording one chat message (`append_stamped`), and saves per second with 32 concurrent sessions on PostgreSQL.
 //!
 //! ```text
 //! cargo bench -p keel-store --bench state                                   # SQLite only
@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use keel_core::store::{Cursor, SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope};
+use keel_core::message::Message;
+use keel_core::store::{
+    ChatHistoryStore, Cursor, SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope,
+};
 use keel_store::Store;
 use serde_json::json;
 
@@ -72,6 +75,19 @@ fn load_and_save(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, st
             let out = store.save_state(&scope, &state, v).await.unwrap();
             assert_eq!(out, SaveOutcome::Saved { version: v + 1 });
             version.store(v + 1, Ordering::SeqCst);
+        });
+    });
+    // What session memory pays to record a turn: one message appended (stamped by the
+    // store after its newest row), on a history that grows as the bench runs.
+    let history = SessionScope::new("bench", "user", keel_core::message::new_id(), "");
+    let next = AtomicU64::new(0);
+    group.bench_function(BenchmarkId::new("record_one", name), |b| {
+        b.to_async(rt).iter(|| async {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let m = Message::ai("The pods restarted after the config change; the job is green.")
+                .with_id(format!("m{i:08}"));
+            let stored = store.append_stamped(&history, &[m], 0).await.unwrap();
+            assert_eq!(stored.len(), 1);
         });
     });
     group.finish();
