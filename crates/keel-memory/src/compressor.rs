@@ -3,7 +3,9 @@
 //! [`SessionCompressor::prepare`] runs once per turn:
 //!
 //! 1. load the state and the last `n_messages` stored messages (excluding the current
-//!    input): the first of them is the boundary between "recent" and "older";
+//!    input): the first of them is the boundary between "recent" and "older". The
+//!    newest rows of each session are kept between turns and checked with one count
+//!    before use (see `tail.rs`), so a turn does not read and decode them again;
 //! 2. count the unfolded messages older than the boundary; while there are at least
 //!    `fold_batch` of them (and at most `max_folds_per_turn` times), fold up to
 //!    `max_batch_messages` of them with one internal model call (a batch never ends
