@@ -250,6 +250,22 @@ fn skill_path_under(
     let raw = ["path", "file_path", "filepath"]
         .iter()
         .find_map(|k| call.args.get(*k).and_then(|v| v.as_str()))?;
+    // Most paths are already normal (absolute, no empty, `.` or `..` segment): compare
+    // them as they are and allocate only for a skill read. A planning pass looks at every
+    // file read of the thread, so this is most of what it spends on them.
+    let trimmed = raw.trim();
+    let normal = trimmed.starts_with('/')
+        && !trimmed
+            .as_bytes()
+            .windows(2)
+            .any(|w| w[0] == b'/' && (w[1] == b'/' || w[1] == b'.'));
+    if normal {
+        let p = match trimmed.strip_suffix('/') {
+            Some(p) if !p.is_empty() => p,
+            _ => trimmed,
+        };
+        return under_root(p, root).then(|| p.to_owned());
+    }
     // Normalising only drops segments, so a path under the root names the root's last
     // segment somewhere; most file reads do not, and skip the allocation.
     let last = root.rsplit('/').next().unwrap_or("");
@@ -257,10 +273,14 @@ fn skill_path_under(
         return None;
     }
     let p = normalize_path(raw)?;
-    let under = p == root
+    under_root(&p, root).then_some(p)
+}
+
+/// Whether the normalised path `p` is the normalised `root` or lies under it.
+fn under_root(p: &str, root: &str) -> bool {
+    p == root
         || root == "/"
-        || (p.len() > root.len() && p.starts_with(root) && p.as_bytes()[root.len()] == b'/');
-    under.then_some(p)
+        || (p.len() > root.len() && p.starts_with(root) && p.as_bytes()[root.len()] == b'/')
 }
 
 /// A skill read: (AI index, bundle indices, skill paths, bundle tokens, largest skill
@@ -641,5 +661,48 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// Paths already normal are compared as they are: the answer is the one normalising
+    /// gives, for paths under the root, beside it and around it.
+    #[test]
+    fn normal_paths_take_the_short_way_to_the_same_answer() {
+        let call = |path: &str| ToolCall::new("c", "read_file", json!({ "path": path }));
+        for root in ["/mnt/skills", "/mnt/skills/", "/", "/a"] {
+            let skills = SkillRescue {
+                max_count: 5,
+                max_tokens: 100,
+                max_tokens_per_skill: 50,
+                tool_names: vec!["read_file".into()],
+                container_path: root.into(),
+            };
+            let root = normalize_path(root).unwrap();
+            for path in [
+                "/",
+                "/mnt",
+                "/mnt/skills",
+                "/mnt/skills/",
+                " /mnt/skills/pdf/SKILL.md ",
+                "/mnt/skills/pdf/SKILL.md",
+                "/mnt/skills/pdf/",
+                "/mnt/skillsx/a",
+                "/mnt/skill",
+                "/workspace/src/main.rs",
+                "/a",
+                "/ab",
+                "/a/b",
+                "/mnt/skills/.hidden",
+                "/mnt/skills/a/../../etc",
+                "//mnt/skills/a",
+                "relative/path",
+            ] {
+                let slow = normalize_path(path).filter(|p| under_root(p, &root));
+                assert_eq!(
+                    skill_path(&call(path), &skills),
+                    slow,
+                    "path {path:?} under root {root:?}"
+                );
+            }
+        }
     }
 }
