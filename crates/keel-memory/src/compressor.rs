@@ -882,15 +882,15 @@ impl SessionCompressor {
         // Stamped after the newest stored row by the store, in the same statement.
         let stored = self.history.append_stamped(scope, &rows, now_ms()).await?;
         let count = stored.len();
-        // The positions come back in order; the rows are the messages with those ids.
-        let by_id: std::collections::HashMap<&str, &Message> =
-            rows.iter().map(|m| (m.id(), m)).collect();
-        let stored: Vec<StoredMessage> = stored
+        // The positions come back oldest first, which is list order: the stored rows are
+        // the messages of the list whose id comes next, moved rather than copied.
+        let mut positions = stored.into_iter().peekable();
+        let stored: Vec<StoredMessage> = rows
             .into_iter()
-            .filter_map(|c| {
-                let message = (*by_id.get(c.message_id.as_str())?).clone();
+            .filter_map(|message| {
+                let at = positions.next_if(|c| c.message_id == message.id())?;
                 Some(StoredMessage {
-                    timestamp_ms: c.timestamp_ms,
+                    timestamp_ms: at.timestamp_ms,
                     message,
                 })
             })
