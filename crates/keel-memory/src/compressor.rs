@@ -896,8 +896,7 @@ impl SessionCompressor {
             })
             .collect();
         self.tails.append(scope, stored);
-        let stored = count;
-        Ok(stored)
+        Ok(count)
     }
 
     /// Deletes everything session memory stored for the scope's session, in every
