@@ -348,7 +348,7 @@ pub fn pending_calls(messages: &[Message]) -> Vec<&crate::message::ToolCall> {
 /// safe when no AI message and one of its results lie on different sides. The index
 /// also knows each AI message's results, so a rescued AI message always moves together
 /// with all of them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PairIndex {
     unsafe_cut: Vec<bool>,
     /// `results[result_start[ai]..result_start[ai + 1]]` are the results of `ai`, ascending.
@@ -414,6 +414,69 @@ impl PairIndex {
         }
         b.close_run(&mut run, run_sum);
         b.finish()
+    }
+
+    /// The number of messages indexed.
+    pub fn len(&self) -> usize {
+        self.unsafe_cut.len().saturating_sub(1)
+    }
+
+    /// True when no message is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Extends an index of `messages[..self.len()]` to all of `messages`, the same index
+    /// [`new`](Self::new) would build on the whole list, indexing only the new messages
+    /// and the tool run they may continue. The caller guarantees that the indexed
+    /// messages are still the list's prefix (an append-only list, see
+    /// [`Lineage`](crate::state::Lineage)); a shorter list is indexed from scratch.
+    ///
+    /// The messages from the last non-tool message before the old end are indexed
+    /// again on their own and spliced in. That is exact unless a new result answers a
+    /// call made before that point (a late or orphan result): the suffix then reports it
+    /// unpaired, and the whole list is indexed from scratch instead.
+    pub fn extend(&mut self, messages: &[Message]) {
+        let old = self.len();
+        if messages.len() < old {
+            *self = Self::new(messages);
+            return;
+        }
+        if messages.len() == old {
+            return;
+        }
+        // Restart at the last non-tool message before the old end: usually the AI
+        // message whose results are arriving. No tool run straddles that point, and the
+        // run before it was closed there in the old index too.
+        let mut start = old;
+        while start > 0 && messages[start - 1].is_tool() {
+            start -= 1;
+        }
+        let start = start.saturating_sub(1);
+        let suffix = Self::new(&messages[start..]);
+        if suffix
+            .unpaired
+            .iter()
+            .any(|&i| messages[start + i].is_tool())
+        {
+            *self = Self::new(messages);
+            return;
+        }
+        self.unsafe_cut.truncate(start);
+        self.unsafe_cut.extend_from_slice(&suffix.unsafe_cut);
+        self.caller.truncate(start);
+        self.caller
+            .extend(suffix.caller.iter().map(|c| c.map(|ai| ai + start)));
+        let base = self.result_start.get(start).copied().unwrap_or(0);
+        self.results.truncate(base);
+        self.results
+            .extend(suffix.results.iter().map(|&r| r + start));
+        self.result_start.truncate(start);
+        self.result_start
+            .extend(suffix.result_start.iter().map(|&k| k + base));
+        self.unpaired.retain(|&i| i < start);
+        self.unpaired
+            .extend(suffix.unpaired.iter().map(|&i| i + start));
     }
 
     /// True when cutting before `cut` separates no AI message from its results.
@@ -732,6 +795,55 @@ mod tests {
                 proptest::prop_assert_eq!(idx.is_safe_cut(cut), *want, "cut {}", cut);
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Extending an index, in any number of steps, builds the index of the whole list.
+        #[test]
+        fn extending_matches_indexing_at_once(
+            script in proptest::collection::vec((0u8..4, 0u8..5, 1usize..4), 0..40),
+            steps in proptest::collection::vec(0usize..40, 0..6),
+        ) {
+            let msgs: Vec<Message> = script
+                .iter()
+                .map(|&(kind, id, calls)| match kind {
+                    0 => Message::human("q"),
+                    1 => ai(&(0..calls)
+                        .map(|k| ["a", "b", "c", "d", "e"][(usize::from(id) + k * k) % 5])
+                        .collect::<Vec<_>>()),
+                    2 => Message::tool(["a", "b", "c", "d", "e"][usize::from(id)], "r"),
+                    _ => Message::ai("x"),
+                })
+                .collect();
+            let mut ends: Vec<usize> = steps.iter().map(|&k| k.min(msgs.len())).collect();
+            ends.sort_unstable();
+            ends.push(msgs.len());
+            let mut idx = PairIndex::new(&[]);
+            for end in ends {
+                idx.extend(&msgs[..end]);
+                proptest::prop_assert_eq!(&idx, &PairIndex::new(&msgs[..end]), "end {}", end);
+            }
+        }
+    }
+
+    /// The usual agent step: an AI message with calls, then its results one by one.
+    #[test]
+    fn extending_through_a_tool_run() {
+        let msgs = vec![
+            Message::human("q"),
+            ai(&["a", "b"]),
+            Message::tool("a", "1"),
+            Message::tool("b", "2"),
+            Message::ai("done"),
+            ai(&["c"]),
+            Message::tool("c", "3"),
+        ];
+        let mut idx = PairIndex::new(&[]);
+        for end in 0..=msgs.len() {
+            idx.extend(&msgs[..end]);
+            assert_eq!(idx, PairIndex::new(&msgs[..end]), "end {end}");
+        }
+        assert_eq!(idx.len(), msgs.len());
     }
 
     #[test]

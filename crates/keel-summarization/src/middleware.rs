@@ -430,8 +430,8 @@ pub struct SummarizationMiddleware {
     /// Threads already warned that headroom is unreachable (bounded: a warning per
     /// thread, not per call).
     warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
-    /// What earlier calls learned about each thread's list (bounded), so a call on a
-    /// long thread costs what is new: see [`crate::stages::memo`].
+    /// What earlier calls learned about each list (bounded, keyed by lineage), so a call
+    /// on a long thread costs what is new: see [`crate::stages::memo`].
     pub(crate) threads: ThreadMemos,
     pub(crate) report_ids: bool,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
@@ -676,12 +676,8 @@ impl SummarizationMiddleware {
             ),
         };
         let entry = self.cache.put(&call.key, entry).await;
-        self.threads.set_verified(
-            &request.runtime.thread_id,
-            &request.messages,
-            request.lineage(),
-            &entry,
-        );
+        self.threads
+            .set_verified(&request.messages, request.lineage(), &entry);
         // 6. assemble
         self.finish(&call, &entry, written, planned.headroom_unreachable)
     }

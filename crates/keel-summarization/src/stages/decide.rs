@@ -42,11 +42,10 @@ impl SummarizationMiddleware {
         self.warn_fixed_cost(m);
         // Scan only from where the last call on this list found nothing dangling.
         let messages = &request.messages;
-        let thread = &request.runtime.thread_id;
         let lineage = request.lineage();
         let from = self
             .threads
-            .get(thread, messages, lineage)
+            .get(messages, lineage)
             .map_or(0, |memo| memo.clean);
         if dangling_tool_calls(&messages[from..], Pending::Keep).is_empty() {
             let block = messages[from..]
@@ -54,7 +53,7 @@ impl SummarizationMiddleware {
                 .rposition(|msg| !msg.is_tool())
                 .map_or(from, |i| from + i);
             self.threads
-                .update(thread, messages, lineage, |memo| memo.clean = block);
+                .update(messages, lineage, |memo| memo.clean = block);
             return Decision::Compact;
         }
         match patch_dangling_tool_calls(messages, Pending::Keep) {

@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 
 use crate::cache::CachedSummary;
 
-/// One thread's memo.
+/// One list's memo.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ThreadMemo {
     lineage: Lineage,
@@ -60,39 +60,35 @@ impl ThreadMemo {
     }
 }
 
-/// The memos of recent threads (a bounded LRU).
-pub(crate) struct ThreadMemos(Mutex<LruCache<String, ThreadMemo>>);
+/// The memos of recent lists (a bounded LRU), keyed by lineage rather than by thread:
+/// what a memo says is a fact about the list, so a second caller on the same list (an
+/// outer retry, `keel compact`, a call under another thread id) finds it too.
+pub(crate) struct ThreadMemos(Mutex<LruCache<Lineage, ThreadMemo>>);
 
 impl ThreadMemos {
-    /// Room for `capacity` threads.
+    /// Room for `capacity` lists.
     pub fn new(capacity: NonZeroUsize) -> Self {
         ThreadMemos(Mutex::new(LruCache::new(capacity)))
     }
 
-    /// The memo of `thread` if `messages` (of `lineage`) continue what it saw.
-    pub fn get(
-        &self,
-        thread: &str,
-        messages: &[Message],
-        lineage: Option<Lineage>,
-    ) -> Option<ThreadMemo> {
+    /// The memo of `lineage` if `messages` continue what it saw.
+    pub fn get(&self, messages: &[Message], lineage: Option<Lineage>) -> Option<ThreadMemo> {
         let lineage = lineage?;
-        let memo = *self.0.lock().get(thread)?;
+        let memo = *self.0.lock().get(&lineage)?;
         memo.continues(messages, lineage).then_some(memo)
     }
 
-    /// Updates `thread`'s memo for `messages` (of `lineage`) with `change`, starting
-    /// from what is remembered when the list continues it, else from nothing.
+    /// Updates the memo of `messages` (of `lineage`) with `change`, starting from what is
+    /// remembered when the list continues it, else from nothing.
     pub fn update(
         &self,
-        thread: &str,
         messages: &[Message],
         lineage: Option<Lineage>,
         change: impl FnOnce(&mut ThreadMemo),
     ) {
         let Some(lineage) = lineage else { return };
         let mut map = self.0.lock();
-        let mut memo = match map.get(thread) {
+        let mut memo = match map.get(&lineage) {
             Some(m) if m.continues(messages, lineage) => ThreadMemo {
                 len: messages.len(),
                 witness: messages.last().map_or(0, Message::fingerprint),
@@ -101,18 +97,17 @@ impl ThreadMemos {
             _ => ThreadMemo::new(messages, lineage),
         };
         change(&mut memo);
-        map.put(thread.to_owned(), memo);
+        map.put(lineage, memo);
     }
 
     /// Records that `entry` matches the prefix of `messages`.
     pub fn set_verified(
         &self,
-        thread: &str,
         messages: &[Message],
         lineage: Option<Lineage>,
         entry: &CachedSummary,
     ) {
-        self.update(thread, messages, lineage, |m| {
+        self.update(messages, lineage, |m| {
             m.verified = Some((entry.boundary, entry.prefix_hash));
         });
     }

@@ -46,22 +46,18 @@ impl SummarizationMiddleware {
     /// once per lineage, then trusted while the list only grows.
     fn matches(&self, call: &Call<'_>, entry: &CachedSummary) -> bool {
         let request = call.request;
-        let (thread, messages, lineage) = (
-            &request.runtime.thread_id,
-            &request.messages,
-            request.lineage(),
-        );
+        let (messages, lineage) = (&request.messages, request.lineage());
         if messages.len() >= entry.boundary
             && self
                 .threads
-                .get(thread, messages, lineage)
+                .get(messages, lineage)
                 .is_some_and(|memo| memo.verified(entry))
         {
             return true;
         }
         let matched = entry.matches(messages);
         if matched {
-            self.threads.set_verified(thread, messages, lineage, entry);
+            self.threads.set_verified(messages, lineage, entry);
         }
         matched
     }

@@ -241,6 +241,84 @@ const MONTHS: &[&str] = &[
     "dec",
 ];
 const ZONES: &[&str] = &["utc", "gmt", "cet", "cest", "pst", "pdt", "est", "edt", "z"];
+/// Classes of the lower-case word lists above, as bits (see [`word_classes`]).
+const W_RULE: u8 = 1;
+const W_DECISION: u8 = 1 << 1;
+const W_REQUIREMENT: u8 = 1 << 2;
+/// A weekday, a month or a time zone.
+const W_DATETIME: u8 = 1 << 3;
+const W_UNIT: u8 = 1 << 4;
+/// The first word of a cue pair (`do not`, `go with`, `has to`, ...).
+const W_PAIR: u8 = 1 << 5;
+
+/// The classes `lower` (a lower-case token) belongs to, looked up in all the word lists
+/// at once: the words are bucketed by length and first letter, so a token is compared
+/// with the one or two listed words that could equal it, instead of scanning every list
+/// (scoring looks up every token of every sentence it reads).
+fn word_classes(lower: &str) -> u8 {
+    let Some(bucket) = word_bucket(lower) else {
+        return 0;
+    };
+    let table = WORD_TABLE.get_or_init(build_word_table);
+    table[bucket]
+        .iter()
+        .find(|(w, _)| *w == lower)
+        .map_or(0, |(_, c)| *c)
+}
+
+/// Buckets of [`word_classes`]: one per (length up to [`WORD_MAX`], first byte class).
+const WORD_MAX: usize = 16;
+const WORD_FIRSTS: usize = 27;
+static WORD_TABLE: std::sync::OnceLock<Vec<Vec<(&'static str, u8)>>> = std::sync::OnceLock::new();
+
+/// The bucket of `w`: by length, and by first letter (`a`-`z`, anything else shares
+/// one); `None` for words longer than any listed one.
+fn word_bucket(w: &str) -> Option<usize> {
+    let len = w.len();
+    if len == 0 || len > WORD_MAX {
+        return None;
+    }
+    let first = w.as_bytes()[0];
+    let letter = if first.is_ascii_lowercase() {
+        usize::from(first - b'a')
+    } else {
+        WORD_FIRSTS - 1
+    };
+    Some((len - 1) * WORD_FIRSTS + letter)
+}
+
+fn build_word_table() -> Vec<Vec<(&'static str, u8)>> {
+    let mut table: Vec<Vec<(&'static str, u8)>> = vec![Vec::new(); WORD_MAX * WORD_FIRSTS];
+    let mut add = |w: &'static str, class: u8| {
+        // Every listed word is short; one that is not could never be looked up.
+        let Some(b) = word_bucket(w) else { return };
+        match table[b].iter_mut().find(|(x, _)| *x == w) {
+            Some(entry) => entry.1 |= class,
+            None => table[b].push((w, class)),
+        }
+    };
+    let lists: [(&[&'static str], u8); 7] = [
+        (RULE_WORDS, W_RULE),
+        (DECISION_WORDS, W_DECISION),
+        (REQUIREMENT_WORDS, W_REQUIREMENT),
+        (WEEKDAYS, W_DATETIME),
+        (MONTHS, W_DATETIME),
+        (ZONES, W_DATETIME),
+        (UNITS, W_UNIT),
+    ];
+    for (words, class) in lists {
+        for w in words {
+            add(w, class);
+        }
+    }
+    for pairs in [RULE_PAIRS, DECISION_PAIRS, REQUIREMENT_PAIRS] {
+        for (first, _) in pairs {
+            add(first, W_PAIR);
+        }
+    }
+    table
+}
+
 /// Capitalised words that start sentences or name no one.
 const NOT_PROPER: &[&str] = &[
     "The",
@@ -442,7 +520,7 @@ fn is_quantity_token(lower: &str) -> bool {
     split > 0
         && lower[..1].chars().all(|c| c.is_ascii_digit())
         && split < lower.len()
-        && UNITS.contains(&&lower[split..])
+        && word_classes(&lower[split..]) & W_UNIT != 0
 }
 
 fn is_address(t: &str) -> bool {
@@ -513,7 +591,7 @@ fn is_date_or_time(t: &str, lower: &str) -> bool {
             && h.chars().all(|c| c.is_ascii_digit())
             && m.chars().take(2).filter(char::is_ascii_digit).count() == 2
     });
-    iso || clock || WEEKDAYS.contains(&lower) || MONTHS.contains(&lower) || ZONES.contains(&lower)
+    iso || clock || word_classes(lower) & W_DATETIME != 0
 }
 
 fn is_identifier(t: &str) -> Option<Entity> {
@@ -554,7 +632,7 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
     // Most tokens are plain words: letters only. They can only be a day, a month or a
     // time zone, or (all capitals) an acronym.
     if t.bytes().all(|b| b.is_ascii_alphabetic() || b == b'\'') {
-        return if WEEKDAYS.contains(&l) || MONTHS.contains(&l) || ZONES.contains(&l) {
+        return if word_classes(l) & W_DATETIME != 0 {
             Some(Entity::DateTime)
         } else if t.as_bytes().get(1).is_some_and(u8::is_ascii_uppercase) {
             is_identifier(t).filter(|k| *k == Entity::Acronym)
@@ -604,15 +682,21 @@ pub(crate) fn information(sentence: &str) -> Information {
         if l.len() < 2 || !l.as_bytes()[0].is_ascii_alphabetic() {
             continue;
         }
+        let class = word_classes(l);
+        if class & (W_RULE | W_DECISION | W_REQUIREMENT | W_PAIR) == 0 {
+            continue;
+        }
         let next = lower.get(i + 1).copied().unwrap_or("");
-        let pair = |pairs: &[(&str, &str)]| pairs.iter().any(|(a, b)| l == *a && next == *b);
-        if RULE_WORDS.contains(&l) || pair(RULE_PAIRS) {
+        let pair = |pairs: &[(&str, &str)]| {
+            class & W_PAIR != 0 && pairs.iter().any(|(a, b)| l == *a && next == *b)
+        };
+        if class & W_RULE != 0 || pair(RULE_PAIRS) {
             info.cues |= RULE;
         }
-        if DECISION_WORDS.contains(&l) || pair(DECISION_PAIRS) {
+        if class & W_DECISION != 0 || pair(DECISION_PAIRS) {
             info.cues |= DECISION;
         }
-        if REQUIREMENT_WORDS.contains(&l) || pair(REQUIREMENT_PAIRS) {
+        if class & W_REQUIREMENT != 0 || pair(REQUIREMENT_PAIRS) {
             info.cues |= REQUIREMENT;
         }
     }
@@ -623,7 +707,7 @@ pub(crate) fn information(sentence: &str) -> Information {
         let kind = classify(t, l);
         if kind == Some(Entity::Number) {
             let unit = lower.get(i + 1).copied().unwrap_or("");
-            if UNITS.contains(&unit) {
+            if word_classes(unit) & W_UNIT != 0 {
                 info.values.push((Entity::Quantity, format!("{l} {unit}")));
                 i += 2;
                 continue;
@@ -660,16 +744,16 @@ pub(crate) fn information(sentence: &str) -> Information {
 fn plain(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text.split_whitespace() {
-        let w: String = word
+        let mut kept = word
             .chars()
             .filter(|c| c.is_alphanumeric() || *c == '\'')
             .flat_map(char::to_lowercase)
-            .collect();
-        if !w.is_empty() {
+            .peekable();
+        if kept.peek().is_some() {
             if !out.is_empty() {
                 out.push(' ');
             }
-            out.push_str(&w);
+            out.extend(kept);
         }
     }
     out
@@ -871,6 +955,53 @@ mod tests {
         assert!(kinds("thanks, that helps").is_empty());
         // Multi-byte text after a colon is not a time (and never panics).
         assert!(!kinds("1:€5 ratio").contains(&Entity::DateTime));
+    }
+
+    /// The one-lookup table says of every word exactly what its lists say.
+    #[test]
+    fn word_classes_match_the_lists() {
+        let lists: [(&[&str], u8); 7] = [
+            (RULE_WORDS, W_RULE),
+            (DECISION_WORDS, W_DECISION),
+            (REQUIREMENT_WORDS, W_REQUIREMENT),
+            (WEEKDAYS, W_DATETIME),
+            (MONTHS, W_DATETIME),
+            (ZONES, W_DATETIME),
+            (UNITS, W_UNIT),
+        ];
+        let firsts: Vec<&str> = [RULE_PAIRS, DECISION_PAIRS, REQUIREMENT_PAIRS]
+            .iter()
+            .flat_map(|p| p.iter().map(|(a, _)| *a))
+            .collect();
+        let mut words: Vec<&str> = lists.iter().flat_map(|(w, _)| w.iter().copied()).collect();
+        words.extend(&firsts);
+        assert!(
+            words.iter().all(|w| word_bucket(w).is_some()),
+            "a listed word is too long"
+        );
+        words.extend([
+            "",
+            "x1",
+            "mustn",
+            "decidedly",
+            "Never",
+            "utc ",
+            "zz",
+            "ms2",
+            "€€",
+        ]);
+        for w in words {
+            let mut want = 0u8;
+            for (list, class) in &lists {
+                if list.contains(&w) {
+                    want |= class;
+                }
+            }
+            if firsts.contains(&w) {
+                want |= W_PAIR;
+            }
+            assert_eq!(word_classes(w), want, "{w:?}");
+        }
     }
 
     #[test]
