@@ -829,7 +829,7 @@ mod tests {
     /// The usual agent step: an AI message with calls, then its results one by one.
     #[test]
     fn extending_through_a_tool_run() {
-        let msgs = vec![
+        let msgs = [
             Message::human("q"),
             ai(&["a", "b"]),
             Message::tool("a", "1"),

@@ -66,7 +66,7 @@ use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::SummarySource;
 use crate::extractive::ExtractiveOptions;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
-use crate::stages::memo::ThreadMemos;
+use crate::stages::memo::{PLAN_INDEX_LISTS, PlanIndexes, ThreadMemos};
 use crate::stages::{Call, Decision, Lookup, Measured, Written};
 use crate::summary_call::{CircuitBreaker, SummaryCallOptions, SummaryCaller};
 use crate::transcript::{DEFAULT_SUMMARY_PROMPT, TranscriptOptions};
@@ -331,6 +331,7 @@ impl SummarizationMiddlewareBuilder {
             warned_fraction: AtomicBool::new(false),
             warned_headroom: parking_lot::Mutex::new(lru::LruCache::new(WARNED_THREADS)),
             threads: ThreadMemos::new(WARNED_THREADS),
+            plan_indexes: PlanIndexes::new(PLAN_INDEX_LISTS),
             report_ids: self.report_ids,
         })
     }
@@ -433,6 +434,9 @@ pub struct SummarizationMiddleware {
     /// What earlier calls learned about each list (bounded, keyed by lineage), so a call
     /// on a long thread costs what is new: see [`crate::stages::memo`].
     pub(crate) threads: ThreadMemos,
+    /// Planning indexes of recent lists, kept up to date from half a trigger on: see
+    /// [`crate::stages::memo::PlanIndexes`].
+    pub(crate) plan_indexes: PlanIndexes,
     pub(crate) report_ids: bool,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
@@ -613,6 +617,7 @@ impl SummarizationMiddleware {
         // 2. decide
         match self.decide(request, &mut measured, forced) {
             Decision::PassThrough => {
+                self.keep_plan_index(request, &measured);
                 return self.untouched(request, &measured, Action::PassThrough, None);
             }
             Decision::Patched(patched) => {
@@ -737,6 +742,51 @@ impl Middleware for SummarizationMiddleware {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pass-through calls keep a planning index only from half a trigger on, and only
+    /// for a list that carries its lineage (an agent state's own list).
+    #[tokio::test]
+    async fn pass_through_keeps_an_index_from_half_a_trigger_on() {
+        use crate::config::ContextSize;
+        use keel_core::message::Message;
+        use keel_core::middleware::{ModelRequest, Runtime};
+        use keel_core::model::{ChatModel, ModelSettings};
+        use keel_core::state::AgentState;
+        let config = SummarizationConfig::builder()
+            .trigger(ContextSize::Messages(10))
+            .build()
+            .unwrap();
+        let mw = SummarizationMiddleware::builder(config)
+            .extractive()
+            .build()
+            .unwrap();
+        let model: Arc<dyn ChatModel> = Arc::new(keel_testkit::ScriptedModel::new([]));
+        let request = |state: &AgentState| ModelRequest {
+            messages: state.messages.clone(),
+            system: None,
+            tools: Arc::new(Vec::new()),
+            tool_choice: None,
+            settings: ModelSettings::default(),
+            model: model.clone(),
+            state: Arc::new(state.clone()),
+            runtime: Runtime::detached("t"),
+        };
+        let mut state =
+            AgentState::with_messages((0..4).map(|i| Message::human(format!("m{i}"))).collect());
+        mw.prepare(&request(&state)).await;
+        assert_eq!(mw.plan_indexes.len(), 0, "4 of 10 messages: no index yet");
+        Arc::make_mut(&mut state.messages).push(Message::ai("a5"));
+        mw.prepare(&request(&state)).await;
+        assert_eq!(mw.plan_indexes.len(), 1, "5 of 10 messages: indexed");
+        let mut detached = request(&state);
+        detached.messages = Arc::new(state.messages.to_vec());
+        let other = SummarizationMiddleware::builder(mw.config().clone())
+            .extractive()
+            .build()
+            .unwrap();
+        other.prepare(&detached).await;
+        assert_eq!(other.plan_indexes.len(), 0, "a list without lineage");
+    }
 
     #[test]
     fn breakers_are_shared_per_setting_not_per_process() {

@@ -14,6 +14,7 @@
 //! assert_eq!(split.cut, 20); // summarize 20, keep the last 10
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use keel_core::message::{DYNAMIC_CONTEXT, Message, tool_name_bits};
@@ -287,14 +288,129 @@ fn under_root(p: &str, root: &str) -> bool {
 /// result in tokens).
 type SkillBundle = (usize, Vec<usize>, BTreeSet<String>, u64, u64);
 
+/// What planning needs to know about a whole message list: which messages belong
+/// together ([`PairIndex`]), the dynamic-context messages and the skill reads. Built in
+/// one pass, and [`extend`](Self::extend)ed as an append-only list grows, so that the
+/// first compaction of a long thread does not have to read the whole thread again.
+#[derive(Clone, Debug)]
+pub struct PlanIndex {
+    pairs: PairIndex,
+    /// Messages flagged `dynamic_context` (when the policy rescues them), ascending.
+    dynamic: Vec<usize>,
+    /// AI messages that read skill files, ascending: (index, [(call number, path)]).
+    skill_reads: Vec<(usize, Vec<(usize, String)>)>,
+}
+
+impl PlanIndex {
+    /// Indexes `messages` for `policy`.
+    pub fn new(messages: &[Message], policy: &RescuePolicy) -> Self {
+        // One pass over the thread: the pair index, skill reads and dynamic-context
+        // flags are all collected while each message is in cache (on a cold 10,000-message
+        // thread, every extra pass is mostly cache misses).
+        let facts = Facts::new(policy);
+        let mut dynamic = Vec::new();
+        let mut skill_reads = Vec::new();
+        let pairs = PairIndex::with_visitor(messages, |i, m| {
+            facts.visit(i, m, &mut dynamic, &mut skill_reads);
+        });
+        PlanIndex {
+            pairs,
+            dynamic,
+            skill_reads,
+        }
+    }
+
+    /// Number of messages indexed.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// True when no message is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Extends an index of `messages[..self.len()]` (for the same `policy`) to all of
+    /// `messages`, reading only the new messages (see [`PairIndex::extend`]). The caller
+    /// guarantees that the indexed messages are still the list's prefix.
+    pub fn extend(&mut self, messages: &[Message], policy: &RescuePolicy) {
+        let old = self.len();
+        if messages.len() < old {
+            *self = Self::new(messages, policy);
+            return;
+        }
+        self.pairs.extend(messages);
+        let facts = Facts::new(policy);
+        for (i, m) in messages.iter().enumerate().skip(old) {
+            facts.visit(i, m, &mut self.dynamic, &mut self.skill_reads);
+        }
+    }
+}
+
+/// The per-message part of [`PlanIndex`]: dynamic-context flags and skill reads.
+struct Facts<'p> {
+    policy: &'p RescuePolicy,
+    /// The normalised skills root, when skill rescue is on.
+    root: Option<String>,
+    /// [`tool_name_bits`] of the file-reading tools.
+    reader_bits: Vec<u64>,
+}
+
+impl<'p> Facts<'p> {
+    fn new(policy: &'p RescuePolicy) -> Self {
+        Facts {
+            policy,
+            root: normalize_path(&policy.skills.container_path)
+                .filter(|_| policy.skills.max_count > 0),
+            reader_bits: policy
+                .skills
+                .tool_names
+                .iter()
+                .map(|n| tool_name_bits(n))
+                .collect(),
+        }
+    }
+
+    fn visit(
+        &self,
+        i: usize,
+        m: &Message,
+        dynamic: &mut Vec<usize>,
+        skill_reads: &mut Vec<(usize, Vec<(usize, String)>)>,
+    ) {
+        if self.policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
+            dynamic.push(i);
+        }
+        let Some(root) = self.root.as_deref() else {
+            return;
+        };
+        if m.tool_calls().is_empty() {
+            return;
+        }
+        // A message whose digest rules out every file-reading tool is not looked into.
+        let names = m.digest().call_names;
+        if !self.reader_bits.iter().any(|&b| b & !names == 0) {
+            return;
+        }
+        let reads: Vec<(usize, String)> = m
+            .tool_calls()
+            .iter()
+            .enumerate()
+            .filter_map(|(k, call)| Some((k, skill_path_under(call, &self.policy.skills, root)?)))
+            .collect();
+        if !reads.is_empty() {
+            skill_reads.push((i, reads));
+        }
+    }
+}
+
 /// Precomputed facts for planning over one message list.
 pub struct Planner<'a> {
     messages: &'a [Message],
     per_message: &'a [u64],
     suffix: Vec<u64>,
-    pairs: PairIndex,
+    index: Cow<'a, PlanIndex>,
     latest_user: Option<usize>,
-    dynamic: Vec<usize>,
     /// Skill bundles, newest first.
     skill_bundles: Vec<SkillBundle>,
     policy: &'a RescuePolicy,
@@ -315,61 +431,42 @@ pub struct Plan {
 impl<'a> Planner<'a> {
     /// Indexes `messages`; `per_message[i]` is the token count of `messages[i]`.
     pub fn new(messages: &'a [Message], per_message: &'a [u64], policy: &'a RescuePolicy) -> Self {
-        // One pass over the thread: the pair index, skill reads and dynamic-context
-        // flags are all collected while each message is in cache (on a cold 10,000-message
-        // thread, every extra pass is mostly cache misses).
-        let root =
-            normalize_path(&policy.skills.container_path).filter(|_| policy.skills.max_count > 0);
-        let mut skill_reads: Vec<(usize, Vec<(usize, String)>)> = Vec::new();
-        let mut dynamic = Vec::new();
-        // A message whose digest rules out every file-reading tool is not looked into.
-        let reader_bits: Vec<u64> = policy
-            .skills
-            .tool_names
+        let index = PlanIndex::new(messages, policy);
+        Self::with_index(messages, per_message, policy, Cow::Owned(index))
+    }
+
+    /// A planner over `messages` with their `index` already built (it must index exactly
+    /// these messages, for this `policy`).
+    pub fn with_index(
+        messages: &'a [Message],
+        per_message: &'a [u64],
+        policy: &'a RescuePolicy,
+        index: Cow<'a, PlanIndex>,
+    ) -> Self {
+        debug_assert_eq!(
+            index.len(),
+            messages.len(),
+            "the plan index is for another list"
+        );
+        let pairs = &index.pairs;
+        let skill_bundles: Vec<SkillBundle> = index
+            .skill_reads
             .iter()
-            .map(|n| tool_name_bits(n))
-            .collect();
-        let may_read = |m: &Message| {
-            let names = m.digest().call_names;
-            reader_bits.iter().any(|&b| b & !names == 0)
-        };
-        let pairs = PairIndex::with_visitor(messages, |i, m| {
-            if policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
-                dynamic.push(i);
-            }
-            if let Some(root) = root.as_deref()
-                && !m.tool_calls().is_empty()
-                && may_read(m)
-            {
-                let reads: Vec<(usize, String)> = m
-                    .tool_calls()
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(k, call)| {
-                        Some((k, skill_path_under(call, &policy.skills, root)?))
-                    })
-                    .collect();
-                if !reads.is_empty() {
-                    skill_reads.push((i, reads));
-                }
-            }
-        });
-        let skill_bundles: Vec<SkillBundle> = skill_reads
-            .into_iter()
             .rev()
             .map(|(i, reads)| {
+                let i = *i;
                 let calls = messages[i].tool_calls();
                 let mut paths = BTreeSet::new();
                 let mut largest = 0u64;
                 for (k, path) in reads {
-                    let id = calls[k].id.as_str();
+                    let id = calls[*k].id.as_str();
                     let result_tokens = pairs
                         .results_of(i)
                         .iter()
                         .find(|&&r| messages[r].tool_call_id() == Some(id))
                         .map_or(0, |&r| per_message[r]);
                     largest = largest.max(result_tokens);
-                    paths.insert(path);
+                    paths.insert(path.clone());
                 }
                 let bundle = pairs.bundle(i);
                 let tokens = bundle.iter().map(|&j| per_message[j]).sum();
@@ -386,8 +483,7 @@ impl<'a> Planner<'a> {
                 None
             },
             pending: pending_tail(messages),
-            pairs,
-            dynamic,
+            index,
             skill_bundles,
             policy,
         }
@@ -395,7 +491,7 @@ impl<'a> Planner<'a> {
 
     /// The pair index.
     pub fn pairs(&self) -> &PairIndex {
-        &self.pairs
+        &self.index.pairs
     }
 
     /// Tokens of `messages[i..]`.
@@ -409,7 +505,7 @@ impl<'a> Planner<'a> {
         if raw == 0 {
             0
         } else {
-            self.pairs.adjust_cut(raw, self.pending)
+            self.index.pairs.adjust_cut(raw, self.pending)
         }
     }
 
@@ -425,8 +521,8 @@ impl<'a> Planner<'a> {
         if let Some(u) = self.latest_user.filter(|&u| u < cut) {
             add_bundle(&mut set, &[u]);
         }
-        for &d in self.dynamic.iter().filter(|&&d| d < cut) {
-            add_bundle(&mut set, &self.pairs.bundle(d));
+        for &d in self.index.dynamic.iter().filter(|&&d| d < cut) {
+            add_bundle(&mut set, &self.index.pairs.bundle(d));
         }
         let skills = &self.policy.skills;
         let mut chosen_paths: BTreeSet<&str> = BTreeSet::new();
@@ -493,10 +589,11 @@ impl<'a> Planner<'a> {
     /// The first index of the bundle `index` belongs to (an AI message with its results
     /// moves as one).
     fn bundle_start(&self, index: usize) -> usize {
-        self.pairs
+        self.index
+            .pairs
             .caller_of(index)
             .unwrap_or(index)
-            .min(self.pairs.safe_cut_back(index))
+            .min(self.index.pairs.safe_cut_back(index))
     }
 
     /// The largest cut that keeps the floor of the recent window: the cut may move up to
@@ -524,11 +621,15 @@ impl<'a> Planner<'a> {
             Limit::Messages(k) => Limit::Messages(k.div_ceil(KEEP_FLOOR_DIVISOR)),
             Limit::Tokens(t) => Limit::Tokens(t / KEEP_FLOOR_DIVISOR),
         };
-        floor = floor.min(self.pairs.safe_cut_back(keep_cut(share, &self.suffix)));
+        floor = floor.min(
+            self.index
+                .pairs
+                .safe_cut_back(keep_cut(share, &self.suffix)),
+        );
         if !self.policy.latest_user_message
             && let Some(u) = latest_user_message(self.messages)
         {
-            floor = floor.min(self.pairs.safe_cut_back(u));
+            floor = floor.min(self.index.pairs.safe_cut_back(u));
         }
         floor
     }
@@ -567,7 +668,7 @@ impl<'a> Planner<'a> {
         let mut cut = plan.cut;
         let mut reached = false;
         while cut < floor {
-            cut = self.pairs.safe_cut_forward(cut + 1).min(floor);
+            cut = self.index.pairs.safe_cut_forward(cut + 1).min(floor);
             if fits(cut, &self.rescue(cut, exclude)) {
                 reached = true;
                 break;
@@ -592,11 +693,11 @@ impl<'a> Planner<'a> {
         if plan.summarized.is_empty()
             || !plan.summarized.iter().all(|&i| self.messages[i].is_human())
             || plan.cut >= self.messages.len()
-            || self.pairs.results_of(plan.cut).is_empty()
+            || self.index.pairs.results_of(plan.cut).is_empty()
         {
             return plan;
         }
-        let next = self.pairs.safe_cut_forward(plan.cut + 1);
+        let next = self.index.pairs.safe_cut_forward(plan.cut + 1);
         if next > floor {
             return plan;
         }

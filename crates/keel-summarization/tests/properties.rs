@@ -301,3 +301,64 @@ proptest! {
         })?;
     }
 }
+
+/// A request on `state`'s own list, as the agent makes it: it carries the list's lineage,
+/// so the middleware's per-list memos (counts, the dangling scan, the planning index)
+/// are used and kept.
+fn request_in(
+    state: &keel_core::state::AgentState,
+    model: Arc<dyn keel_core::model::ChatModel>,
+    thread: &str,
+) -> keel_core::middleware::ModelRequest {
+    let mut r = request(Vec::new(), model, thread);
+    r.messages = state.messages.clone();
+    r.state = Arc::new(state.clone());
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// What a list remembers between calls (the planning index kept from half a trigger
+    /// on, the dangling-call scan, counts) never changes what is sent: the same thread
+    /// grown call by call in one agent state sends exactly what fresh, lineage-less
+    /// requests of the same messages send.
+    #[test]
+    fn memos_kept_as_a_thread_grows_never_change_what_is_sent(
+        turns in prop::collection::vec(turn(), 5..60),
+        c in cfg(),
+    ) {
+        let (thread, calls_at) = build(&turns);
+        let make = || {
+            let config = config()
+                .keep(c.keep)
+                .stickiness_headroom(c.headroom)
+                .trim_tokens_to_summarize(c.trim)
+                .preserve_recent_skill_count(c.skills.0)
+                .preserve_recent_skill_tokens(c.skills.1)
+                .preserve_recent_skill_tokens_per_skill(c.skills.2);
+            let config = c.trigger.iter().fold(config, |b, t| b.trigger(*t)).build().unwrap();
+            middleware(config).extractive().build().unwrap()
+        };
+        let (kept, fresh) = (make(), make());
+        let model = SummaryModel::new();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (a, b) = (Terminal::default(), Terminal::default());
+            let mut state = keel_core::state::AgentState::with_messages(Vec::new());
+            let mut had = 0;
+            for &end in &calls_at {
+                Arc::make_mut(&mut state.messages).extend_from_slice(&thread[had..end]);
+                had = end;
+                run(&kept, request_in(&state, model.clone(), "grown"), &a).await.unwrap();
+                run(&fresh, request(thread[..end].to_vec(), model.clone(), "fresh"), &b).await.unwrap();
+                let (x, y) = (a.last().messages, b.last().messages);
+                prop_assert_eq!(ids(&x[usize::from(x.first().is_some_and(is_summary))..]),
+                    ids(&y[usize::from(y.first().is_some_and(is_summary))..]), "call at {}", end);
+                prop_assert_eq!(x.first().map(is_summary), y.first().map(is_summary));
+                prop_assert_eq!(x.first().map(Message::text), y.first().map(Message::text));
+            }
+            Ok(())
+        })?;
+    }
+}

@@ -11,6 +11,7 @@
 //! without a new lineage.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use keel_core::message::Message;
 use keel_core::state::Lineage;
@@ -18,6 +19,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::cache::CachedSummary;
+use crate::plan::{PlanIndex, RescuePolicy};
 
 /// One list's memo.
 #[derive(Clone, Copy, Debug)]
@@ -110,5 +112,60 @@ impl ThreadMemos {
         self.update(messages, lineage, |m| {
             m.verified = Some((entry.boundary, entry.prefix_hash));
         });
+    }
+}
+
+/// How many lists keep a [`PlanIndex`] between calls. An index costs about 40 bytes a
+/// message (400 KB for a 10,000-message thread), so this bounds the memory at about
+/// 25 MB for lists of that length; a list that drops out is indexed again, in full, at
+/// its next compaction.
+pub(crate) const PLAN_INDEX_LISTS: NonZeroUsize = match NonZeroUsize::new(64) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+
+/// The [`PlanIndex`]es of recent lists (a bounded LRU keyed by lineage), kept up to
+/// date as each list grows, so that the first compaction of a long thread plans
+/// without reading the whole thread again. Each entry remembers a witness (the
+/// fingerprint of the last message it indexed), compared on every use like
+/// [`ThreadMemo`]'s.
+pub(crate) struct PlanIndexes(Mutex<LruCache<Lineage, (Arc<PlanIndex>, u64)>>);
+
+impl PlanIndexes {
+    /// Room for `capacity` lists.
+    pub fn new(capacity: NonZeroUsize) -> Self {
+        PlanIndexes(Mutex::new(LruCache::new(capacity)))
+    }
+
+    /// The index of `messages` (of `lineage`) for `policy`: the remembered one extended
+    /// by what the list gained since, or a new one. The lock is not held while indexing.
+    pub fn index(
+        &self,
+        messages: &[Message],
+        lineage: Lineage,
+        policy: &RescuePolicy,
+    ) -> Arc<PlanIndex> {
+        let kept = self.0.lock().pop(&lineage).filter(|(index, witness)| {
+            index.len() <= messages.len()
+                && (index.is_empty() || messages[index.len() - 1].fingerprint() == *witness)
+        });
+        let index = match kept {
+            Some((mut index, _)) if !index.is_empty() => {
+                if index.len() < messages.len() {
+                    Arc::make_mut(&mut index).extend(messages, policy);
+                }
+                index
+            }
+            _ => Arc::new(PlanIndex::new(messages, policy)),
+        };
+        let witness = messages.last().map_or(0, Message::fingerprint);
+        self.0.lock().put(lineage, (index.clone(), witness));
+        index
+    }
+
+    /// Number of lists indexed.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
     }
 }

@@ -5,12 +5,15 @@
 //! summary covers, and only ever moves whole tool bundles ([`crate::plan::Planner`]
 //! holds those rules as pure functions).
 
+use std::borrow::Cow;
+
 use keel_core::message::Message;
+use keel_core::middleware::ModelRequest;
 
 use crate::cache::CachedSummary;
 use crate::middleware::{SUMMARY_TOKENS_ESTIMATE, SummarizationMiddleware};
 use crate::plan::{self, Limit, Planner, resolve};
-use crate::stages::Call;
+use crate::stages::{Call, Measured};
 use crate::summary_message;
 
 /// How many times `trim_tokens_to_summarize` of the overflow the extractive summarizer
@@ -138,7 +141,18 @@ impl SummarizationMiddleware {
                 .map(|msg| counter.count_message(msg))
                 .collect()
         };
-        let planner = Planner::new(messages, &per_message, &self.rescue);
+        // The request's own list (not a view of it) has its index kept between calls.
+        let own = std::ptr::eq(messages, call.request.messages.as_slice());
+        let kept = match call.request.lineage() {
+            Some(lineage) if own => Some(self.plan_indexes.index(messages, lineage, &self.rescue)),
+            _ => None,
+        };
+        let planner = match kept.as_deref() {
+            Some(ix) => {
+                Planner::with_index(messages, &per_message, &self.rescue, Cow::Borrowed(ix))
+            }
+            None => Planner::new(messages, &per_message, &self.rescue),
+        };
         let exclude = |i: usize| exclude_by.is_some_and(|e| e.covers(i));
         let keep = match resolve(self.config.keep, m.window) {
             Some(k) => k,
@@ -198,6 +212,31 @@ impl SummarizationMiddleware {
             overflow,
             omitted,
             headroom_unreachable,
+        }
+    }
+
+    /// On a call that passes through: once the request is within half of a trigger,
+    /// keep its list's planning index up to date (the new messages only), so that the
+    /// compaction to come plans without reading the whole thread again. Shorter threads
+    /// keep no index: most never compact.
+    pub(crate) fn keep_plan_index(&self, request: &ModelRequest, m: &Measured) {
+        let Some(lineage) = request.lineage() else {
+            return;
+        };
+        if !self.config.enabled || request.messages.is_empty() {
+            return;
+        }
+        let halves: Vec<Limit> = m
+            .triggers
+            .iter()
+            .map(|t| match *t {
+                Limit::Tokens(n) => Limit::Tokens(n / 2),
+                Limit::Messages(n) => Limit::Messages(n / 2),
+            })
+            .collect();
+        if plan::triggered(&halves, m.total, request.messages.len()) {
+            self.plan_indexes
+                .index(&request.messages, lineage, &self.rescue);
         }
     }
 
