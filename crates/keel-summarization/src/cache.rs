@@ -50,14 +50,21 @@ pub struct CachedSummary {
 
 /// Hash of the fingerprints of `messages` (order-sensitive).
 pub fn prefix_hash(messages: &[Message]) -> u64 {
-    fold_fingerprints(0xcbf2_9ce4_8422_2325, messages) ^ messages.len() as u64
+    fold_fingerprints(PREFIX_SEED, messages) ^ messages.len() as u64
+}
+
+/// The state [`prefix_hash`] starts from.
+pub(crate) const PREFIX_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// One step of [`prefix_hash`]: the state after a message with fingerprint `fp`.
+pub(crate) fn fold_step(h: u64, fp: u64) -> u64 {
+    (h ^ fp).wrapping_mul(0x0100_0000_01b3).rotate_left(5)
 }
 
 /// The running state of [`prefix_hash`] after `messages`, starting from `h`.
 fn fold_fingerprints(mut h: u64, messages: &[Message]) -> u64 {
     for m in messages {
-        h ^= m.fingerprint();
-        h = h.wrapping_mul(0x0100_0000_01b3).rotate_left(5);
+        h = fold_step(h, m.fingerprint());
     }
     h
 }
@@ -79,6 +86,25 @@ impl CachedSummary {
             boundary,
             holes,
             prefix_hash: prefix_hash(&messages[..boundary]),
+        }
+    }
+
+    /// [`new`](Self::new) with the prefix hash of the covered messages already known
+    /// (kept with the list's planning index, so the prefix is not read again).
+    pub(crate) fn with_prefix_hash(
+        summary: impl Into<String>,
+        boundary: usize,
+        mut holes: Vec<usize>,
+        prefix_hash: u64,
+    ) -> Self {
+        holes.retain(|&h| h < boundary);
+        holes.sort_unstable();
+        holes.dedup();
+        CachedSummary {
+            summary: summary.into(),
+            boundary,
+            holes,
+            prefix_hash,
         }
     }
 

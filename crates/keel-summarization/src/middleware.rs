@@ -673,12 +673,24 @@ impl SummarizationMiddleware {
                 planned.cut,
                 planned.rescued.clone(),
             ),
-            None => CachedSummary::new(
-                written.text.clone(),
-                &request.messages,
-                planned.cut,
-                planned.rescued.clone(),
-            ),
+            None => match planned
+                .index
+                .as_ref()
+                .and_then(|ix| ix.prefix_hash(planned.cut))
+            {
+                Some(hash) => CachedSummary::with_prefix_hash(
+                    written.text.clone(),
+                    planned.cut,
+                    planned.rescued.clone(),
+                    hash,
+                ),
+                None => CachedSummary::new(
+                    written.text.clone(),
+                    &request.messages,
+                    planned.cut,
+                    planned.rescued.clone(),
+                ),
+            },
         };
         let entry = self.cache.put(&call.key, entry).await;
         self.threads

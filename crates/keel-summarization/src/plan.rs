@@ -22,6 +22,7 @@ use keel_core::tokens::TokenCounter;
 use keel_tokens::ApproximateCounter;
 
 use crate::SUMMARY_NAME;
+use crate::cache::{PREFIX_SEED, fold_step};
 use crate::config::ContextSize;
 use keel_core::pairs::PairIndex;
 
@@ -299,6 +300,9 @@ pub struct PlanIndex {
     dynamic: Vec<usize>,
     /// AI messages that read skill files, ascending: (index, [(call number, path)]).
     skill_reads: Vec<(usize, Vec<(usize, String)>)>,
+    /// `prefix[i]`: the state of the summary cache's prefix hash after `messages[..i]`,
+    /// so a summary's prefix hash costs nothing once the list is indexed.
+    prefix: Vec<u64>,
 }
 
 impl PlanIndex {
@@ -310,14 +314,24 @@ impl PlanIndex {
         let facts = Facts::new(policy);
         let mut dynamic = Vec::new();
         let mut skill_reads = Vec::new();
+        let mut prefix = Vec::with_capacity(messages.len() + 1);
+        prefix.push(PREFIX_SEED);
         let pairs = PairIndex::with_visitor(messages, |i, m| {
             facts.visit(i, m, &mut dynamic, &mut skill_reads);
+            prefix.push(fold_step(prefix[i], m.fingerprint()));
         });
         PlanIndex {
             pairs,
             dynamic,
             skill_reads,
+            prefix,
         }
+    }
+
+    /// The summary cache's prefix hash of the first `boundary` indexed messages (see
+    /// [`crate::cache::prefix_hash`]).
+    pub(crate) fn prefix_hash(&self, boundary: usize) -> Option<u64> {
+        Some(self.prefix.get(boundary)? ^ boundary as u64)
     }
 
     /// Number of messages indexed.
@@ -343,6 +357,7 @@ impl PlanIndex {
         let facts = Facts::new(policy);
         for (i, m) in messages.iter().enumerate().skip(old) {
             facts.visit(i, m, &mut self.dynamic, &mut self.skill_reads);
+            self.prefix.push(fold_step(self.prefix[i], m.fingerprint()));
         }
     }
 }
@@ -724,6 +739,30 @@ mod tests {
         );
         assert_eq!(keep_cut(Limit::Messages(3), &s), 1);
         assert_eq!(keep_cut(Limit::Messages(9), &s), 0);
+    }
+
+    /// The prefix hashes kept in the index, built at once or extended step by step, are
+    /// the summary cache's.
+    #[test]
+    fn kept_prefix_hashes_are_the_caches() {
+        let msgs: Vec<Message> = (0..12)
+            .map(|i| match i % 3 {
+                0 => Message::human(format!("q{i}")),
+                1 => Message::ai(format!("a{i}")),
+                _ => Message::system(format!("s{i}")),
+            })
+            .collect();
+        let policy = RescuePolicy::none();
+        let whole = PlanIndex::new(&msgs, &policy);
+        let mut grown = PlanIndex::new(&msgs[..3], &policy);
+        grown.extend(&msgs[..7], &policy);
+        grown.extend(&msgs, &policy);
+        for b in 0..=msgs.len() {
+            let want = crate::cache::prefix_hash(&msgs[..b]);
+            assert_eq!(whole.prefix_hash(b), Some(want), "boundary {b}");
+            assert_eq!(grown.prefix_hash(b), Some(want), "boundary {b}");
+        }
+        assert_eq!(whole.prefix_hash(msgs.len() + 1), None);
     }
 
     #[test]

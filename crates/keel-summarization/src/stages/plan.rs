@@ -6,13 +6,14 @@
 //! holds those rules as pure functions).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
 
 use crate::cache::CachedSummary;
 use crate::middleware::{SUMMARY_TOKENS_ESTIMATE, SummarizationMiddleware};
-use crate::plan::{self, Limit, Planner, resolve};
+use crate::plan::{self, Limit, PlanIndex, Planner, resolve};
 use crate::stages::{Call, Measured};
 use crate::summary_message;
 
@@ -41,6 +42,8 @@ pub(crate) struct Planned {
     pub omitted: usize,
     /// Headroom wanted a smaller window than the floor allows.
     pub headroom_unreachable: bool,
+    /// The planning index of the whole request, when it was kept for the list.
+    pub index: Option<Arc<PlanIndex>>,
 }
 
 impl Planned {
@@ -84,6 +87,7 @@ impl SummarizationMiddleware {
                     overflow: planned.overflow.iter().map(real).collect(),
                     omitted: planned.omitted,
                     headroom_unreachable: planned.headroom_unreachable,
+                    index: None,
                 }
             }
             None => self.plan_on(call, messages, cached, false, cached),
@@ -197,13 +201,18 @@ impl SummarizationMiddleware {
         if !prefix_covered {
             plan = planner.avoid_task_only(plan, floor, &exclude);
         }
-        let evicted: Vec<usize> = plan
-            .summarized
-            .iter()
-            .copied()
-            .filter(|&i| !exclude(i))
-            .collect();
-        let (fold_input, overflow) = self.trim(messages, &per_message, &evicted, &planner);
+        let evicted: Vec<usize> = match exclude_by {
+            // Nothing is excluded: everything summarized is evicted (no copy of a list
+            // as long as the thread).
+            None => std::mem::take(&mut plan.summarized),
+            Some(_) => plan
+                .summarized
+                .iter()
+                .copied()
+                .filter(|&i| !exclude(i))
+                .collect(),
+        };
+        let (fold_input, overflow) = self.trim(messages, &per_message, evicted, &planner);
         let (overflow, omitted) = self.bound_overflow(messages, &per_message, overflow);
         Planned {
             cut: plan.cut,
@@ -212,6 +221,7 @@ impl SummarizationMiddleware {
             overflow,
             omitted,
             headroom_unreachable,
+            index: kept,
         }
     }
 
@@ -284,11 +294,11 @@ impl SummarizationMiddleware {
         &self,
         messages: &[Message],
         per_message: &[u64],
-        evicted: &[usize],
+        mut evicted: Vec<usize>,
         planner: &Planner<'_>,
     ) -> (Vec<usize>, Vec<usize>) {
         let Some(budget) = self.config.trim_tokens_to_summarize else {
-            return (evicted.to_vec(), Vec::new());
+            return (evicted, Vec::new());
         };
         let mut used = 0u64;
         let mut start = evicted.len();
@@ -310,6 +320,7 @@ impl SummarizationMiddleware {
         {
             start += 1;
         }
-        (evicted[start..].to_vec(), evicted[..start].to_vec())
+        let fold_input = evicted.split_off(start);
+        (fold_input, evicted)
     }
 }

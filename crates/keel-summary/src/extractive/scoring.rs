@@ -740,36 +740,46 @@ pub(crate) fn information(sentence: &str) -> Information {
     info
 }
 
-/// Lower-case letters and digits only, spaces collapsed: how filler is recognised.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text.split_whitespace() {
-        let mut kept = word
-            .chars()
-            .filter(|c| c.is_alphanumeric() || *c == '\'')
-            .flat_map(char::to_lowercase)
-            .peekable();
-        if kept.peek().is_some() {
-            if !out.is_empty() {
-                out.push(' ');
-            }
-            out.extend(kept);
-        }
+/// A word as filler is recognised: lower-case letters, digits and `'` only (may be empty).
+fn plain_word(word: &str) -> String {
+    if word.is_ascii() {
+        return word
+            .bytes()
+            .filter(|b| b.is_ascii_alphanumeric() || *b == b'\'')
+            .map(|b| char::from(b.to_ascii_lowercase()))
+            .collect();
     }
-    out
+    word.chars()
+        .filter(|c| c.is_alphanumeric() || *c == '\'')
+        .flat_map(char::to_lowercase)
+        .collect()
 }
+
+/// The most words an acknowledgement in [`ACKS`] has: a sentence with more is none.
+const ACK_MAX_WORDS: usize = 5;
 
 /// True for an acknowledgement, a greeting, or an announcement of work with nothing in it.
 pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> bool {
     if !info.is_empty() {
         return false;
     }
-    let p = plain(sentence);
-    if p.is_empty() || ACKS.contains(&p.as_str()) {
+    // Only the first words decide (an acknowledgement has at most ACK_MAX_WORDS, an
+    // opening two), so a long sentence is not lower-cased whole.
+    let mut words: Vec<String> = Vec::with_capacity(ACK_MAX_WORDS + 1);
+    for word in sentence.split_whitespace() {
+        let w = plain_word(word);
+        if !w.is_empty() {
+            words.push(w);
+            if words.len() > ACK_MAX_WORDS {
+                break;
+            }
+        }
+    }
+    let p = words.join(" ");
+    if words.is_empty() || (words.len() <= ACK_MAX_WORDS && ACKS.contains(&p.as_str())) {
         return true;
     }
-    let words = p.split(' ').count();
-    if words <= 3 {
+    if words.len() <= 3 {
         return true;
     }
     if sentence.trim_end().ends_with(':') {
@@ -1009,6 +1019,13 @@ mod tests {
         assert_eq!(information("Never delete the bucket").cues, RULE);
         assert_eq!(information("We agreed on SEV-2").cues, DECISION);
         assert_eq!(information("I prefer email").cues, REQUIREMENT);
+    }
+
+    #[test]
+    fn acknowledgements_fit_the_word_limit() {
+        for a in ACKS.iter().chain(INTENT_OPENINGS) {
+            assert!(a.split(' ').count() <= ACK_MAX_WORDS, "{a:?}");
+        }
     }
 
     #[test]
