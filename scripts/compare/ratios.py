@@ -12,10 +12,15 @@ import json
 import sys
 from pathlib import Path
 
-# Judged: the pass-through check and the compaction pass as they happen on the growing
-# thread. Reported beside them, not judged: the compaction pass on a cold process.
-TARGETS = {"passthrough": 200.0, "compaction": 20.0}
-REPORTED = {"compaction_cold": "compaction"}
+# Judged, with the durable-runtime goals: the pass-through check and the compaction pass
+# as they happen on the growing thread, and the compaction pass on a cold process (the
+# first call after a restart). Each Keel figure is divided by LangChain's figure for the
+# same work (the cold pass by LangChain's compaction pass: LangChain has no warm state).
+TARGETS = {"passthrough": 2000.0, "compaction": 100.0, "compaction_cold": 50.0}
+LANGCHAIN_KEY = {"compaction_cold": "compaction"}
+# Reported, not judged: the least a cold pass must do (fingerprint and count every
+# message), against LangChain's compaction: the ceiling of the cold ratio in this run.
+REPORTED = {"cold_floor": "compaction"}
 
 
 def fmt(us: float) -> str:
@@ -36,7 +41,7 @@ def main() -> None:
         bench = keel["benches"][key]
         est = json.loads((crit / "vs_langchain" / bench["id"] / "new" / "estimates.json").read_text())
         keel_us = est["median"]["point_estimate"] / 1000
-        lc_us = lc[key]["median_us"]
+        lc_us = lc[LANGCHAIN_KEY.get(key, key)]["median_us"]
         ratio = lc_us / keel_us
         ok &= ratio >= target
         rows.append((key, lc_us, keel_us, ratio, target))

@@ -684,6 +684,13 @@ impl Message {
         self.digest().fingerprint
     }
 
+    /// The fingerprint when it was already computed (and not invalidated since), without
+    /// computing it: lets a cache tell a message it may have seen from one just built
+    /// or read from storage.
+    pub fn cached_fingerprint(&self) -> Option<u64> {
+        self.fp.0.get().map(|d| d.fingerprint)
+    }
+
     /// The fingerprint and the tool-call hashes of this message, computed together once
     /// and cached until the next [`body_mut`](Self::body_mut). See [`Digest`].
     pub fn digest(&self) -> Digest {

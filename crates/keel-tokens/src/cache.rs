@@ -183,29 +183,53 @@ impl<C: TokenCounter> CachedCounter<C> {
     /// Counts of `messages`, appended to `memo` (extending its fingerprints and sums).
     /// Works in chunks: fingerprint, look up the whole chunk under one lock, count the
     /// misses with no lock held, store them under one lock.
-    fn extend_memo(&self, memo: &mut PrefixMemo, messages: &[Message]) {
+    ///
+    /// `lineage_known`: the list's lineage is known, so its prefix memo alone serves its
+    /// next counts. Its messages that were never fingerprinted before (just built, or read
+    /// from storage on a cold process) then skip the per-message map: it could only hold
+    /// them if an equal message was counted elsewhere, and filling it with a whole cold
+    /// thread costs more than their counting. A message fingerprinted before is looked
+    /// up and stored as usual.
+    fn extend_memo(&self, memo: &mut PrefixMemo, messages: &[Message], lineage_known: bool) {
         memo.fps.reserve(messages.len());
         memo.sums.reserve(messages.len());
         let mut running = memo.sums.last().copied().unwrap_or(0);
         let mut counts: Vec<Option<u64>> = Vec::with_capacity(CHUNK);
         let mut fresh: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
-        self.messages.lock().reserve(messages.len());
+        let mut known: Vec<bool> = Vec::with_capacity(CHUNK);
+        if !lineage_known {
+            self.messages.lock().reserve(messages.len());
+        }
         for chunk in messages.chunks(CHUNK) {
             let first = memo.fps.len();
+            known.clear();
+            known.extend(
+                chunk
+                    .iter()
+                    .map(|m| !lineage_known || m.cached_fingerprint().is_some()),
+            );
             memo.fps.extend(chunk.iter().map(Message::fingerprint));
             let fps = &memo.fps[first..];
             counts.clear();
-            {
+            if known.iter().any(|&k| k) {
                 let mut cache = self.messages.lock();
-                counts.extend(fps.iter().map(|&fp| cache.get(fp)));
+                counts.extend(
+                    fps.iter()
+                        .zip(&known)
+                        .map(|(&fp, &k)| if k { cache.get(fp) } else { None }),
+                );
+            } else {
+                counts.resize(chunk.len(), None);
             }
             fresh.clear();
-            for ((m, &fp), count) in chunk.iter().zip(fps).zip(&counts) {
+            for (((m, &fp), count), &k) in chunk.iter().zip(fps).zip(&counts).zip(&known) {
                 let n = match count {
                     Some(n) => *n,
                     None => {
                         let n = self.inner.count_message(m);
-                        fresh.push((fp, n));
+                        if k {
+                            fresh.push((fp, n));
+                        }
                         n
                     }
                 };
@@ -258,7 +282,7 @@ impl<C: TokenCounter> CachedCounter<C> {
         memo.lineage = lineage;
         memo.fps.truncate(common);
         memo.sums.truncate(common + 1);
-        self.extend_memo(&mut memo, &messages[common..]);
+        self.extend_memo(&mut memo, &messages[common..], lineage.is_some());
         Some((conv, memo))
     }
 
@@ -450,6 +474,45 @@ mod tests {
             plain.count_messages(&summarized)
         );
         assert_eq!(cached.count_messages(&[]), 0);
+    }
+
+    /// A cold list with a known lineage is counted through its prefix memo alone; after
+    /// an edit (a new lineage) the counts are still exact, and messages seen before use
+    /// the per-message map again.
+    #[test]
+    fn cold_lists_with_a_lineage_skip_the_per_message_map() {
+        let probe = Probe::default();
+        let cached = CachedCounter::new(probe.clone());
+        let plain = ApproximateCounter::langchain();
+        let mut conv = conversation(40);
+        let first = Lineage::fresh();
+        assert_eq!(
+            cached.count_messages_in(&conv, Some(first)),
+            plain.count_messages(&conv)
+        );
+        // Only the first message (the conversation's key) was fingerprinted before.
+        assert_eq!(cached.cached_messages(), 1);
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 40);
+        conv.push(Message::human("one more").with_id("new"));
+        assert_eq!(
+            cached.count_messages_in(&conv, Some(first)),
+            plain.count_messages(&conv)
+        );
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 41);
+        if let MessageBody::Human(h) = conv[10].body_mut() {
+            h.content = "edited, and longer than it was before".into();
+        }
+        let second = Lineage::fresh();
+        assert_eq!(
+            cached.count_messages_in(&conv, Some(second)),
+            plain.count_messages(&conv)
+        );
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 41 + 31);
+        assert_eq!(cached.cached_messages(), 32, "known messages were stored");
+        assert_eq!(
+            cached.count_messages_in(&conv, None),
+            plain.count_messages(&conv)
+        );
     }
 
     #[test]
