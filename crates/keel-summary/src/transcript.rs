@@ -136,17 +136,47 @@ pub fn cap_chars(text: &str, max_chars: usize) -> String {
 pub fn json_record(value: &impl Serialize) -> String {
     let raw = serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned());
     // Outside strings, JSON never uses these three characters, so replacing them
-    // everywhere only touches string contents, where `\u` escapes are valid.
-    let mut out = String::with_capacity(raw.len() + 16);
-    for c in raw.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            c => out.push(c),
-        }
+    // everywhere only touches string contents, where `\u` escapes are valid. They are
+    // ASCII, so the text is copied in runs between them (most records hold none).
+    let special = |b: &u8| matches!(b, b'<' | b'>' | b'&');
+    if !raw.as_bytes().iter().any(special) {
+        return raw;
     }
+    let mut out = String::with_capacity(raw.len() + 16);
+    let mut rest = raw.as_str();
+    while let Some(i) = rest.as_bytes().iter().position(special) {
+        out.push_str(&rest[..i]);
+        out.push_str(match rest.as_bytes()[i] {
+            b'<' => "\\u003c",
+            b'>' => "\\u003e",
+            _ => "\\u0026",
+        });
+        rest = &rest[i + 1..];
+    }
+    out.push_str(rest);
     out
+}
+
+/// Counts the characters written to it (UTF-8 bytes that start a character).
+struct CharCount(usize);
+
+impl std::io::Write for CharCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.iter().filter(|&&b| (b & 0xc0) != 0x80).count();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length in characters of `value` serialized as compact JSON, without building it.
+fn json_chars(value: &Value) -> usize {
+    let mut count = CharCount(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => value.to_string().chars().count(),
+    }
 }
 
 /// The name a tool result is shown under when neither the result nor its call names it.
@@ -155,7 +185,7 @@ pub const UNKNOWN_TOOL: &str = "unknown_tool";
 #[derive(Serialize)]
 struct CallRecord<'a> {
     name: &'a str,
-    args: Value,
+    args: std::borrow::Cow<'a, Value>,
 }
 
 #[derive(Serialize)]
@@ -207,15 +237,14 @@ pub fn render_record(
         .tool_calls()
         .iter()
         .map(|c| {
-            let raw = c.args.to_string();
-            let len = raw.chars().count();
+            let len = json_chars(&c.args);
             let args = if len <= left {
                 left -= len;
-                c.args.clone()
+                std::borrow::Cow::Borrowed(&c.args)
             } else {
-                let capped = cap_chars(&raw, left.max(64));
+                let capped = cap_chars(&c.args.to_string(), left.max(64));
                 left = 0;
-                Value::String(capped)
+                std::borrow::Cow::Owned(Value::String(capped))
             };
             CallRecord {
                 name: &c.name,
@@ -373,6 +402,31 @@ impl SummaryPrompt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast paths (no special character; runs between them) escape exactly what the
+    /// character-by-character rule does, and measure arguments as their text would.
+    #[test]
+    fn records_escape_tags_and_measure_arguments() {
+        for text in ["plain", "a<b>&c", "<<&&>>", "é<ü>&ß", "", "&"] {
+            let want: String = serde_json::to_string(&serde_json::json!({ "t": text }))
+                .unwrap()
+                .chars()
+                .map(|c| match c {
+                    '<' => "\\u003c".to_owned(),
+                    '>' => "\\u003e".to_owned(),
+                    '&' => "\\u0026".to_owned(),
+                    c => c.to_string(),
+                })
+                .collect();
+            assert_eq!(
+                json_record(&serde_json::json!({ "t": text })),
+                want,
+                "{text:?}"
+            );
+        }
+        let args = serde_json::json!({"path": "/ü/é", "n": [1, 2.5, null], "q": "\"x\""});
+        assert_eq!(json_chars(&args), args.to_string().chars().count());
+    }
     use keel_core::message::ToolCall;
     use serde_json::json;
 
