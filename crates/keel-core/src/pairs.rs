@@ -764,24 +764,28 @@ mod tests {
         (caller, unpaired, safe)
     }
 
+    /// Messages from a generated script: 0: human, 1: AI with calls (ids may repeat
+    /// across and within messages), 2: tool result, 3: plain AI.
+    fn scripted(script: &[(u8, u8, usize)]) -> Vec<Message> {
+        script
+            .iter()
+            .map(|&(kind, id, calls)| match kind {
+                0 => Message::human("q"),
+                1 => ai(&(0..calls)
+                    .map(|k| ["a", "b", "c", "d", "e"][(usize::from(id) + k * k) % 5])
+                    .collect::<Vec<_>>()),
+                2 => Message::tool(["a", "b", "c", "d", "e"][usize::from(id)], "r"),
+                _ => Message::ai("x"),
+            })
+            .collect()
+    }
+
     proptest::proptest! {
         #[test]
         fn index_matches_the_definition(
             script in proptest::collection::vec((0u8..4, 0u8..5, 1usize..4), 0..40)
         ) {
-            // 0: human, 1: AI with calls (ids may repeat across and within messages),
-            // 2: tool result, 3: plain AI.
-            let msgs: Vec<Message> = script
-                .iter()
-                .map(|&(kind, id, calls)| match kind {
-                    0 => Message::human("q"),
-                    1 => ai(&(0..calls)
-                        .map(|k| ["a", "b", "c", "d", "e"][(usize::from(id) + k * k) % 5])
-                        .collect::<Vec<_>>()),
-                    2 => Message::tool(["a", "b", "c", "d", "e"][usize::from(id)], "r"),
-                    _ => Message::ai("x"),
-                })
-                .collect();
+            let msgs = scripted(&script);
             let idx = PairIndex::new(&msgs);
             let (caller, unpaired, safe) = reference(&msgs);
             for (i, want) in caller.iter().enumerate() {
@@ -804,17 +808,7 @@ mod tests {
             script in proptest::collection::vec((0u8..4, 0u8..5, 1usize..4), 0..40),
             steps in proptest::collection::vec(0usize..40, 0..6),
         ) {
-            let msgs: Vec<Message> = script
-                .iter()
-                .map(|&(kind, id, calls)| match kind {
-                    0 => Message::human("q"),
-                    1 => ai(&(0..calls)
-                        .map(|k| ["a", "b", "c", "d", "e"][(usize::from(id) + k * k) % 5])
-                        .collect::<Vec<_>>()),
-                    2 => Message::tool(["a", "b", "c", "d", "e"][usize::from(id)], "r"),
-                    _ => Message::ai("x"),
-                })
-                .collect();
+            let msgs = scripted(&script);
             let mut ends: Vec<usize> = steps.iter().map(|&k| k.min(msgs.len())).collect();
             ends.sort_unstable();
             ends.push(msgs.len());

@@ -75,18 +75,11 @@ impl CachedSummary {
         summary: impl Into<String>,
         messages: &[Message],
         boundary: usize,
-        mut holes: Vec<usize>,
+        holes: Vec<usize>,
     ) -> Self {
         let boundary = boundary.min(messages.len());
-        holes.retain(|&h| h < boundary);
-        holes.sort_unstable();
-        holes.dedup();
-        CachedSummary {
-            summary: summary.into(),
-            boundary,
-            holes,
-            prefix_hash: prefix_hash(&messages[..boundary]),
-        }
+        let hash = prefix_hash(&messages[..boundary]);
+        Self::with_prefix_hash(summary, boundary, holes, hash)
     }
 
     /// [`new`](Self::new) with the prefix hash of the covered messages already known

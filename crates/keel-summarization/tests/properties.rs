@@ -142,6 +142,22 @@ fn cfg() -> impl Strategy<Value = Cfg> {
         })
 }
 
+/// The middleware configuration a generated `Cfg` describes.
+fn summarization_config(c: &Cfg) -> keel_summarization::config::SummarizationConfig {
+    let config = config()
+        .keep(c.keep)
+        .stickiness_headroom(c.headroom)
+        .trim_tokens_to_summarize(c.trim)
+        .preserve_recent_skill_count(c.skills.0)
+        .preserve_recent_skill_tokens(c.skills.1)
+        .preserve_recent_skill_tokens_per_skill(c.skills.2);
+    c.trigger
+        .iter()
+        .fold(config, |b, t| b.trigger(*t))
+        .build()
+        .unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -152,15 +168,7 @@ proptest! {
     ) {
         let (thread, calls_at) = build(&turns);
         let snapshot = thread.clone();
-        let config = config()
-            .keep(c.keep)
-            .stickiness_headroom(c.headroom)
-            .trim_tokens_to_summarize(c.trim)
-            .preserve_recent_skill_count(c.skills.0)
-            .preserve_recent_skill_tokens(c.skills.1)
-            .preserve_recent_skill_tokens_per_skill(c.skills.2);
-        let config = c.trigger.iter().fold(config, |b, t| b.trigger(*t)).build().unwrap();
-        let builder = middleware(config);
+        let builder = middleware(summarization_config(&c));
         let mw = if c.model { builder.build().unwrap() } else { builder.extractive().build().unwrap() };
         let model = SummaryModel::new();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -329,17 +337,7 @@ proptest! {
         c in cfg(),
     ) {
         let (thread, calls_at) = build(&turns);
-        let make = || {
-            let config = config()
-                .keep(c.keep)
-                .stickiness_headroom(c.headroom)
-                .trim_tokens_to_summarize(c.trim)
-                .preserve_recent_skill_count(c.skills.0)
-                .preserve_recent_skill_tokens(c.skills.1)
-                .preserve_recent_skill_tokens_per_skill(c.skills.2);
-            let config = c.trigger.iter().fold(config, |b, t| b.trigger(*t)).build().unwrap();
-            middleware(config).extractive().build().unwrap()
-        };
+        let make = || middleware(summarization_config(&c)).extractive().build().unwrap();
         let (kept, fresh) = (make(), make());
         let model = SummaryModel::new();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -287,6 +287,20 @@ fn word_bucket(w: &str) -> Option<usize> {
     Some((len - 1) * WORD_FIRSTS + letter)
 }
 
+/// The word lists [`word_classes`] looks words up in, with the class each gives.
+const WORD_LISTS: [(&[&str], u8); 7] = [
+    (RULE_WORDS, W_RULE),
+    (DECISION_WORDS, W_DECISION),
+    (REQUIREMENT_WORDS, W_REQUIREMENT),
+    (WEEKDAYS, W_DATETIME),
+    (MONTHS, W_DATETIME),
+    (ZONES, W_DATETIME),
+    (UNITS, W_UNIT),
+];
+
+/// The cue pairs whose first words get [`W_PAIR`].
+const PAIR_LISTS: [&[(&str, &str)]; 3] = [RULE_PAIRS, DECISION_PAIRS, REQUIREMENT_PAIRS];
+
 fn build_word_table() -> Vec<Vec<(&'static str, u8)>> {
     let mut table: Vec<Vec<(&'static str, u8)>> = vec![Vec::new(); WORD_MAX * WORD_FIRSTS];
     let mut add = |w: &'static str, class: u8| {
@@ -297,21 +311,12 @@ fn build_word_table() -> Vec<Vec<(&'static str, u8)>> {
             None => table[b].push((w, class)),
         }
     };
-    let lists: [(&[&'static str], u8); 7] = [
-        (RULE_WORDS, W_RULE),
-        (DECISION_WORDS, W_DECISION),
-        (REQUIREMENT_WORDS, W_REQUIREMENT),
-        (WEEKDAYS, W_DATETIME),
-        (MONTHS, W_DATETIME),
-        (ZONES, W_DATETIME),
-        (UNITS, W_UNIT),
-    ];
-    for (words, class) in lists {
+    for (words, class) in WORD_LISTS {
         for w in words {
             add(w, class);
         }
     }
-    for pairs in [RULE_PAIRS, DECISION_PAIRS, REQUIREMENT_PAIRS] {
+    for pairs in PAIR_LISTS {
         for (first, _) in pairs {
             add(first, W_PAIR);
         }
@@ -970,16 +975,8 @@ mod tests {
     /// The one-lookup table says of every word exactly what its lists say.
     #[test]
     fn word_classes_match_the_lists() {
-        let lists: [(&[&str], u8); 7] = [
-            (RULE_WORDS, W_RULE),
-            (DECISION_WORDS, W_DECISION),
-            (REQUIREMENT_WORDS, W_REQUIREMENT),
-            (WEEKDAYS, W_DATETIME),
-            (MONTHS, W_DATETIME),
-            (ZONES, W_DATETIME),
-            (UNITS, W_UNIT),
-        ];
-        let firsts: Vec<&str> = [RULE_PAIRS, DECISION_PAIRS, REQUIREMENT_PAIRS]
+        let lists = WORD_LISTS;
+        let firsts: Vec<&str> = PAIR_LISTS
             .iter()
             .flat_map(|p| p.iter().map(|(a, _)| *a))
             .collect();
