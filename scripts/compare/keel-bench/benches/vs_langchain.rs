@@ -22,6 +22,8 @@
 //! - `cold_floor_10k` (diagnostic): fingerprinting and counting each message of the cold
 //!   thread once and nothing else, the part of the cold pass no design that keeps exact
 //!   counts and content-verified summary reuse can skip.
+//! - `cold_read_10k` (diagnostic): reading every byte of the cold thread's text once,
+//!   with no work on it.
 //!
 //! Requests are built as the agent builds them: the messages belong to the agent state
 //! and the request shares them, so the thread outlives the call (LangChain's
@@ -118,6 +120,36 @@ fn with_fresh_ids(messages: &[Message], pass: u64) -> Vec<Message> {
             m.clone().with_id(id)
         })
         .collect()
+}
+
+/// Adds up every byte of `m`'s text (see the `cold_read_10k` diagnostic).
+fn read_every_byte(m: &Message) -> u64 {
+    fn bytes(s: &str) -> u64 {
+        s.bytes().map(u64::from).sum()
+    }
+    fn value(v: &serde_json::Value) -> u64 {
+        match v {
+            serde_json::Value::String(s) => bytes(s),
+            serde_json::Value::Array(a) => a.iter().map(value).sum(),
+            serde_json::Value::Object(o) => o.iter().map(|(k, x)| bytes(k) + value(x)).sum(),
+            _ => 1,
+        }
+    }
+    let mut n = bytes(m.id()) + m.tool_call_id().map_or(0, bytes);
+    match m.content() {
+        keel_core::message::Content::Text(s) => n += bytes(s),
+        keel_core::message::Content::Parts(parts) => {
+            for p in parts {
+                if let keel_core::message::ContentPart::Text(t) = p {
+                    n += bytes(&t.text);
+                }
+            }
+        }
+    }
+    for c in m.tool_calls() {
+        n += bytes(&c.id) + bytes(&c.name) + value(&c.args);
+    }
+    n
 }
 
 fn benches(c: &mut Criterion) {
@@ -251,6 +283,20 @@ fn benches(c: &mut Criterion) {
         )
     });
 
+    // Diagnostic: reading every byte of the cold thread's text once (ids, content, call
+    // names, ids and arguments), with no hashing or counting: what touching a thread
+    // that is not in cache costs before any work is done on it.
+    group.bench_function("cold_read_10k", |b| {
+        b.iter_batched(
+            || with_fresh_ids(&base, pass.fetch_add(1, Ordering::Relaxed)),
+            |msgs| {
+                let sum: u64 = msgs.iter().map(read_every_byte).sum();
+                (black_box(sum), msgs)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
     // Full compaction when the counts are warm (the summary cache is still cold).
     let req = request(base.clone(), &model, "warm");
     let _ = call(&mw, req.clone());
@@ -293,6 +339,10 @@ fn benches(c: &mut Criterion) {
                 "cold_floor": {
                     "id": "cold_floor_10k",
                     "what": "diagnostic: fingerprint and count every message of the cold thread once, nothing else: the least a cold pass does while counts are exact and summaries are reused only for a content-verified prefix (LangChain's compaction over this is the ceiling of the cold ratio)",
+                },
+                "cold_read": {
+                    "id": "cold_read_10k",
+                    "what": "diagnostic: read every byte of the cold thread's text once (ids, content, tool calls), no hashing or counting: what touching a thread that is not in cache costs",
                 },
                 "passthrough_count_only": {
                     "id": "passthrough_count_only_10k_growing",
