@@ -6,6 +6,8 @@
 //! - `pass_through_state/{100,10k}`: the same call as the agent makes it, on one agent
 //!   state growing by appending (the request carries its lineage), on a 100- and a
 //!   10,000-message thread: the cost of a call should not depend on the thread's length;
+//!   `pass_through_state/10k_near_trigger` is the 10,000-message call within half of the
+//!   trigger, where each call also keeps the list's planning index up to date;
 //! - `cache_reuse/10k_growing`: over the trigger, the cached summary still fits;
 //! - `full_compaction/10k`: a full compaction pass (plan, rescue, headroom, transcript,
 //!   fold) with a fake summary model that answers instantly, cold cache every pass.
@@ -171,13 +173,25 @@ fn benches(c: &mut Criterion) {
     // its lineage tells the counter and the memo which messages are new. Each size grows
     // its own state by one message per call and wraps back (an edit, new lineage)
     // outside the timing.
-    for (name, size) in [
-        ("pass_through_state/100", 100),
-        ("pass_through_state/10k", 10_000),
+    // `near_trigger`: the trigger sits just above the thread (every call within half of
+    // it), so each call also extends the list's planning index by the new message.
+    for (name, size, near_trigger) in [
+        ("pass_through_state/100", 100, false),
+        ("pass_through_state/10k", 10_000, false),
+        ("pass_through_state/10k_near_trigger", 10_000, true),
     ] {
         let start = thread(size);
         let more = thread(size + 2_000).split_off(start.len());
-        let mw = middleware(1_000_000_000, Arc::new(SummaryCache::new(16)));
+        let trigger = if near_trigger {
+            let mut all = start.clone();
+            all.extend(more.iter().cloned());
+            let counter = middleware(1_000_000_000, Arc::new(SummaryCache::new(1)))
+                .counter_for(model.profile());
+            counter.count_messages(&all) + 1_000
+        } else {
+            1_000_000_000
+        };
+        let mw = middleware(trigger, Arc::new(SummaryCache::new(16)));
         let mut state = AgentState::with_messages(start.clone());
         let mut k = 0usize;
         c.bench_function(name, |b| {
