@@ -303,6 +303,8 @@ pub struct PlanIndex {
     /// `prefix[i]`: the state of the summary cache's prefix hash after `messages[..i]`,
     /// so a summary's prefix hash costs nothing once the list is indexed.
     prefix: Vec<u64>,
+    /// What the policy says to look for, worked out once for the list's life.
+    facts: Facts,
 }
 
 impl PlanIndex {
@@ -317,7 +319,7 @@ impl PlanIndex {
         let mut prefix = Vec::with_capacity(messages.len() + 1);
         prefix.push(PREFIX_SEED);
         let pairs = PairIndex::with_visitor(messages, |i, m| {
-            facts.visit(i, m, &mut dynamic, &mut skill_reads);
+            facts.visit(policy, i, m, &mut dynamic, &mut skill_reads);
             prefix.push(fold_step(prefix[i], m.fingerprint()));
         });
         PlanIndex {
@@ -325,6 +327,7 @@ impl PlanIndex {
             dynamic,
             skill_reads,
             prefix,
+            facts,
         }
     }
 
@@ -354,27 +357,26 @@ impl PlanIndex {
             return;
         }
         self.pairs.extend(messages);
-        let facts = Facts::new(policy);
         for (i, m) in messages.iter().enumerate().skip(old) {
-            facts.visit(i, m, &mut self.dynamic, &mut self.skill_reads);
+            self.facts
+                .visit(policy, i, m, &mut self.dynamic, &mut self.skill_reads);
             self.prefix.push(fold_step(self.prefix[i], m.fingerprint()));
         }
     }
 }
 
 /// The per-message part of [`PlanIndex`]: dynamic-context flags and skill reads.
-struct Facts<'p> {
-    policy: &'p RescuePolicy,
+#[derive(Clone, Debug)]
+struct Facts {
     /// The normalised skills root, when skill rescue is on.
     root: Option<String>,
     /// [`tool_name_bits`] of the file-reading tools.
     reader_bits: Vec<u64>,
 }
 
-impl<'p> Facts<'p> {
-    fn new(policy: &'p RescuePolicy) -> Self {
+impl Facts {
+    fn new(policy: &RescuePolicy) -> Self {
         Facts {
-            policy,
             root: normalize_path(&policy.skills.container_path)
                 .filter(|_| policy.skills.max_count > 0),
             reader_bits: policy
@@ -388,12 +390,13 @@ impl<'p> Facts<'p> {
 
     fn visit(
         &self,
+        policy: &RescuePolicy,
         i: usize,
         m: &Message,
         dynamic: &mut Vec<usize>,
         skill_reads: &mut Vec<(usize, Vec<(usize, String)>)>,
     ) {
-        if self.policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
+        if policy.dynamic_context && m.flag(DYNAMIC_CONTEXT) {
             dynamic.push(i);
         }
         let Some(root) = self.root.as_deref() else {
@@ -411,7 +414,7 @@ impl<'p> Facts<'p> {
             .tool_calls()
             .iter()
             .enumerate()
-            .filter_map(|(k, call)| Some((k, skill_path_under(call, &self.policy.skills, root)?)))
+            .filter_map(|(k, call)| Some((k, skill_path_under(call, &policy.skills, root)?)))
             .collect();
         if !reads.is_empty() {
             skill_reads.push((i, reads));

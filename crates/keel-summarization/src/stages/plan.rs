@@ -236,15 +236,12 @@ impl SummarizationMiddleware {
         if !self.config.enabled || request.messages.is_empty() {
             return;
         }
-        let halves: Vec<Limit> = m
-            .triggers
-            .iter()
-            .map(|t| match *t {
-                Limit::Tokens(n) => Limit::Tokens(n / 2),
-                Limit::Messages(n) => Limit::Messages(n / 2),
-            })
-            .collect();
-        if plan::triggered(&halves, m.total, request.messages.len()) {
+        let len = request.messages.len() as u64;
+        let near = m.triggers.iter().any(|t| match *t {
+            Limit::Tokens(n) => m.total >= n / 2,
+            Limit::Messages(n) => len >= n / 2,
+        });
+        if near {
             self.plan_indexes
                 .index(&request.messages, lineage, &self.rescue);
         }
