@@ -61,7 +61,7 @@ use keel_core::tokens::TokenCounter;
 use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
 
-use crate::cache::{CachedSummary, SummaryCache};
+use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::SummarySource;
 use crate::extractive::ExtractiveOptions;
@@ -673,24 +673,21 @@ impl SummarizationMiddleware {
                 planned.cut,
                 planned.rescued.clone(),
             ),
-            None => match planned
-                .index
-                .as_ref()
-                .and_then(|ix| ix.prefix_hash(planned.cut))
-            {
-                Some(hash) => CachedSummary::with_prefix_hash(
+            // The kept planning index already holds the prefix hash; else hash it here.
+            None => {
+                let cut = planned.cut.min(request.messages.len());
+                let hash = planned
+                    .index
+                    .as_ref()
+                    .and_then(|ix| ix.prefix_hash(cut))
+                    .unwrap_or_else(|| prefix_hash(&request.messages[..cut]));
+                CachedSummary::with_prefix_hash(
                     written.text.clone(),
-                    planned.cut,
+                    cut,
                     planned.rescued.clone(),
                     hash,
-                ),
-                None => CachedSummary::new(
-                    written.text.clone(),
-                    &request.messages,
-                    planned.cut,
-                    planned.rescued.clone(),
-                ),
-            },
+                )
+            }
         };
         let entry = self.cache.put(&call.key, entry).await;
         self.threads

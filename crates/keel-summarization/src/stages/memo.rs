@@ -21,6 +21,13 @@ use parking_lot::Mutex;
 use crate::cache::CachedSummary;
 use crate::plan::{PlanIndex, RescuePolicy};
 
+/// True when the first `len` messages of `messages` are still the ones seen, as far as
+/// the witness (the fingerprint of the last of them) tells: within one lineage a list
+/// only grows, so this is a cheap guard against a list changed in place.
+fn still_prefix(messages: &[Message], len: usize, witness: u64) -> bool {
+    len <= messages.len() && (len == 0 || messages[len - 1].fingerprint() == witness)
+}
+
 /// One list's memo.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ThreadMemo {
@@ -51,9 +58,7 @@ impl ThreadMemo {
 
     /// True when `messages` (of `lineage`) continue the list this memo saw.
     fn continues(&self, messages: &[Message], lineage: Lineage) -> bool {
-        self.lineage == lineage
-            && self.len <= messages.len()
-            && (self.len == 0 || messages[self.len - 1].fingerprint() == self.witness)
+        self.lineage == lineage && still_prefix(messages, self.len, self.witness)
     }
 
     /// True when `entry` was already matched against this lineage's prefix.
@@ -145,10 +150,11 @@ impl PlanIndexes {
         lineage: Lineage,
         policy: &RescuePolicy,
     ) -> Arc<PlanIndex> {
-        let kept = self.0.lock().pop(&lineage).filter(|(index, witness)| {
-            index.len() <= messages.len()
-                && (index.is_empty() || messages[index.len() - 1].fingerprint() == *witness)
-        });
+        let kept = self
+            .0
+            .lock()
+            .pop(&lineage)
+            .filter(|(index, witness)| still_prefix(messages, index.len(), *witness));
         let index = match kept {
             Some((mut index, _)) if !index.is_empty() => {
                 if index.len() < messages.len() {
