@@ -3,14 +3,17 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures::Stream;
+use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -424,7 +427,14 @@ pub async fn create_stream(
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
     let (record, live, cancel) = start(&app, &owner, Some(thread_id), body).await?;
-    Ok(stream_response(&record, live, 0, None, cancel))
+    Ok(stream_response(
+        &app,
+        &record,
+        live,
+        Start::After(0),
+        None,
+        cancel,
+    ))
 }
 
 /// `POST /runs/stream`: a streamed run on a fresh thread.
@@ -434,7 +444,14 @@ pub async fn stateless_stream(
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
     let (record, live, cancel) = start(&app, &owner, None, body).await?;
-    Ok(stream_response(&record, live, 0, None, cancel))
+    Ok(stream_response(
+        &app,
+        &record,
+        live,
+        Start::After(0),
+        None,
+        cancel,
+    ))
 }
 
 /// What `wait` and `join` answer: the thread's values, or the run's error.
@@ -612,18 +629,19 @@ pub async fn join_stream(
     query: QueryPairs,
 ) -> Result<Response, ApiError> {
     let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
+    // Without an id, from the oldest event still kept.
     let from = match headers.get("last-event-id") {
-        None => 0,
+        None => Start::Oldest,
         Some(v) => {
             let text = v.to_str().unwrap_or_default().trim();
             if text.is_empty() {
-                0
+                Start::Oldest
             } else {
-                text.parse::<u64>().map(|id| id + 1).map_err(|_| {
+                Start::After(text.parse::<u64>().map(|id| id + 1).map_err(|_| {
                     ApiError::Invalid(format!(
                         "Last-Event-ID {text:?} is not an event id of this server"
                     ))
-                })?
+                })?)
             }
         }
     };
@@ -641,7 +659,7 @@ pub async fn join_stream(
     };
     let cancel = query.bool_or("cancel_on_disconnect", false)?;
     match app.manager.find(&record).await {
-        Some(live) => Ok(stream_response(&record, live, from, filter, cancel)),
+        Some(live) => Ok(stream_response(&app, &record, live, from, filter, cancel)),
         // The run ended long enough ago that its events are gone: say how it ended.
         None => {
             let end = Event::default()
@@ -667,84 +685,193 @@ impl Drop for DisconnectGuard {
     }
 }
 
+/// Where a subscriber starts in the run's log.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    /// At this id (`Last-Event-ID` plus one): when it was dropped, the stream says so.
+    After(u64),
+    /// At the oldest event still kept (a join without `Last-Event-ID`).
+    Oldest,
+}
+
+/// Events a connection takes from the run's log at a time: its backlog beyond what the
+/// connection is writing. They are references to the log's frames, not copies.
+const BACKLOG_EVENTS: usize = 64;
+
+/// How often an idle stream sends a comment, so proxies keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
 struct Subscription {
     live: Arc<LiveRun>,
     cursor: u64,
+    /// True until the first event is sent when the stream starts at the oldest kept
+    /// event: events dropped before then move the start instead of ending the stream.
+    from_oldest: bool,
     buffer: VecDeque<SseEvent>,
     filter: Option<ModeSet>,
     done: bool,
     _guard: Option<DisconnectGuard>,
 }
 
-fn events(sub: Subscription) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    futures::stream::unfold(sub, |mut sub| async move {
+impl Subscription {
+    /// The next frame to send: an event, a keep-alive comment, or `None` at the end.
+    async fn next_frame(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(event) = sub.buffer.pop_front() {
-                let wanted = match (event.mode, sub.filter) {
+            if let Some(event) = self.buffer.pop_front() {
+                let wanted = match (event.mode, self.filter) {
                     (Some(mode), Some(filter)) => filter.has(mode),
                     _ => true,
                 };
                 if wanted {
-                    let sse = Event::default()
-                        .event(&*event.event)
-                        .id(event.id.to_string())
-                        .data(&*event.data);
-                    return Some((Ok(sse), sub));
+                    self.from_oldest = false;
+                    return Some(event.frame);
                 }
                 continue;
             }
-            if sub.done {
+            if self.done {
                 return None;
             }
-            match sub.live.log.next(sub.cursor).await {
+            let next = tokio::select! {
+                next = self.live.log.next(self.cursor, BACKLOG_EVENTS) => next,
+                () = tokio::time::sleep(KEEP_ALIVE) => return Some(Bytes::from_static(b":\n\n")),
+            };
+            match next {
                 Next::Events(events) => {
                     if let Some(last) = events.last() {
-                        sub.cursor = last.id + 1;
+                        self.cursor = last.id + 1;
                     }
-                    sub.buffer.extend(events);
+                    self.buffer.extend(events);
                 }
+                Next::Lost { first_kept } if self.from_oldest => self.cursor = first_kept,
                 Next::Lost { first_kept } => {
-                    sub.done = true;
+                    self.done = true;
                     let error = json!({
                         "error": "EventsLost",
-                        "message": format!("events before id {first_kept} are no longer kept; join the run again without Last-Event-ID"),
+                        "message": format!("events before id {first_kept} are no longer kept; join the run again without Last-Event-ID to continue from the oldest kept event"),
                     });
-                    return Some((
-                        Ok(Event::default().event("error").data(error.to_string())),
-                        sub,
-                    ));
+                    return Some(Bytes::from(format!("event: error\ndata: {error}\n\n")));
                 }
-                Next::Closed => sub.done = true,
+                Next::Closed => self.done = true,
             }
         }
+    }
+}
+
+/// A streaming response's subscription while the connection writes what it was given;
+/// a watchdog drops it when the connection takes nothing more for the write timeout.
+#[derive(Default)]
+struct Parked {
+    sub: Option<Subscription>,
+    /// When the last frame was handed to the connection, while it has not asked for
+    /// the next one.
+    handed: Option<Instant>,
+    /// The watchdog dropped the subscription.
+    dropped: bool,
+}
+
+/// The response body: the frames of the log, shared with every other subscriber, pulled
+/// as the connection asks for them.
+fn frames(
+    sub: Subscription,
+    write_timeout: Duration,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let parked = Arc::new(Mutex::new(Parked {
+        sub: Some(sub),
+        ..Parked::default()
+    }));
+    tokio::spawn(watchdog(Arc::downgrade(&parked), write_timeout));
+    futures::stream::unfold(parked, |parked| async move {
+        let taken = {
+            let mut slot = parked.lock();
+            slot.handed = None;
+            if std::mem::take(&mut slot.dropped) {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client took nothing of the stream for the write timeout",
+                ))
+            } else {
+                Ok(slot.sub.take())
+            }
+        };
+        let mut sub = match taken {
+            Ok(Some(sub)) => sub,
+            Ok(None) => return None,
+            Err(e) => return Some((Err(e), parked)),
+        };
+        let frame = sub.next_frame().await?;
+        {
+            let mut slot = parked.lock();
+            slot.handed = Some(Instant::now());
+            slot.sub = Some(sub);
+        }
+        Some((Ok(frame), parked))
     })
 }
 
+/// Drops a response's subscription (its place in the log, its backlog and, with
+/// `on_disconnect=cancel`, the run) once its connection has taken nothing for
+/// `timeout` after being handed a frame. The run goes on; the connection ends with an
+/// error when it next asks for more.
+async fn watchdog(parked: Weak<Mutex<Parked>>, timeout: Duration) {
+    loop {
+        let Some(slot) = parked.upgrade() else {
+            return;
+        };
+        let wait = {
+            let mut slot = slot.lock();
+            match slot.handed {
+                Some(at) if at.elapsed() >= timeout => {
+                    let sub = slot.sub.take();
+                    slot.dropped = true;
+                    slot.handed = None;
+                    drop(slot);
+                    if let Some(sub) = sub {
+                        tracing::info!(run_id = %sub.live.run_id, "dropping a stream whose client stopped reading");
+                    }
+                    return;
+                }
+                Some(at) => timeout.saturating_sub(at.elapsed()),
+                None => timeout,
+            }
+        };
+        drop(slot);
+        tokio::time::sleep(wait).await;
+    }
+}
+
 fn stream_response(
+    app: &AppState,
     record: &RunRecord,
     live: Arc<LiveRun>,
-    from: u64,
+    from: Start,
     filter: Option<ModeSet>,
     cancel_on_disconnect: bool,
 ) -> Response {
     let guard = cancel_on_disconnect.then(|| DisconnectGuard { live: live.clone() });
+    let (cursor, from_oldest) = match from {
+        Start::After(id) => (id, false),
+        Start::Oldest => (live.log.first_kept(), true),
+    };
     let sub = Subscription {
         live,
-        cursor: from,
+        cursor,
+        from_oldest,
         buffer: VecDeque::new(),
         filter,
         done: false,
         _guard: guard,
     };
-    let mut response = Sse::new(events(sub))
-        .keep_alive(KeepAlive::default())
-        .into_response();
+    let mut response =
+        Body::from_stream(frames(sub, app.manager.limits().write_timeout)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     let stream_path = format!("{}/stream", run_location(record));
     if let Ok(value) = HeaderValue::from_str(&stream_path) {
-        response.headers_mut().insert(header::LOCATION, value);
+        headers.insert(header::LOCATION, value);
     }
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     with_location(response, record)
 }

@@ -72,6 +72,13 @@ pub struct RunLimits {
     pub max_queue_per_thread: usize,
     /// Finished runs whose event log is kept (oldest dropped first).
     pub finished_logs: usize,
+    /// Bytes of events kept across all finished runs' logs: past it the oldest finished
+    /// logs go first. A run whose log is gone still answers `join` (the thread's final
+    /// values) and a reconnect (its `end` event).
+    pub finished_log_bytes: usize,
+    /// How long a streaming response may go without the client taking more of it before
+    /// the server drops that response (the run goes on).
+    pub write_timeout: Duration,
 }
 
 impl Default for RunLimits {
@@ -82,6 +89,8 @@ impl Default for RunLimits {
             max_running: 512,
             max_queue_per_thread: 64,
             finished_logs: 256,
+            finished_log_bytes: 64 * 1024 * 1024,
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -145,7 +154,10 @@ struct Slot {
 struct State {
     slots: HashMap<String, Slot>,
     live: HashMap<String, Arc<LiveRun>>,
-    finished: VecDeque<String>,
+    /// Finished runs whose log is kept, oldest first, with the bytes each log holds.
+    finished: VecDeque<(String, usize)>,
+    /// The sum of those bytes.
+    finished_bytes: usize,
     /// Runs of other processes (shared database) being followed here, by run id.
     followers: HashMap<String, Weak<LiveRun>>,
 }
@@ -238,6 +250,17 @@ impl RunManager {
     /// The assistant.
     pub fn assistant(&self) -> &AssistantInfo {
         &self.assistant
+    }
+
+    /// The limits runs run under.
+    pub fn limits(&self) -> &RunLimits {
+        &self.limits
+    }
+
+    /// Bytes held by the logs of the finished runs still kept (at most
+    /// [`RunLimits::finished_log_bytes`]).
+    pub fn finished_log_bytes(&self) -> usize {
+        self.state.lock().finished_bytes
     }
 
     /// The live (or recently finished) run, if its log is still kept.
@@ -508,7 +531,7 @@ impl RunManager {
                         seq: e.id,
                         event: e.event.to_string(),
                         mode: e.mode.map(|m| m.as_str().to_owned()),
-                        data: e.data.to_string(),
+                        data: e.data().to_owned(),
                     })
                     .collect();
                 self.log_err(
@@ -556,7 +579,11 @@ impl RunManager {
                         let mode = e.mode.as_deref().and_then(|m| WireMode::parse(m).ok());
                         end |= e.event == "end";
                         cursor = e.seq + 1;
-                        live.log.push(&e.event, e.data, mode);
+                        let key = (e.event == "messages/partial")
+                            .then(|| serde_json::from_str::<Value>(&e.data).ok())
+                            .flatten()
+                            .and_then(|data| partial_key(&e.event, &data));
+                        live.log.push(&e.event, &e.data, mode, key.as_deref());
                     }
                     if end {
                         break None;
@@ -726,14 +753,22 @@ impl RunManager {
         }
     }
 
-    /// Keeps a finished run's log for late subscribers, up to the configured count.
+    /// Keeps a finished run's log for late subscribers, up to the configured count and
+    /// bytes across all finished logs (the oldest go first, this one too when it alone
+    /// is over the bytes).
     fn retire(&self, run_id: &str) {
         let mut state = self.state.lock();
-        state.finished.push_back(run_id.to_owned());
-        while state.finished.len() > self.limits.finished_logs {
-            if let Some(old) = state.finished.pop_front() {
-                state.live.remove(&old);
-            }
+        let bytes = state.live.get(run_id).map_or(0, |live| live.log.bytes());
+        state.finished.push_back((run_id.to_owned(), bytes));
+        state.finished_bytes += bytes;
+        while state.finished.len() > self.limits.finished_logs
+            || state.finished_bytes > self.limits.finished_log_bytes
+        {
+            let Some((old, bytes)) = state.finished.pop_front() else {
+                break;
+            };
+            state.finished_bytes -= bytes;
+            state.live.remove(&old);
         }
     }
 
@@ -915,7 +950,21 @@ fn push_json(log: &EventLog, event: &str, data: &Value) {
 
 fn push_mode(log: &EventLog, event: &str, data: &Value, mode: Option<super::modes::WireMode>) {
     let text = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
-    log.push(event, text, mode);
+    let key = partial_key(event, data);
+    log.push(event, &text, mode, key.as_deref());
+}
+
+/// A `messages/partial` event carries its whole message so far, so it supersedes the
+/// previous partial of the same message: keyed by the message's id, the log keeps only
+/// the latest.
+fn partial_key(event: &str, data: &Value) -> Option<String> {
+    if event != "messages/partial" {
+        return None;
+    }
+    data.get(0)
+        .and_then(|m| m.get("id"))
+        .and_then(Value::as_str)
+        .map(|id| format!("partial:{id}"))
 }
 
 /// The error's kind, as the `error` event's `error` field.
