@@ -32,6 +32,14 @@ pub struct RunContext {
     pub provider: String,
 }
 
+/// A `messages/partial` event is sent once the message has grown by at least this
+/// fraction (1/N) of its size since the last one: every chunk while the message is
+/// short, then at sizes growing geometrically, so the partials of a message add up to
+/// about `N + 1` times its size instead of growing with the square of its chunks.
+/// `messages/complete` always follows with the whole message, and `messages-tuple`
+/// sends every chunk.
+const PARTIAL_GROWTH: usize = 32;
+
 /// A message being streamed in `messages` mode, accumulated from its chunks.
 #[derive(Default)]
 struct Partial {
@@ -40,6 +48,31 @@ struct Partial {
     calls: Vec<(String, String, String)>,
     usage: Value,
     response_metadata: Map<String, Value>,
+    /// Its size when the last `messages/partial` was sent.
+    sent: usize,
+}
+
+impl Partial {
+    /// Bytes of text and tool calls so far.
+    fn size(&self) -> usize {
+        self.text.len()
+            + self
+                .calls
+                .iter()
+                .map(|(id, name, args)| id.len() + name.len() + args.len())
+                .sum::<usize>()
+    }
+
+    /// True when a `messages/partial` is due (and then counts it as sent).
+    fn due(&mut self) -> bool {
+        let size = self.size();
+        let due = self.sent == 0 && size > 0
+            || size.saturating_sub(self.sent) >= (size / PARTIAL_GROWTH).max(1);
+        if due {
+            self.sent = size;
+        }
+        due
+    }
 }
 
 /// Turns one run's Keel events into protocol events for the modes asked for.
@@ -266,7 +299,11 @@ impl Translator {
             ChatChunk::Complete { .. } => return,
         }
         self.streamed = true;
-        let so_far = self.partial.get(&call_index).map(|p| partial_to_lc(&id, p));
+        let messages = self.modes.has(WireMode::Messages);
+        let so_far = self
+            .partial
+            .get_mut(&call_index)
+            .and_then(|p| (messages && p.due()).then(|| partial_to_lc(&id, p)));
         if self.modes.has(WireMode::MessagesTuple) {
             out.push((
                 Some(WireMode::MessagesTuple),
@@ -274,9 +311,7 @@ impl Translator {
                 json!([lc.clone(), self.metadata(node)]),
             ));
         }
-        if self.modes.has(WireMode::Messages)
-            && let Some(so_far) = so_far
-        {
+        if self.modes.has(WireMode::Messages) {
             if first {
                 let mut meta = Map::new();
                 meta.insert(id.clone(), json!({ "metadata": self.metadata(node) }));
@@ -286,11 +321,13 @@ impl Translator {
                     Value::Object(meta),
                 ));
             }
-            out.push((
-                Some(WireMode::Messages),
-                "messages/partial",
-                json!([so_far]),
-            ));
+            if let Some(so_far) = so_far {
+                out.push((
+                    Some(WireMode::Messages),
+                    "messages/partial",
+                    json!([so_far]),
+                ));
+            }
         }
         if self.modes.has(WireMode::Events) {
             let name = self.ctx.model_name.clone();
@@ -406,6 +443,51 @@ mod tests {
         assert_eq!(names(&out), ["values", "custom", "events"]);
         assert_eq!(out[2].2["event"], "on_custom_event");
         assert_eq!(out[2].2["name"], "context_compacting");
+    }
+
+    /// Bytes of `messages/partial` and of `messages` events for an answer of `n` chunks.
+    fn streamed_bytes(n: usize) -> (usize, usize) {
+        let modes = ModeSet::of(&[WireMode::Messages, WireMode::MessagesTuple]);
+        let mut t = Translator::new(modes, ctx());
+        let mut out = Vec::new();
+        let (mut partial, mut tuple) = (0, 0);
+        for _ in 0..n {
+            t.translate(
+                &StreamEvent::Messages {
+                    chunk: ChatChunk::Text {
+                        text: "word ".repeat(20),
+                    },
+                    node: "model".into(),
+                    call_index: 0,
+                },
+                &mut out,
+            );
+            for (_, name, data) in out.drain(..) {
+                let bytes = data.to_string().len();
+                match name {
+                    "messages/partial" => partial += bytes,
+                    "messages" => tuple += bytes,
+                    _ => {}
+                }
+            }
+        }
+        (partial, tuple)
+    }
+
+    #[test]
+    fn streamed_bytes_grow_linearly_with_the_answer() {
+        let (p1, t1) = streamed_bytes(500);
+        let (p2, t2) = streamed_bytes(1000);
+        // Twice the chunks: twice the bytes, give or take a step of the partials (the
+        // square would be four times).
+        assert!(p2 * 10 < p1 * 25, "partials: {p1} then {p2} bytes");
+        assert!(t2 * 10 < t1 * 21, "tuples: {t1} then {t2} bytes");
+        // And about PARTIAL_GROWTH + 1 times the answer at most, plus each event's frame.
+        let answer = 1000 * 100;
+        assert!(
+            p2 < (PARTIAL_GROWTH + 2) * answer,
+            "{p2} bytes for {answer}"
+        );
     }
 
     #[test]
