@@ -980,3 +980,77 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use keel_testkit::ScriptedModel;
+
+    use super::*;
+
+    fn manager(limits: RunLimits) -> Arc<RunManager> {
+        let model = ScriptedModel::from_fn(|_| Ok(Message::ai("x".repeat(100_000))));
+        let agent = Agent::builder().model(Arc::new(model)).build().unwrap();
+        let assistant = AssistantInfo {
+            assistant_id: "a".into(),
+            graph_id: "agent".into(),
+            description: None,
+            model_name: "scripted".into(),
+            provider: "scripted".into(),
+        };
+        Arc::new(RunManager::new(
+            agent,
+            Arc::new(Registry::memory()),
+            assistant,
+            limits,
+            Leases::Local,
+        ))
+    }
+
+    fn new_run() -> NewRun {
+        NewRun {
+            input: vec![Message::human("hi")],
+            resume: None,
+            modes: ModeSet::of(&[WireMode::Values]),
+            metadata: Map::new(),
+            strategy: Strategy::Enqueue,
+            kwargs: json!({}),
+        }
+    }
+
+    #[tokio::test]
+    async fn finished_logs_stay_under_their_byte_budget() {
+        let budget = 1024 * 1024;
+        let manager = manager(RunLimits {
+            finished_log_bytes: budget,
+            ..RunLimits::default()
+        });
+        let mut runs = Vec::new();
+        for i in 0..40 {
+            let (_, live) = manager.create(&format!("t{i}"), new_run()).await.unwrap();
+            live.log.closed().await;
+            assert!(live.log.bytes() > 100_000, "each log holds the answer");
+            runs.push(live.run_id.clone());
+            // Retired just after its log closed.
+            while manager.live(&live.run_id).is_some()
+                && manager.state.lock().finished.back().map(|f| &f.0) != Some(&live.run_id)
+            {
+                tokio::task::yield_now().await;
+            }
+            assert!(
+                manager.finished_log_bytes() <= budget,
+                "{} bytes kept after {} runs",
+                manager.finished_log_bytes(),
+                i + 1
+            );
+        }
+        // The newest are kept, the oldest went first.
+        assert!(manager.live(&runs[39]).is_some());
+        assert!(manager.live(&runs[0]).is_none());
+        let kept: usize = runs
+            .iter()
+            .filter_map(|id| manager.live(id))
+            .map(|live| live.log.bytes())
+            .sum();
+        assert_eq!(kept, manager.finished_log_bytes());
+    }
+}
