@@ -276,3 +276,78 @@ async fn a_reader_that_stops_reading_is_dropped_after_the_write_timeout() {
         1_000
     );
 }
+
+/// Resident memory of this process, in MB (Linux).
+fn rss_mb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Not a check: prints the memory the reported cases hold, to compare builds
+/// (`cargo test -p keel-server --test streams -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn measure_memory() {
+    // 260 finished runs with 600 kB answers, streamed in values, messages and
+    // messages-tuple.
+    let before = rss_mb();
+    let app = app(agent(600_000, 1_000), RunLimits::default());
+    for _ in 0..260 {
+        let thread = thread(&app).await;
+        let run = start(
+            &app,
+            &thread,
+            json!(["values", "messages", "messages-tuple"]),
+        )
+        .await;
+        call(
+            &app,
+            "GET",
+            &format!("/threads/{thread}/runs/{run}/join"),
+            None,
+            None,
+        )
+        .await;
+    }
+    println!(
+        "260 finished runs of 600 kB: RSS {before} MB -> {} MB",
+        rss_mb()
+    );
+
+    // 20 readers holding every frame of a 9.6 MB answer they were handed.
+    drop(app);
+    let app = self::app(
+        agent(9_600_000, 9_600_000),
+        RunLimits {
+            max_log_bytes: 32 << 20,
+            ..RunLimits::default()
+        },
+    );
+    let thread = thread(&app).await;
+    let run = start(&app, &thread, json!(["values"])).await;
+    call(
+        &app,
+        "GET",
+        &format!("/threads/{thread}/runs/{run}/join"),
+        None,
+        None,
+    )
+    .await;
+    let path = format!("/threads/{thread}/runs/{run}/stream");
+    let before = rss_mb();
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(frames(join_stream(&app, &path).await).await);
+    }
+    let bytes: usize = held.iter().flatten().map(Bytes::len).sum();
+    println!(
+        "20 readers holding {} MB of frames of a 9.6 MB answer: RSS {before} MB -> {} MB",
+        bytes / 1_000_000,
+        rss_mb()
+    );
+}
