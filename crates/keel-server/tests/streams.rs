@@ -70,7 +70,7 @@ async fn join_stream(app: &Router, path: &str) -> Body {
     response.into_body()
 }
 
-/// The body's frames, one per SSE event, as the server handed them over.
+/// The body's frames as the server handed them over (an event, or a piece of a big one).
 async fn frames(mut body: Body) -> Vec<Bytes> {
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
@@ -206,12 +206,13 @@ async fn readers_share_the_event_buffers() {
     let a = frames(join_stream(&app, &path).await).await;
     let b = frames(join_stream(&app, &path).await).await;
     assert_eq!(a.len(), b.len());
+    // The values after the answer go out in pieces of the same size for both readers.
     let big: Vec<(&Bytes, &Bytes)> = a
         .iter()
         .zip(&b)
-        .filter(|(x, _)| x.len() > 200_000)
+        .filter(|(x, _)| x.len() >= 60_000)
         .collect();
-    assert!(!big.is_empty(), "the values after the answer are big");
+    assert!(big.len() >= 3, "the values after the answer are big");
     for (x, y) in big {
         assert_eq!(x, y);
         assert_eq!(x.as_ptr(), y.as_ptr(), "one buffer for both readers");

@@ -698,6 +698,11 @@ enum Start {
 /// connection is writing. They are references to the log's frames, not copies.
 const BACKLOG_EVENTS: usize = 64;
 
+/// The most of a frame handed to the connection at once: a big event goes out in
+/// pieces (of the shared buffer, not copies), so a client still reading it shows
+/// progress well within the write timeout.
+const WRITE_PIECE: usize = 64 * 1024;
+
 /// How often an idle stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -708,15 +713,22 @@ struct Subscription {
     /// event: events dropped before then move the start instead of ending the stream.
     from_oldest: bool,
     buffer: VecDeque<SseEvent>,
+    /// What is left to send of the current frame.
+    rest: Bytes,
     filter: Option<ModeSet>,
     done: bool,
     _guard: Option<DisconnectGuard>,
 }
 
 impl Subscription {
-    /// The next frame to send: an event, a keep-alive comment, or `None` at the end.
+    /// The next bytes to send: (a piece of) an event, a keep-alive comment, or `None` at
+    /// the end.
     async fn next_frame(&mut self) -> Option<Bytes> {
         loop {
+            if !self.rest.is_empty() {
+                let piece = self.rest.len().min(WRITE_PIECE);
+                return Some(self.rest.split_to(piece));
+            }
             if let Some(event) = self.buffer.pop_front() {
                 let wanted = match (event.mode, self.filter) {
                     (Some(mode), Some(filter)) => filter.has(mode),
@@ -724,7 +736,7 @@ impl Subscription {
                 };
                 if wanted {
                     self.from_oldest = false;
-                    return Some(event.frame);
+                    self.rest = event.frame;
                 }
                 continue;
             }
@@ -857,6 +869,7 @@ fn stream_response(
         cursor,
         from_oldest,
         buffer: VecDeque::new(),
+        rest: Bytes::new(),
         filter,
         done: false,
         _guard: guard,
