@@ -278,6 +278,47 @@ async fn a_reader_that_stops_reading_is_dropped_after_the_write_timeout() {
     );
 }
 
+/// A finished run whose log went to stay under the finished-logs budget (here every
+/// one goes) still answers: `join` with the thread's final values, its stream with its
+/// `end`.
+#[tokio::test]
+async fn a_run_whose_log_was_dropped_still_joins_and_streams_its_end() {
+    let app = app(
+        agent(5_000, 100),
+        RunLimits {
+            finished_log_bytes: 0,
+            ..RunLimits::default()
+        },
+    );
+    let thread = thread(&app).await;
+    let run = start(&app, &thread, json!(["values", "messages"])).await;
+    let join = format!("/threads/{thread}/runs/{run}/join");
+    let (status, first) = call(&app, "GET", &join, None, None).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(
+        json(&first)["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .len(),
+        5_000
+    );
+    // Once retired, the log is gone: the stream says how the run ended, a join reads the
+    // thread.
+    let stream = format!("/threads/{thread}/runs/{run}/stream");
+    for _ in 0..100 {
+        let body = text(&frames(join_stream(&app, &stream).await).await);
+        if !body.contains("event: metadata") {
+            assert!(body.starts_with("event: end\n"), "{body}");
+            assert!(body.contains("\"status\":\"success\""), "{body}");
+            let (_, again) = call(&app, "GET", &join, None, None).await;
+            assert_eq!(json(&again), json(&first));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the finished run's log was never dropped");
+}
+
 /// Resident memory of this process, in MB (Linux).
 fn rss_mb() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
