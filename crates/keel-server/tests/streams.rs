@@ -393,3 +393,51 @@ async fn measure_memory() {
         rss_mb()
     );
 }
+
+/// Not a check: prints the server's memory with 20 clients over TCP that ask for the
+/// stream of a 9.6 MB answer and never read it, before and after the write timeout
+/// (`cargo test -p keel-server --test streams measure -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn measure_stalled_readers_over_tcp() {
+    use tokio::io::AsyncWriteExt;
+    let app = app(
+        agent(9_600_000, 9_600_000),
+        RunLimits {
+            max_log_bytes: 64 << 20,
+            write_timeout: Duration::from_secs(3),
+            ..RunLimits::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = app.clone();
+    tokio::spawn(async move { axum::serve(listener, served).await });
+    let thread = thread(&app).await;
+    let run = start(&app, &thread, json!(["values"])).await;
+    call(
+        &app,
+        "GET",
+        &format!("/threads/{thread}/runs/{run}/join"),
+        None,
+        None,
+    )
+    .await;
+    let before = rss_mb();
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET /threads/{thread}/runs/{run}/stream HTTP/1.1\r\nhost: x\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.unwrap();
+        clients.push(socket);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    println!(
+        "20 stalled readers of a 9.6 MB answer: RSS {before} MB -> {} MB",
+        rss_mb()
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!("after the write timeout: RSS {} MB", rss_mb());
+    drop(clients);
+}
