@@ -345,12 +345,14 @@ impl RunManager {
                 }
                 (Some(_), Strategy::Reject) => {
                     return Err(ApiError::Conflict(format!(
-                        "thread {thread_id} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback"
+                        "thread {} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",
+                        crate::auth::public_thread_id(thread_id)
                     )));
                 }
                 (Some(_), _) if slot.queue.len() >= self.limits.max_queue_per_thread => {
                     return Err(ApiError::Busy(format!(
-                        "thread {thread_id} already has {} runs waiting; try again later",
+                        "thread {} already has {} runs waiting; try again later",
+                        crate::auth::public_thread_id(thread_id),
                         slot.queue.len()
                     )));
                 }
@@ -926,7 +928,7 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::Model { .. } => "ModelError",
         AgentError::State { .. } => "InvalidUpdateError",
         AgentError::RecursionLimit { .. } => "GraphRecursionError",
-        AgentError::Checkpoint { .. } => "CheckpointError",
+        AgentError::Checkpoint { .. } | AgentError::DeleteThreadData { .. } => "CheckpointError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }
