@@ -1,5 +1,5 @@
 //! The router: routes, in the order a request meets the layers (outermost first):
-//! CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
+//! the host and origin check ([`crate::origin`]), CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
 //! authentication, then the handlers.
 
 use std::sync::Arc;
@@ -8,11 +8,12 @@ use axum::Router;
 use axum::http::{HeaderName, StatusCode, header};
 use axum::routing::{get, post};
 use keel_agent::Agent;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::auth::{ApiKeys, authenticate};
 use crate::extract::BodyLimit;
 use crate::lease::Leases;
+use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
 use crate::routes::{assistants, page, runs, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
@@ -42,6 +43,8 @@ pub struct ServerOptions {
     pub registry: Option<Arc<Registry>>,
     /// How runs of one thread exclude each other across processes.
     pub leases: Leases,
+    /// Origins and host names served besides loopback ones (see [`crate::origin`]).
+    pub origins: OriginPolicy,
 }
 
 impl Default for ServerOptions {
@@ -55,6 +58,7 @@ impl Default for ServerOptions {
             page: true,
             registry: None,
             leases: Leases::Local,
+            origins: OriginPolicy::default(),
         }
     }
 }
@@ -156,6 +160,8 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
             .route("/static/app.css", get(page::style));
     }
     let limit = options.max_body_bytes;
+    let origins = OriginGuard::new(options.origins.clone(), options.api_keys.enabled());
+    let cors_origins = origins.clone();
     // Unknown paths and methods answer as Starlette does for the Agent Server.
     api.fallback(|| async {
         (
@@ -177,7 +183,9 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
     .layer(axum::Extension(BodyLimit(limit)))
     .layer(
         CorsLayer::new()
-            .allow_origin(Any)
+            .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
+            }))
             .allow_methods(Any)
             .allow_headers(Any)
             .expose_headers([
@@ -186,6 +194,7 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
                 HeaderName::from_static("x-pagination-next"),
             ]),
     )
+    .layer(axum::middleware::from_fn_with_state(origins, guard))
 }
 
 /// The model's name and provider.

@@ -47,6 +47,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lease;
+pub mod origin;
 pub mod registry;
 pub mod routes;
 pub mod runs;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use keel_server::auth::ApiKeys;
+use keel_server::origin::OriginPolicy;
 use keel_server::serve::{ServeOptions, run as serve};
 
 use super::CommandResult;
@@ -42,6 +43,18 @@ pub struct Args {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1 << 30)))]
     pub max_body_bytes: u64,
+    /// Origins whose web pages may call the server (comma-separated, `*` for any).
+    /// Without API keys only loopback origins (http://localhost:PORT, 127.0.0.1, [::1])
+    /// and pages served under --allowed-hosts may; with keys, any origin may unless this
+    /// is given.
+    #[arg(long, value_name = "ORIGIN,...", value_delimiter = ',')]
+    pub cors_origin: Vec<String>,
+    /// Host names the server answers to besides loopback ones (comma-separated, `*` for
+    /// any). Without API keys a request whose Host header is not one of them is refused
+    /// (403), which stops DNS-rebinding pages; with keys every host is served unless
+    /// this is given.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -70,6 +83,19 @@ pub fn run(args: Args) -> CommandResult {
         database: args.database,
         api_keys,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+        origins: OriginPolicy {
+            cors_origins: trimmed(args.cors_origin),
+            allowed_hosts: trimmed(args.allowed_hosts),
+        },
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The non-empty entries of a comma-separated flag, trimmed.
+fn trimmed(values: Vec<String>) -> Vec<String> {
+    values
+        .into_iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
 }
