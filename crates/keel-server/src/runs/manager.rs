@@ -135,6 +135,15 @@ struct Queued {
     resume: Option<Vec<Decision>>,
 }
 
+/// What [`RunManager::admit`] decided.
+#[derive(Default)]
+struct Admitted {
+    /// The run to start now.
+    start: Option<Queued>,
+    /// Queued runs taken off the thread's queue, with how they are cancelled.
+    displaced: Vec<(Arc<LiveRun>, CancelAction)>,
+}
+
 #[derive(Default)]
 struct Slot {
     active: Option<Arc<LiveRun>>,
@@ -296,13 +305,18 @@ impl RunManager {
                 .set_thread_status(thread_id, ThreadStatus::Busy)
                 .await,
         );
-        let start = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
-            Ok(start) => start,
+        let admitted = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
+            Ok(admitted) => admitted,
             Err(e) => {
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
                 return Err(e);
             }
         };
+        for (displaced, action) in admitted.displaced {
+            displaced.cancel(action);
+            self.close_unstarted(&displaced, action).await;
+        }
+        let start = admitted.start;
         if self.registry.is_shared() {
             let manager = self.clone();
             let mirrored = live.clone();
@@ -321,6 +335,8 @@ impl RunManager {
     }
 
     /// Starts the run now, queues it, or refuses it, by the thread's state and strategy.
+    /// Also returns the queued runs it displaced (`interrupt` and `rollback` cancel every
+    /// run of the thread before them, as LangGraph does), for the caller to close.
     fn admit(
         &self,
         thread_id: &str,
@@ -328,50 +344,51 @@ impl RunManager {
         input: Vec<Message>,
         resume: Option<Vec<Decision>>,
         strategy: Strategy,
-    ) -> Result<Option<Queued>, ApiError> {
+    ) -> Result<Admitted, ApiError> {
         let run_id = live.run_id.clone();
-        let start = {
-            let mut state = self.state.lock();
-            let slot = state.slots.entry(thread_id.to_owned()).or_default();
-            let queued = Queued {
-                live: live.clone(),
-                input,
-                resume,
-            };
-            let start = match (&slot.active, strategy) {
-                (None, _) => {
-                    slot.active = Some(live.clone());
-                    Some(queued)
-                }
-                (Some(_), Strategy::Reject) => {
-                    return Err(ApiError::Conflict(format!(
-                        "thread {thread_id} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback"
-                    )));
-                }
-                (Some(_), _) if slot.queue.len() >= self.limits.max_queue_per_thread => {
+        let mut state = self.state.lock();
+        let slot = state.slots.entry(thread_id.to_owned()).or_default();
+        let queued = Queued {
+            live: live.clone(),
+            input,
+            resume,
+        };
+        let mut admitted = Admitted::default();
+        match (&slot.active, strategy) {
+            (None, _) => {
+                slot.active = Some(live.clone());
+                admitted.start = Some(queued);
+            }
+            (Some(_), Strategy::Reject) => {
+                return Err(ApiError::Conflict(format!(
+                    "thread {thread_id} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback"
+                )));
+            }
+            (Some(_), Strategy::Enqueue) => {
+                if slot.queue.len() >= self.limits.max_queue_per_thread {
                     return Err(ApiError::Busy(format!(
                         "thread {thread_id} already has {} runs waiting; try again later",
                         slot.queue.len()
                     )));
                 }
-                (Some(_), Strategy::Enqueue) => {
-                    slot.queue.push_back(queued);
-                    None
-                }
-                (Some(active), strategy) => {
-                    active.cancel(if strategy == Strategy::Rollback {
-                        CancelAction::Rollback
-                    } else {
-                        CancelAction::Interrupt
-                    });
-                    slot.queue.push_front(queued);
-                    None
-                }
-            };
-            state.live.insert(run_id, live.clone());
-            start
-        };
-        Ok(start)
+                slot.queue.push_back(queued);
+            }
+            // Interrupt or rollback: every run of the thread before this one stops (the
+            // running one at its current step, the queued ones before they start), so
+            // only the newest input is answered.
+            (Some(active), strategy) => {
+                let action = if strategy == Strategy::Rollback {
+                    CancelAction::Rollback
+                } else {
+                    CancelAction::Interrupt
+                };
+                active.cancel(action);
+                admitted.displaced = slot.queue.drain(..).map(|q| (q.live, action)).collect();
+                slot.queue.push_back(queued);
+            }
+        }
+        state.live.insert(run_id, live.clone());
+        Ok(admitted)
     }
 
     fn spawn(self: &Arc<Self>, queued: Queued) {
