@@ -10,11 +10,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::Router;
 use axum::http::StatusCode;
-use common::{call, json};
+use common::{call, events, json};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile};
+use keel_server::registry::{Registry, RunStatus, ThreadStatus};
+use keel_server::runs::RunLimits;
 use keel_server::{ServerOptions, router_with};
+use keel_store::Store;
+use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};
 
 /// Answers `echo: <last message>` after a pause, so runs overlap.
@@ -164,4 +168,130 @@ async fn rollback_under_a_burst_leaves_only_the_last_run_and_its_answer() {
         "rolled-back runs lose their records"
     );
     assert_eq!(answers(&app, &thread).await, ["echo: m19"]);
+}
+
+/// Makes every update of the server's run and thread records fail, as a disk that
+/// answers EIO would, until [`heal`] (SQLite triggers: the test double lives in the
+/// database, the product code is unchanged).
+async fn break_record_updates(pool: &sqlx::SqlitePool) {
+    for statement in [
+        "CREATE TRIGGER fail_runs BEFORE UPDATE ON keel_server_runs BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END",
+        "CREATE TRIGGER fail_threads BEFORE UPDATE ON keel_server_threads BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END",
+    ] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+}
+
+async fn heal(pool: &sqlx::SqlitePool) {
+    for statement in ["DROP TRIGGER fail_runs", "DROP TRIGGER fail_threads"] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_run_whose_final_status_cannot_be_written_ends_as_error_and_is_recorded_later() {
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let Store::Sqlite(sqlite) = &store else {
+        panic!("not SQLite")
+    };
+    let pool = sqlite.pool().clone();
+    let registry = Arc::new(Registry::for_store(&store).await.unwrap());
+    let echo = ScriptedModel::from_fn(|request| {
+        let said = request
+            .messages
+            .last()
+            .map(|m| m.text().into_owned())
+            .unwrap_or_default();
+        Ok(Message::ai(format!("echo: {said}")))
+    });
+    let agent = Agent::builder().model(Arc::new(echo)).build().unwrap();
+    let app = router_with(
+        agent,
+        ServerOptions {
+            registry: Some(registry.clone()),
+            runs: RunLimits {
+                final_write_tries: 2,
+                final_write_pause: Duration::from_millis(20),
+                ..RunLimits::default()
+            },
+            ..ServerOptions::default()
+        },
+    );
+    let thread = new_thread(&app).await;
+    break_record_updates(&pool).await;
+
+    // The stream ends as `error`, saying why.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{thread}/runs/stream"),
+        None,
+        Some(run_body("ping", "reject")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let events = events(&body);
+    let run_id = events[0].2["run_id"].as_str().unwrap().to_owned();
+    let (last, _, end) = events.last().unwrap();
+    assert_eq!(last, "end");
+    assert_eq!(end["status"], "error", "{body}");
+    assert!(
+        events
+            .iter()
+            .any(|(e, _, d)| e == "error" && d["error"] == "StorageError"),
+        "{body}"
+    );
+    // The record could not change, yet clients are told the run failed.
+    let stored = registry.run(&thread, &run_id).await.unwrap().unwrap();
+    assert!(!stored.status.is_final(), "{:?}", stored.status);
+    let run_path = format!("/threads/{thread}/runs/{run_id}");
+    let (_, body) = call(&app, "GET", &format!("{run_path}/join"), None, None).await;
+    assert!(json(&body)["__error__"]["message"].is_string(), "{body}");
+    let (_, body) = call(&app, "GET", &run_path, None, None).await;
+    assert_eq!(json(&body)["status"], "error", "{body}");
+    // The thread is free here: a new run is admitted (its own writes fail the same way).
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{thread}/runs/wait"),
+        None,
+        Some(run_body("again", "reject")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(json(&body)["__error__"].is_object(), "{body}");
+
+    // Once storage works again, the records catch up.
+    heal(&pool).await;
+    let mut waited = Duration::ZERO;
+    loop {
+        let run = registry.run(&thread, &run_id).await.unwrap().unwrap();
+        let thread_record = registry.thread("", &thread).await.unwrap().unwrap();
+        if run.status == RunStatus::Error && thread_record.status == ThreadStatus::Error {
+            assert!(run.error.unwrap().contains("could not be recorded"));
+            break;
+        }
+        assert!(
+            waited < Duration::from_secs(10),
+            "still {:?} / {:?}",
+            run.status,
+            thread_record.status
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{thread}/runs/wait"),
+        None,
+        Some(run_body("healed", "reject")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(json(&body)["__error__"].is_null(), "{body}");
+    assert_eq!(
+        answers(&app, &thread).await,
+        ["echo: ping", "echo: again", "echo: healed"]
+    );
 }

@@ -72,6 +72,13 @@ pub struct RunLimits {
     pub max_queue_per_thread: usize,
     /// Finished runs whose event log is kept (oldest dropped first).
     pub finished_logs: usize,
+    /// Tries at writing a run's final status (or removing a rolled-back run's record)
+    /// before the run is ended as `error` in this process; the write then goes on being
+    /// retried in the background until it succeeds.
+    pub final_write_tries: u32,
+    /// The pause after the first failed try at a final write, doubled after each one up
+    /// to [`FINAL_WRITE_MAX_PAUSE`].
+    pub final_write_pause: Duration,
 }
 
 impl Default for RunLimits {
@@ -82,6 +89,9 @@ impl Default for RunLimits {
             max_running: 512,
             max_queue_per_thread: 64,
             finished_logs: 256,
+            // 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s: a storage hiccup of about 3 s goes unnoticed.
+            final_write_tries: 6,
+            final_write_pause: Duration::from_millis(100),
         }
     }
 }
@@ -157,7 +167,23 @@ struct State {
     finished: VecDeque<String>,
     /// Runs of other processes (shared database) being followed here, by run id.
     followers: HashMap<String, Weak<LiveRun>>,
+    /// Runs that ended here as `error` because their final status could not be written,
+    /// by run id, with the error: what clients are told until the write succeeds.
+    unwritten: HashMap<String, String>,
 }
+
+/// What a run's record becomes when it ends.
+#[derive(Clone, Debug)]
+enum Final {
+    /// Its status (and error).
+    Status(RunStatus, Option<String>),
+    /// Removed (rolled back).
+    Delete,
+}
+
+/// The longest pause between two tries at a final write (the background retries of a
+/// status that could not be written settle at this pace).
+pub const FINAL_WRITE_MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// How often the process running a run copies its new events to a shared database
 /// (and checks for a cancel asked through another process).
@@ -428,12 +454,12 @@ impl RunManager {
         }
     }
 
-    async fn close_unstarted(&self, live: &LiveRun, action: CancelAction) {
-        self.record_cancel(live, action).await;
+    async fn close_unstarted(self: &Arc<Self>, live: &LiveRun, action: CancelAction) {
+        let status = self.finalize(live, cancel_final(action)).await;
         push_json(
             &live.log,
             "end",
-            &json!({"run_id": live.run_id, "status": "interrupted"}),
+            &json!({"run_id": live.run_id, "status": status}),
         );
         live.log.close();
         self.retire(&live.run_id);
@@ -628,20 +654,105 @@ impl RunManager {
         self.state.lock().followers.remove(&live.run_id);
     }
 
-    async fn record_cancel(&self, live: &LiveRun, action: CancelAction) {
-        if action == CancelAction::Rollback {
-            self.log_err(
+    /// Writes how a run ended, retrying as [`RunLimits`] says. Returns the status its
+    /// clients are told: the one written, or `error` when the write kept failing (the run
+    /// then reads as `error` here, an `error` event says why, and the write goes on in
+    /// the background).
+    async fn finalize(self: &Arc<Self>, live: &LiveRun, ending: Final) -> &'static str {
+        let intended = match &ending {
+            Final::Status(status, _) => status.as_str(),
+            Final::Delete => RunStatus::Interrupted.as_str(),
+        };
+        let mut pause = self.limits.final_write_pause;
+        let mut tries = 0;
+        let failure = loop {
+            tries += 1;
+            match self
+                .write_final(&live.thread_id, &live.run_id, &ending)
+                .await
+            {
+                Ok(()) => return intended,
+                Err(e) if tries >= self.limits.final_write_tries.max(1) => break e,
+                Err(e) => {
+                    tracing::warn!(run_id = %live.run_id, tries, "writing the run's final status: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+                }
+            }
+        };
+        let message = format!(
+            "the run ended ({intended}) but its status could not be recorded after {tries} tries: {failure}"
+        );
+        tracing::error!(run_id = %live.run_id, "{message}");
+        push_json(
+            &live.log,
+            "error",
+            &json!({"error": "StorageError", "message": message}),
+        );
+        self.state
+            .lock()
+            .unwritten
+            .insert(live.run_id.clone(), message.clone());
+        let ending = match ending {
+            Final::Delete => Final::Delete,
+            Final::Status(..) => Final::Status(RunStatus::Error, Some(message)),
+        };
+        let manager = self.clone();
+        let (thread_id, run_id) = (live.thread_id.clone(), live.run_id.clone());
+        tokio::spawn(async move { manager.reconcile(thread_id, run_id, ending, pause).await });
+        RunStatus::Error.as_str()
+    }
+
+    async fn write_final(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        ending: &Final,
+    ) -> Result<(), crate::registry::RegistryError> {
+        match ending {
+            Final::Status(status, error) => {
                 self.registry
-                    .delete_run(&live.thread_id, &live.run_id)
-                    .await,
-            );
-        } else {
-            self.log_err(
-                self.registry
-                    .set_run_status(&live.thread_id, &live.run_id, RunStatus::Interrupted, None)
-                    .await,
-            );
+                    .set_run_status(thread_id, run_id, *status, error.clone())
+                    .await
+            }
+            Final::Delete => self
+                .registry
+                .delete_run(thread_id, run_id)
+                .await
+                .map(|_| ()),
         }
+    }
+
+    /// Goes on writing a final status that [`finalize`](Self::finalize) could not (the
+    /// thread's status is [`write_thread_status`](Self::write_thread_status)'s).
+    async fn reconcile(
+        self: Arc<Self>,
+        thread_id: String,
+        run_id: String,
+        ending: Final,
+        mut pause: Duration,
+    ) {
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+            match self.write_final(&thread_id, &run_id, &ending).await {
+                Ok(()) => break,
+                Err(e) => tracing::warn!(run_id, "still cannot write the run's final status: {e}"),
+            }
+        }
+        self.state.lock().unwritten.remove(&run_id);
+    }
+
+    /// The record as clients should see it: a run that ended here as `error` because its
+    /// final status could not be written reads as `error` until the write succeeds.
+    pub fn overlay(&self, mut record: RunRecord) -> RunRecord {
+        if !record.status.is_final()
+            && let Some(message) = self.state.lock().unwritten.get(&record.run_id)
+        {
+            record.status = RunStatus::Error;
+            record.error = Some(message.clone());
+        }
+        record
     }
 
     /// Runs one run to its end, then starts the next queued one of its thread.
@@ -667,12 +778,8 @@ impl RunManager {
                 for (mode, event, data) in out {
                     push_mode(&live.log, event, &data, mode);
                 }
-                self.log_err(
-                    self.registry
-                        .set_run_status(&live.thread_id, &live.run_id, RunStatus::Success, None)
-                        .await,
-                );
-                "success"
+                self.finalize(&live, Final::Status(RunStatus::Success, None))
+                    .await
             }
             Ending::Done(Err(error)) => {
                 let message = error.to_string();
@@ -682,22 +789,10 @@ impl RunManager {
                     "error",
                     &json!({"error": error_name(&error), "message": message}),
                 );
-                self.log_err(
-                    self.registry
-                        .set_run_status(
-                            &live.thread_id,
-                            &live.run_id,
-                            RunStatus::Error,
-                            Some(message),
-                        )
-                        .await,
-                );
-                "error"
+                self.finalize(&live, Final::Status(RunStatus::Error, Some(message)))
+                    .await
             }
-            Ending::Cancelled(action) => {
-                self.record_cancel(&live, action).await;
-                "interrupted"
-            }
+            Ending::Cancelled(action) => self.finalize(&live, cancel_final(action)).await,
         };
         push_json(
             &live.log,
@@ -726,21 +821,54 @@ impl RunManager {
         self.retire(&live.run_id);
         match next {
             Some(next) => self.spawn(next),
-            None => self.log_err(
-                self.registry
-                    .set_thread_status(
-                        &live.thread_id,
-                        if status == "error" {
-                            ThreadStatus::Error
-                        } else if paused {
-                            ThreadStatus::Interrupted
-                        } else {
-                            ThreadStatus::Idle
-                        },
-                    )
-                    .await,
-            ),
+            None => {
+                let thread_status = if status == "error" {
+                    ThreadStatus::Error
+                } else if paused {
+                    ThreadStatus::Interrupted
+                } else {
+                    ThreadStatus::Idle
+                };
+                self.write_thread_status(&live.thread_id, thread_status)
+                    .await;
+            }
         }
+    }
+
+    /// Writes a thread's status once its last run here ended, retrying as final writes
+    /// are, then in the background (unless a newer run of the thread starts first).
+    async fn write_thread_status(self: &Arc<Self>, thread_id: &str, status: ThreadStatus) {
+        let mut pause = self.limits.final_write_pause;
+        for tries in 1..=self.limits.final_write_tries.max(1) {
+            if self.state.lock().slots.contains_key(thread_id) {
+                return;
+            }
+            match self.registry.set_thread_status(thread_id, status).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(thread_id, tries, "writing the thread's status: {e}")
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+        }
+        let manager = self.clone();
+        let thread_id = thread_id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                if manager.state.lock().slots.contains_key(&thread_id) {
+                    return;
+                }
+                match manager.registry.set_thread_status(&thread_id, status).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(thread_id, "still cannot write the thread's status: {e}")
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+            }
+        });
     }
 
     /// Keeps a finished run's log for late subscribers, up to the configured count.
@@ -860,6 +988,14 @@ impl RunManager {
         }
         lease.release().await;
         ending
+    }
+}
+
+/// How a cancelled run's record ends.
+fn cancel_final(action: CancelAction) -> Final {
+    match action {
+        CancelAction::Rollback => Final::Delete,
+        CancelAction::Interrupt => Final::Status(RunStatus::Interrupted, None),
     }
 }
 
