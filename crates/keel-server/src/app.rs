@@ -80,6 +80,11 @@ pub fn router(agent: Agent) -> Router {
 
 /// The Agent Server API for `agent`.
 pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
+    router_parts(agent, options).0
+}
+
+/// The Agent Server API for `agent`, and its run manager (to stop the runs at shutdown).
+pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunManager>) {
     let (model_name, provider) = model_of(&agent);
     let assistant = AssistantInfo {
         assistant_id: assistant_id(&options.graph_id),
@@ -100,6 +105,7 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
         options.leases.clone(),
     ));
     let state = AppState { registry, manager };
+    let runs_handle = state.manager.clone();
 
     let mut api = Router::new()
         .route("/ok", get(system::ok))
@@ -157,35 +163,37 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
     }
     let limit = options.max_body_bytes;
     // Unknown paths and methods answer as Starlette does for the Agent Server.
-    api.fallback(|| async {
-        (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({"detail": "Not Found"})),
-        )
-    })
-    .method_not_allowed_fallback(|| async {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
-        )
-    })
-    .with_state(state)
-    .layer(axum::middleware::from_fn_with_state(
-        options.api_keys.clone(),
-        authenticate,
-    ))
-    .layer(axum::Extension(BodyLimit(limit)))
-    .layer(
-        CorsLayer::new()
-            .allow_origin(Any)
-            .allow_methods(Any)
-            .allow_headers(Any)
-            .expose_headers([
-                header::CONTENT_LOCATION,
-                header::LOCATION,
-                HeaderName::from_static("x-pagination-next"),
-            ]),
-    )
+    let api = api
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({"detail": "Not Found"})),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+            )
+        })
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            options.api_keys.clone(),
+            authenticate,
+        ))
+        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(
+            CorsLayer::new()
+                .allow_origin(Any)
+                .allow_methods(Any)
+                .allow_headers(Any)
+                .expose_headers([
+                    header::CONTENT_LOCATION,
+                    header::LOCATION,
+                    HeaderName::from_static("x-pagination-next"),
+                ]),
+        );
+    (api, runs_handle)
 }
 
 /// The model's name and provider.

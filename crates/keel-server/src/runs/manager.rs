@@ -9,7 +9,7 @@
 //! the thread's state before the run, since checkpoints are never deleted.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -185,6 +185,9 @@ enum Final {
 /// status that could not be written settle at this pace).
 pub const FINAL_WRITE_MAX_PAUSE: Duration = Duration::from_secs(30);
 
+/// How often [`RunManager::wait_idle`] looks.
+const IDLE_POLL: Duration = Duration::from_millis(20);
+
 /// How often the process running a run copies its new events to a shared database
 /// (and checks for a cancel asked through another process).
 const MIRROR_EVERY: Duration = Duration::from_millis(200);
@@ -227,6 +230,8 @@ pub struct RunManager {
     state: Mutex<State>,
     /// Runs started, to prune old copied events now and then.
     started: AtomicU64,
+    /// Run tasks not yet done (their end and the thread's status written).
+    driving: AtomicUsize,
 }
 
 impl std::fmt::Debug for RunManager {
@@ -262,6 +267,7 @@ impl RunManager {
             limits,
             state: Mutex::new(State::default()),
             started: AtomicU64::new(0),
+            driving: AtomicUsize::new(0),
         }
     }
 
@@ -419,7 +425,65 @@ impl RunManager {
 
     fn spawn(self: &Arc<Self>, queued: Queued) {
         let manager = self.clone();
-        tokio::spawn(async move { manager.drive(queued).await });
+        self.driving.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            manager.clone().drive(queued).await;
+            manager.driving.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// Returns once no run is executing or queued here and every ended run's status
+    /// has been written (or handed to the background retries).
+    pub async fn wait_idle(&self) {
+        loop {
+            if self.driving.load(Ordering::SeqCst) == 0 && self.state.lock().slots.is_empty() {
+                return;
+            }
+            tokio::time::sleep(IDLE_POLL).await;
+        }
+    }
+
+    /// Stops every run executing or queued here, as a server that stops must: each is
+    /// cancelled (recorded as interrupted); one that has not recorded its end within
+    /// `grace` is recorded as failed, as a restart's recovery would. Returns how many
+    /// runs were stopped.
+    pub async fn shutdown(&self, grace: Duration) -> usize {
+        let open: Vec<Arc<LiveRun>> = {
+            let state = self.state.lock();
+            state
+                .slots
+                .values()
+                .flat_map(|slot| {
+                    slot.active
+                        .iter()
+                        .cloned()
+                        .chain(slot.queue.iter().map(|q| q.live.clone()))
+                })
+                .collect()
+        };
+        for live in &open {
+            live.cancel(CancelAction::Interrupt);
+        }
+        if tokio::time::timeout(grace, self.wait_idle()).await.is_err() {
+            for live in open.iter().filter(|live| !live.log.is_closed()) {
+                self.log_err(
+                    self.registry
+                        .set_run_status(
+                            &live.thread_id,
+                            &live.run_id,
+                            RunStatus::Error,
+                            Some("the server stopped before the run ended".into()),
+                        )
+                        .await,
+                );
+                self.log_err(
+                    self.registry
+                        .set_thread_status(&live.thread_id, ThreadStatus::Idle)
+                        .await,
+                );
+            }
+        }
+        open.len()
     }
 
     /// Cancels a run of a thread: a running one stops at its current step, a queued one
