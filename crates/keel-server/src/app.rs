@@ -84,6 +84,11 @@ pub fn router(agent: Agent) -> Router {
 
 /// The Agent Server API for `agent`.
 pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
+    router_parts(agent, options).0
+}
+
+/// The Agent Server API for `agent`, and its run manager (to stop the runs at shutdown).
+pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunManager>) {
     let (model_name, provider) = model_of(&agent);
     let assistant = AssistantInfo {
         assistant_id: assistant_id(&options.graph_id),
@@ -104,6 +109,7 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
         options.leases.clone(),
     ));
     let state = AppState { registry, manager };
+    let runs_handle = state.manager.clone();
 
     let mut api = Router::new()
         .route("/ok", get(system::ok))
@@ -163,38 +169,40 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
     let origins = OriginGuard::new(options.origins.clone(), options.api_keys.enabled());
     let cors_origins = origins.clone();
     // Unknown paths and methods answer as Starlette does for the Agent Server.
-    api.fallback(|| async {
-        (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({"detail": "Not Found"})),
+    let api = api
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({"detail": "Not Found"})),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+            )
+        })
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            options.api_keys.clone(),
+            authenticate,
+        ))
+        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                    origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
+                }))
+                .allow_methods(Any)
+                .allow_headers(Any)
+                .expose_headers([
+                    header::CONTENT_LOCATION,
+                    header::LOCATION,
+                    HeaderName::from_static("x-pagination-next"),
+                ]),
         )
-    })
-    .method_not_allowed_fallback(|| async {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
-        )
-    })
-    .with_state(state)
-    .layer(axum::middleware::from_fn_with_state(
-        options.api_keys.clone(),
-        authenticate,
-    ))
-    .layer(axum::Extension(BodyLimit(limit)))
-    .layer(
-        CorsLayer::new()
-            .allow_origin(AllowOrigin::predicate(move |origin, _| {
-                origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
-            }))
-            .allow_methods(Any)
-            .allow_headers(Any)
-            .expose_headers([
-                header::CONTENT_LOCATION,
-                header::LOCATION,
-                HeaderName::from_static("x-pagination-next"),
-            ]),
-    )
-    .layer(axum::middleware::from_fn_with_state(origins, guard))
+        .layer(axum::middleware::from_fn_with_state(origins, guard));
+    (api, runs_handle)
 }
 
 /// The model's name and provider.

@@ -54,5 +54,5 @@ pub mod runs;
 pub mod time;
 pub mod wire;
 
-pub use app::{AppState, ServerOptions, router, router_with};
+pub use app::{AppState, ServerOptions, router, router_parts, router_with};
 pub mod serve;

@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use keel_server::auth::ApiKeys;
 use keel_server::origin::OriginPolicy;
-use keel_server::serve::{ServeOptions, run as serve};
+use keel_server::serve::{ConnectionLimits, ServeOptions, run as serve};
 
 use super::CommandResult;
 
@@ -55,6 +56,22 @@ pub struct Args {
     /// this is given.
     #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
+    /// Seconds a client may take to send a request's headers (an idle or half-sent
+    /// connection is closed after that).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout: u64,
+    /// Seconds a client may take to send a request's body, once its headers arrived
+    /// (slower bodies get 400).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_read_timeout: u64,
+    /// Connections served at once; more wait in the listen backlog. Lowered to the
+    /// open-file limit (raised to its hard limit at start) less 256.
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Seconds that Ctrl-C or SIGTERM waits for open responses and runs to finish
+    /// before cancelling the runs (recorded as interrupted) and exiting.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub shutdown_timeout: u64,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -86,6 +103,12 @@ pub fn run(args: Args) -> CommandResult {
         origins: OriginPolicy {
             cors_origins: trimmed(args.cors_origin),
             allowed_hosts: trimmed(args.allowed_hosts),
+        },
+        connections: ConnectionLimits {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout),
+            body_read_timeout: Duration::from_secs(args.body_read_timeout),
+            max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            shutdown_deadline: Duration::from_secs(args.shutdown_timeout),
         },
     }))?;
     Ok(ExitCode::SUCCESS)

@@ -448,7 +448,8 @@ async fn outcome(
         .registry
         .run(thread_id, run_id)
         .await
-        .map_err(|e| ApiError::storage("reading the run", e))?;
+        .map_err(|e| ApiError::storage("reading the run", e))?
+        .map(|r| app.manager.overlay(r));
     if let Some(RunRecord {
         status: RunStatus::Error,
         error,
@@ -518,7 +519,9 @@ pub async fn list(
         .await
         .map_err(|e| ApiError::storage("listing runs", e))?;
     Ok(Json(Value::Array(
-        runs.iter().map(RunRecord::to_json).collect(),
+        runs.into_iter()
+            .map(|r| app.manager.overlay(r).to_json())
+            .collect(),
     )))
 }
 
@@ -533,6 +536,7 @@ async fn owned_run(
         .run(&thread.thread_id, run_id)
         .await
         .map_err(|e| ApiError::storage("reading the run", e))?
+        .map(|r| app.manager.overlay(r))
         .ok_or_else(|| ApiError::run(run_id))
 }
 
