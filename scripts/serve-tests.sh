@@ -6,6 +6,7 @@
 #   scripts/serve-tests.sh browser    # the chat page in headless Chromium; screenshot under target/
 #   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
 #   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
+#   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
 # Everything a test needs is installed by this script, idempotently, under
@@ -139,6 +140,22 @@ run_postgres() {
     start_server pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
         --database "$KEEL_TEST_POSTGRES_URL"
     "$PY" crates/keel-server/tests/sdk/two_process_test.py "$a" "$URL"
+    # Owners and deletion across the two processes: a deleted thread leaves none of its
+    # text in any table, and its id re-created by anyone starts empty.
+    start_server pg-keys-a "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --database "$KEEL_TEST_POSTGRES_URL" --api-keys "alice-key-1=alice,bob-key-22=bob"
+    a="$URL"
+    start_server pg-keys-b "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --database "$KEEL_TEST_POSTGRES_URL" --api-keys "alice-key-1=alice,bob-key-22=bob"
+    "$PY" crates/keel-server/tests/sdk/tenancy_test.py "$a" "$URL"
+    local left
+    left="$(pg_dump --data-only "$KEEL_TEST_POSTGRES_URL" | grep -c TENANT-SECRET-5521 || true)"
+    if [[ "$left" != 0 ]]; then
+        echo "serve-tests: $left database rows still hold a deleted thread's text" >&2
+        pg_dump --data-only "$KEEL_TEST_POSTGRES_URL" | grep TENANT-SECRET-5521 | cut -c1-200 | head >&2
+        return 1
+    fi
+    echo "ok   no row of the database holds the deleted thread's text (pg_dump)"
 }
 
 run_python() {
@@ -173,21 +190,33 @@ run_js() {
     node "$WORK/js/js_sdk_test.mjs" "$open" "$URL"
 }
 
+# The adversarial suite: tenant matrix, bad-input corpus (sent N times, concurrently
+# past 1; the documented full size is 20) and a kill -9 in the middle of a run, over raw
+# HTTP against `keel serve` on SQLite.
+run_adversarial() {
+    build
+    python_env
+    "$PY" crates/keel-server/tests/sdk/adversarial_test.py "$ROOT/target/debug/keel" \
+        examples/keel.yaml "$WORK/adversarial" --repeat "${1:-1}"
+}
+
 case "${1:-all}" in
     python) run_python ;;
     js) run_js ;;
     browser) run_browser ;;
     load) run_load "${2:-200}" ;;
     postgres) run_postgres ;;
+    adversarial) run_adversarial "${2:-1}" ;;
     all)
         run_python
         run_js
         run_browser
         run_load 50
         run_postgres
+        run_adversarial 1
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|postgres|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|all" >&2
         exit 2
         ;;
 esac
