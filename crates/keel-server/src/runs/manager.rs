@@ -74,10 +74,10 @@ pub struct RunLimits {
     pub finished_logs: usize,
     /// Bytes of events kept across all finished runs' logs: past it the oldest finished
     /// logs go first. A run whose log is gone still answers `join` (the thread's final
-    /// values) and a reconnect (its `end` event).
+    /// values) and a reconnect (its `end` event). Default 64 MiB.
     pub finished_log_bytes: usize,
     /// How long a streaming response may go without the client taking more of it before
-    /// the server drops that response (the run goes on).
+    /// the server drops that response (the run goes on). Default 60 s.
     pub write_timeout: Duration,
     /// Tries at writing a run's final status (or removing a rolled-back run's record)
     /// before the run is ended as `error` in this process; the write then goes on being
