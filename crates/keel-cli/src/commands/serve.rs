@@ -42,6 +42,10 @@ pub struct Args {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1 << 30)))]
     pub max_body_bytes: u64,
+    /// The most messages one run's `input.messages` may carry; a longer list is refused
+    /// with 422 before any of it is read.
+    #[arg(long, default_value_t = keel_server::app::DEFAULT_MAX_INPUT_MESSAGES as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_input_messages: u64,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -70,6 +74,7 @@ pub fn run(args: Args) -> CommandResult {
         database: args.database,
         api_keys,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+        max_input_messages: usize::try_from(args.max_input_messages).unwrap_or(usize::MAX),
     }))?;
     Ok(ExitCode::SUCCESS)
 }
