@@ -169,13 +169,7 @@ impl AgentState {
     /// Applies an update with the add-messages rules. Messages without an id get a fresh
     /// one. On error nothing is changed.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateError> {
-        if update
-            .messages
-            .iter()
-            .any(|op| matches!(op, MessageOp::Remove { .. }))
-        {
-            self.check_removals(&update.messages)?;
-        }
+        self.check(&update)?;
         if !update.messages.is_empty() {
             // Copies the list only when a model request still shares it.
             let list = Arc::make_mut(&mut self.messages);
@@ -189,6 +183,20 @@ impl AgentState {
             }
         }
         self.values.extend(update.values);
+        Ok(())
+    }
+
+    /// The error [`apply`](Self::apply) would return for this update, without applying
+    /// it. An update that passes can be applied in consecutive slices of its ops (values
+    /// last) with the same result as at once, none of them failing.
+    pub fn check(&self, update: &StateUpdate) -> Result<(), StateError> {
+        if update
+            .messages
+            .iter()
+            .any(|op| matches!(op, MessageOp::Remove { .. }))
+        {
+            self.check_removals(&update.messages)?;
+        }
         Ok(())
     }
 
