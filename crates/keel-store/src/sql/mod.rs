@@ -28,6 +28,11 @@ pub(crate) struct Queries {
     pub update_state: &'static str,
     /// `$1` key, `$2` value JSON, `$3` updated.
     pub put_summary: &'static str,
+    /// The live entry of a message: `$1` thread, `$2` message id; returns `(position,
+    /// added_seq)`. It must use the `checkpoint_entries_live` index: a checkpoint write
+    /// runs it once per message, so walking the thread's entries instead makes a step of
+    /// `n` new messages cost `n` times the thread's length.
+    pub entry_live: &'static str,
 }
 
 /// A statement filtered by the full scope `$1..$4`, the only way chat history is read.
@@ -185,8 +190,6 @@ pub(crate) const HEAD_SET: &str =
     "UPDATE checkpoint_heads SET next_position = $2, state_values = $3 WHERE thread_id = $1";
 pub(crate) const STEP_INSERT: &str = "INSERT INTO checkpoint_steps \
      (thread_id, seq, run_id, node, values_set, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
-pub(crate) const ENTRY_LIVE: &str = "SELECT position, added_seq FROM checkpoint_entries \
-     WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL";
 pub(crate) const ENTRY_INSERT: &str = "INSERT INTO checkpoint_entries \
      (thread_id, position, added_seq, removed_seq, message_id, body) \
      VALUES ($1, $2, $3, NULL, $4, $5)";
@@ -705,7 +708,7 @@ macro_rules! impl_sql_store {
                             continue;
                         }
                     };
-                    let live: Option<(i64, i64)> = sqlx::query_as($crate::sql::ENTRY_LIVE)
+                    let live: Option<(i64, i64)> = sqlx::query_as($q.entry_live)
                         .bind(thread_id)
                         .bind(id)
                         .fetch_optional(&mut *tx)
