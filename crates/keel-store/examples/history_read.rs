@@ -7,6 +7,8 @@
 //! cargo run --release -p keel-store --example history_read -- page 600
 //! cargo run --release -p keel-store --example history_read -- at 600
 //! cargo run --release -p keel-store --example history_read -- input 10000
+//! scripts/postgres.sh -- sh -c 'KEEL_HISTORY_URL=$KEEL_TEST_POSTGRES_URL \
+//!     cargo run --release -p keel-store --features postgres --example history_read -- page 600'
 //! ```
 //!
 //! Builds a thread of N steps of one message each (about 300 bytes of JSON per message)
@@ -52,15 +54,18 @@ async fn main() {
     let mode = args.next().unwrap_or_else(|| "page".into());
     let n: usize = args.next().map_or(600, |a| a.parse().unwrap());
     let path = std::env::temp_dir().join(format!("keel-history-{}.db", std::process::id()));
-    let store = Store::connect(&format!("sqlite://{}", path.display()))
-        .await
-        .unwrap();
+    // KEEL_HISTORY_URL measures another database (postgres://...) instead.
+    let url = std::env::var("KEEL_HISTORY_URL")
+        .unwrap_or_else(|_| format!("sqlite://{}", path.display()));
+    let store = Store::connect(&url).await.unwrap();
+    let t = format!("t-{}", std::process::id());
+    let t = t.as_str();
     if mode == "input" {
         // One step carrying n messages: how long its write transaction holds the lock.
         let start = Instant::now();
         store
             .put(
-                "input",
+                t,
                 CheckpointWrite {
                     parent: None,
                     run_id: "r".into(),
@@ -75,6 +80,7 @@ async fn main() {
             "input of {n} messages written in {:.1} ms",
             start.elapsed().as_secs_f64() * 1000.0
         );
+        store.delete_thread(t).await.unwrap();
         drop(store);
         remove(&path);
         return;
@@ -82,7 +88,7 @@ async fn main() {
     for i in 0..n {
         store
             .put(
-                "t",
+                t,
                 CheckpointWrite {
                     parent: i.checked_sub(1).map(|p| p as u64),
                     run_id: "r".into(),
@@ -98,20 +104,16 @@ async fn main() {
     let start = Instant::now();
     let (seq, messages) = match mode.as_str() {
         "history" => {
-            let all = store.history("t").await.unwrap();
+            let all = store.history(t).await.unwrap();
             let cp = all.into_iter().next_back().unwrap();
             (cp.seq, cp.messages.len())
         }
         "page" => {
-            let cp = store.history_page("t", None, 1).await.unwrap().remove(0);
+            let cp = store.history_page(t, None, 1).await.unwrap().remove(0);
             (cp.seq, cp.messages.len())
         }
         "at" => {
-            let cp = store
-                .checkpoint_at("t", n as u64 / 2)
-                .await
-                .unwrap()
-                .unwrap();
+            let cp = store.checkpoint_at(t, n as u64 / 2).await.unwrap().unwrap();
             (cp.seq, cp.messages.len())
         }
         other => panic!("unknown mode {other:?}: history, page, at or input"),
@@ -123,6 +125,7 @@ async fn main() {
         before,
         peak_mib()
     );
+    store.delete_thread(t).await.unwrap();
     drop(store);
     remove(&path);
 }
