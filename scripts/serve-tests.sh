@@ -139,6 +139,22 @@ run_postgres() {
     start_server pg-b "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 10 \
         --database "$KEEL_TEST_POSTGRES_URL"
     "$PY" crates/keel-server/tests/sdk/two_process_test.py "$a" "$URL"
+    # Owners and deletion across the two processes: a deleted thread leaves none of its
+    # text in any table, and its id re-created by anyone starts empty.
+    start_server pg-keys-a "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --database "$KEEL_TEST_POSTGRES_URL" --api-keys "alice-key-1=alice,bob-key-22=bob"
+    a="$URL"
+    start_server pg-keys-b "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --database "$KEEL_TEST_POSTGRES_URL" --api-keys "alice-key-1=alice,bob-key-22=bob"
+    "$PY" crates/keel-server/tests/sdk/tenancy_test.py "$a" "$URL"
+    local left
+    left="$(pg_dump --data-only "$KEEL_TEST_POSTGRES_URL" | grep -c TENANT-SECRET-5521 || true)"
+    if [[ "$left" != 0 ]]; then
+        echo "serve-tests: $left database rows still hold a deleted thread's text" >&2
+        pg_dump --data-only "$KEEL_TEST_POSTGRES_URL" | grep TENANT-SECRET-5521 | cut -c1-200 | head >&2
+        return 1
+    fi
+    echo "ok   no row of the database holds the deleted thread's text (pg_dump)"
 }
 
 run_python() {

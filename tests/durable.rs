@@ -288,11 +288,13 @@ async fn deleting_a_session_leaves_no_row_holding_its_text() {
         );
     }
 
-    // Deleting the session: checkpoints, history and memory state, cached summaries.
+    // Deleting the thread deletes the session: checkpoints, and through each
+    // middleware its history and memory state and its cached summaries. The explicit
+    // calls find nothing left (they stay idempotent).
     let scope = mw.scope_for_thread("doomed");
     assert!(agent.delete_thread("doomed").await.unwrap() > 0);
-    assert!(mw.delete_session(&scope).await.unwrap() > 0);
-    cache.purge_thread("doomed").await.unwrap();
+    assert_eq!(mw.delete_session(&scope).await.unwrap(), 0);
+    assert_eq!(cache.purge_thread("doomed").await.unwrap(), 0);
 
     assert_eq!(holding(format!("{SECRET} doomed")).await, []);
     assert!(store.latest("doomed").await.unwrap().is_none());

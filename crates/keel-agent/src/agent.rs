@@ -73,20 +73,39 @@ impl Agent {
             }))
     }
 
-    /// Deletes every checkpoint of a thread (part of deleting a session: see
-    /// `docs/operations.md`); returns how many went. A later run starts the thread
-    /// afresh.
+    /// Deletes everything the agent keeps for a thread: what each middleware stored
+    /// for it ([`Middleware::delete_thread_data`](keel_core::middleware::Middleware::delete_thread_data): session memory's chat history and
+    /// state, cached summaries, ...), then every checkpoint. Returns how many stored
+    /// records went. A later run, by anyone, starts the thread afresh (see
+    /// `docs/operations.md`, "Deleting a session").
+    ///
+    /// The middleware data goes first and the checkpoints last, so a deletion that
+    /// fails half-way leaves the thread readable and can simply be run again: every
+    /// step is idempotent.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<u64, AgentError> {
+        let mut deleted = 0;
+        for middleware in &self.inner.middleware {
+            deleted += middleware
+                .delete_thread_data(thread_id)
+                .await
+                .map_err(|source| AgentError::DeleteThreadData {
+                    thread_id: thread_id.to_owned(),
+                    middleware: middleware.name().to_owned(),
+                    source,
+                })?;
+        }
         // A recreated thread restarts at seq 0: its list is not the old one's.
         self.inner.lineages.lock().pop(thread_id);
-        self.inner
+        let steps = self
+            .inner
             .checkpointer
             .delete_thread(thread_id)
             .await
             .map_err(|source| AgentError::Checkpoint {
                 thread_id: thread_id.to_owned(),
                 source,
-            })
+            })?;
+        Ok(deleted + steps)
     }
 
     /// The strategy for a run that arrives while another is active on its thread.

@@ -158,4 +158,16 @@ pub enum AgentError {
         #[source]
         source: StoreError,
     },
+    /// A middleware could not delete what it keeps for a thread; the thread's
+    /// checkpoints were left in place, so deleting it again retries the whole deletion.
+    #[error("middleware {middleware} could not delete its data for thread {thread_id:?}: {source}")]
+    DeleteThreadData {
+        /// The thread.
+        thread_id: String,
+        /// The middleware's name.
+        middleware: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
 }

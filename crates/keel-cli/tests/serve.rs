@@ -82,3 +82,114 @@ fn the_example_serves_ok_info_and_the_page() {
     assert!(info.contains("\"version\""), "{info}");
     assert!(page.contains("<title>Keel chat</title>"), "{page}");
 }
+
+/// A model server that accepts connections and never answers.
+fn silent_model_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    address
+}
+
+#[test]
+fn sigterm_stops_the_server_at_its_deadline_while_a_run_waits_on_a_silent_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: agent\nmodel: {{provider: openai, model: silent, base_url: http://{}/v1}}\n",
+            silent_model_server()
+        ),
+    )
+    .unwrap();
+    let database = format!("sqlite://{}", dir.path().join("keel.db").display());
+    let mut child = keel()
+        .args(["serve", "--port", "0", "--shutdown-timeout", "1"])
+        .args(["--database", &database, "--config"])
+        .arg(&config)
+        .env("OPENAI_API_KEY", "unused")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let mut stream = TcpStream::connect(&address).unwrap();
+    let run =
+        r#"{"assistant_id":"agent","input":{"messages":[{"role":"user","content":"hello?"}]}}"#;
+    write!(
+        stream,
+        "POST /runs/stream HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{run}",
+        run.len()
+    )
+    .unwrap();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    while !seen.contains("event: metadata") {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "{seen}");
+        seen.push_str(&String::from_utf8_lossy(&buffer[..n]));
+    }
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // A hang fails here; the stop itself takes about the 1 s deadline.
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > patience {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("keel serve still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut rest = String::new();
+    let _ = stream.read_to_string(&mut rest);
+    seen.push_str(&rest);
+    assert!(
+        seen.contains("event: end") && seen.contains("\"interrupted\""),
+        "{seen}"
+    );
+}
+
+#[test]
+fn connection_flags_out_of_range_are_refused_naming_the_range() {
+    for (flag, value, range) in [
+        ("--max-connections", "0", "1..=1000000"),
+        ("--header-read-timeout", "0", "1..=3600"),
+        ("--body-read-timeout", "99999", "1..=3600"),
+        ("--shutdown-timeout", "3601", "0..=3600"),
+    ] {
+        let out = keel()
+            .args(["serve", "--config", "keel.yaml", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(flag) && stderr.contains(range),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}

@@ -421,6 +421,16 @@ pub trait Middleware: Send + Sync {
         probe::default_ran();
         Ok(HookOutcome::proceed())
     }
+
+    /// Deletes everything this middleware keeps for a thread: rows in a database
+    /// (chat history, session state, cached summaries, indexes) and in-process caches.
+    /// The agent calls it for every middleware when the thread is deleted (keel-agent's
+    /// `Agent::delete_thread`), before the thread's checkpoints go, so that a thread created later with the same
+    /// id starts empty. It must be idempotent: a deletion that failed half-way is retried.
+    /// Returns how many stored records went. The default keeps nothing.
+    async fn delete_thread_data(&self, _thread_id: &str) -> Result<u64, crate::store::StoreError> {
+        Ok(0)
+    }
 }
 
 /// A middleware implements hooks that its [`Middleware::hooks`] does not declare, so an

@@ -306,6 +306,16 @@ impl Middleware for SessionMemoryMiddleware {
         }
     }
 
+    /// The thread's session (every context): chat history and state. A session
+    /// configured with a fixed `session_id` is shared by every thread and not the
+    /// thread's to delete: delete it with [`SessionMemoryMiddleware::delete_session`].
+    async fn delete_thread_data(&self, thread_id: &str) -> Result<u64, StoreError> {
+        if !self.settings.scope.session_id.is_empty() {
+            return Ok(0);
+        }
+        self.delete_session(&self.scope_for_thread(thread_id)).await
+    }
+
     async fn before_agent(
         &self,
         state: &AgentState,

@@ -1,5 +1,5 @@
 //! The router: routes, in the order a request meets the layers (outermost first):
-//! CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
+//! the host and origin check ([`crate::origin`]), CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
 //! authentication, then the handlers.
 
 use std::sync::Arc;
@@ -8,11 +8,12 @@ use axum::Router;
 use axum::http::{HeaderName, StatusCode, header};
 use axum::routing::{get, post};
 use keel_agent::Agent;
-use tower_http::cors::{Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::auth::{ApiKeys, authenticate};
 use crate::extract::BodyLimit;
 use crate::lease::Leases;
+use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
 use crate::routes::{assistants, page, runs, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
@@ -49,6 +50,8 @@ pub struct ServerOptions {
     pub registry: Option<Arc<Registry>>,
     /// How runs of one thread exclude each other across processes.
     pub leases: Leases,
+    /// Origins and host names served besides loopback ones (see [`crate::origin`]).
+    pub origins: OriginPolicy,
 }
 
 impl Default for ServerOptions {
@@ -63,6 +66,7 @@ impl Default for ServerOptions {
             page: true,
             registry: None,
             leases: Leases::Local,
+            origins: OriginPolicy::default(),
         }
     }
 }
@@ -90,6 +94,11 @@ pub fn router(agent: Agent) -> Router {
 
 /// The Agent Server API for `agent`.
 pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
+    router_parts(agent, options).0
+}
+
+/// The Agent Server API for `agent`, and its run manager (to stop the runs at shutdown).
+pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunManager>) {
     let (model_name, provider) = model_of(&agent);
     let assistant = AssistantInfo {
         assistant_id: assistant_id(&options.graph_id),
@@ -114,6 +123,7 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
         manager,
         max_input_messages: options.max_input_messages,
     };
+    let runs_handle = state.manager.clone();
 
     let mut api = Router::new()
         .route("/ok", get(system::ok))
@@ -170,36 +180,43 @@ pub fn router_with(agent: Agent, options: ServerOptions) -> Router {
             .route("/static/app.css", get(page::style));
     }
     let limit = options.max_body_bytes;
+    let origins = OriginGuard::new(options.origins.clone(), options.api_keys.enabled());
+    let cors_origins = origins.clone();
     // Unknown paths and methods answer as Starlette does for the Agent Server.
-    api.fallback(|| async {
-        (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({"detail": "Not Found"})),
+    let api = api
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({"detail": "Not Found"})),
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+            )
+        })
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            options.api_keys.clone(),
+            authenticate,
+        ))
+        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                    origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
+                }))
+                .allow_methods(Any)
+                .allow_headers(Any)
+                .expose_headers([
+                    header::CONTENT_LOCATION,
+                    header::LOCATION,
+                    HeaderName::from_static("x-pagination-next"),
+                ]),
         )
-    })
-    .method_not_allowed_fallback(|| async {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
-        )
-    })
-    .with_state(state)
-    .layer(axum::middleware::from_fn_with_state(
-        options.api_keys.clone(),
-        authenticate,
-    ))
-    .layer(axum::Extension(BodyLimit(limit)))
-    .layer(
-        CorsLayer::new()
-            .allow_origin(Any)
-            .allow_methods(Any)
-            .allow_headers(Any)
-            .expose_headers([
-                header::CONTENT_LOCATION,
-                header::LOCATION,
-                HeaderName::from_static("x-pagination-next"),
-            ]),
-    )
+        .layer(axum::middleware::from_fn_with_state(origins, guard));
+    (api, runs_handle)
 }
 
 /// The model's name and provider.

@@ -16,6 +16,50 @@ use crate::error::ApiError;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner(pub Arc<str>);
 
+/// Separates an owner from a thread id in a [thread key](Owner::thread_key). Neither
+/// an owner name nor a thread id may hold a control character, so the key is
+/// unambiguous.
+const KEY_SEPARATOR: char = '\u{1f}';
+
+impl Owner {
+    /// The key a thread id of this owner is stored under: checkpoints, session memory,
+    /// cached summaries, leases and run records are all kept by it. Every owner has a
+    /// namespace of its own, so two owners may use the same thread id without either
+    /// learning that the other did, and nothing one owner stored is ever read for
+    /// another. Without auth (owner "") the key is the thread id itself.
+    pub fn thread_key(&self, thread_id: &str) -> String {
+        if self.0.is_empty() {
+            thread_id.to_owned()
+        } else {
+            format!("{}{KEY_SEPARATOR}{thread_id}", self.0)
+        }
+    }
+}
+
+/// The thread id a client sees for a [thread key](Owner::thread_key).
+pub fn public_thread_id(key: &str) -> &str {
+    key.split_once(KEY_SEPARATOR).map_or(key, |(_, id)| id)
+}
+
+/// Checks a thread id a client chose: 1 to 256 characters, none of them a control
+/// character (NUL cannot be stored by PostgreSQL, and the others have no place in an
+/// id).
+pub fn check_thread_id(thread_id: &str) -> Result<(), String> {
+    let chars = thread_id.chars().count();
+    if chars == 0 || chars > 256 {
+        return Err(format!(
+            "thread_id must have between 1 and 256 characters; it has {chars}"
+        ));
+    }
+    if let Some(c) = thread_id.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "thread_id {thread_id:?} contains the control character U+{:04X}; use letters, digits and punctuation",
+            u32::from(c)
+        ));
+    }
+    Ok(())
+}
+
 /// The configured API keys and their owners.
 #[derive(Clone, Debug, Default)]
 pub struct ApiKeys {
@@ -57,7 +101,23 @@ impl ApiKeys {
                     i + 1
                 ));
             }
-            keys.insert(key.to_owned(), owner.to_owned());
+            if owner.chars().any(char::is_control) {
+                return Err(format!(
+                    "API key entry {}: the owner {owner:?} contains a control character",
+                    i + 1
+                ));
+            }
+            match keys.insert(key.to_owned(), owner.to_owned()) {
+                // The same key for two owners: whichever was read last would win, and the
+                // other owner's threads would be served to the wrong person.
+                Some(previous) if previous != owner => {
+                    return Err(format!(
+                        "API key entry {}: this key is already given to owner {previous:?}; every key must name one owner",
+                        i + 1
+                    ));
+                }
+                _ => {}
+            }
         }
         Ok(ApiKeys::new(keys))
     }
@@ -134,5 +194,31 @@ mod tests {
         assert!(ApiKeys::parse("short=x").is_err());
         assert!(ApiKeys::parse("no-equals-sign").is_err());
         assert!(!ApiKeys::parse("").unwrap().enabled());
+    }
+
+    #[test]
+    fn a_key_names_one_owner() {
+        let err = ApiKeys::parse("shared-key-1=alice,shared-key-1=bob").unwrap_err();
+        assert!(err.contains("already given to owner \"alice\""), "{err}");
+        // Listing a key twice for the same owner is harmless.
+        assert!(ApiKeys::parse("shared-key-1=alice,shared-key-1=alice").is_ok());
+        assert!(ApiKeys::parse("some-key-12=al\u{1f}ice").is_err());
+    }
+
+    #[test]
+    fn owners_have_separate_namespaces() {
+        let alice = Owner(Arc::from("alice"));
+        let bob = Owner(Arc::from("bob"));
+        let open = Owner(Arc::from(""));
+        assert_ne!(alice.thread_key("t1"), bob.thread_key("t1"));
+        assert_eq!(open.thread_key("t1"), "t1");
+        for owner in [&alice, &bob, &open] {
+            assert_eq!(public_thread_id(&owner.thread_key("t/1:x")), "t/1:x");
+        }
+        assert!(check_thread_id("ok-id").is_ok());
+        assert!(check_thread_id("").is_err());
+        assert!(check_thread_id("nul\0id").unwrap_err().contains("U+0000"));
+        assert!(check_thread_id(&"x".repeat(257)).is_err());
+        assert!(check_thread_id(&"é".repeat(256)).is_ok());
     }
 }

@@ -37,6 +37,12 @@ pub enum ApiError {
         /// The cap in bytes.
         limit: usize,
     },
+    /// A body that is not JSON (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// A request from an origin or for a host this server does not serve (403).
+    #[error("{0}")]
+    Forbidden(String),
     /// Too many runs waiting, or the database stayed busy past its wait (503, with
     /// `Retry-After`); try later.
     #[error("{0}")]
@@ -56,6 +62,8 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -25,6 +25,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .extensions()
             .get::<BodyLimit>()
             .map_or(usize::MAX, |l| l.0);
+        let content_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap_or("?").to_owned());
         let mut stream = req.into_body().into_data_stream();
         let mut bytes = Vec::new();
         let mut total = 0usize;
@@ -45,12 +49,42 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
+            // A body is JSON only when it says so: a page on another origin can send a
+            // `text/plain` form post without asking first (no CORS preflight), so
+            // accepting any type would let any web page start runs.
+            if !content_type.as_deref().is_some_and(is_json) {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "the request body must be sent with Content-Type: application/json (got {})",
+                    content_type
+                        .as_deref()
+                        .map_or("none".to_owned(), |t| format!("{t:?}"))
+                )));
+            }
+            // Every body of the protocol is an object; serde would also read a struct
+            // from an array of its fields.
+            if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                return Err(ApiError::Invalid(
+                    "the request body must be a JSON object ({...})".into(),
+                ));
+            }
             &bytes
         };
         serde_json::from_slice(text)
             .map(JsonBody)
             .map_err(|e| ApiError::Invalid(format!("the request body is not valid: {e}")))
     }
+}
+
+/// `application/json`, or a `+json` type, with any parameters.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The body cap in force, so a rejection can name it.

@@ -47,11 +47,12 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lease;
+pub mod origin;
 pub mod registry;
 pub mod routes;
 pub mod runs;
 pub mod time;
 pub mod wire;
 
-pub use app::{AppState, ServerOptions, router, router_with};
+pub use app::{AppState, ServerOptions, router, router_parts, router_with};
 pub mod serve;

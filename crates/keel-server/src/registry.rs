@@ -8,6 +8,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::auth::public_thread_id;
 use crate::time::{now_ms, rfc3339};
 
 /// A run's status, as the protocol names it.
@@ -122,7 +123,9 @@ impl Strategy {
 /// A thread's record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ThreadRecord {
-    /// The id.
+    /// The key it is stored under ([`Owner::thread_key`](crate::auth::Owner::thread_key):
+    /// the id the client chose, in its owner's namespace); clients see
+    /// [`public_thread_id`] of it.
     pub thread_id: String,
     /// The API-key owner that created it ("" without auth).
     pub owner: String,
@@ -149,7 +152,7 @@ impl ThreadRecord {
             _ => json!({}),
         };
         json!({
-            "thread_id": self.thread_id,
+            "thread_id": public_thread_id(&self.thread_id),
             "created_at": rfc3339(self.created_at_ms),
             "updated_at": rfc3339(self.updated_at_ms),
             "metadata": self.metadata,
@@ -165,7 +168,7 @@ impl ThreadRecord {
 pub struct RunRecord {
     /// The id.
     pub run_id: String,
-    /// Its thread.
+    /// Its thread's key ([`ThreadRecord::thread_id`]).
     pub thread_id: String,
     /// The assistant it runs.
     pub assistant_id: String,
@@ -190,7 +193,7 @@ impl RunRecord {
     pub fn to_json(&self) -> Value {
         json!({
             "run_id": self.run_id,
-            "thread_id": self.thread_id,
+            "thread_id": public_thread_id(&self.thread_id),
             "assistant_id": self.assistant_id,
             "created_at": rfc3339(self.created_at_ms),
             "updated_at": rfc3339(self.updated_at_ms),
@@ -216,10 +219,10 @@ pub struct ThreadFilter {
 impl ThreadFilter {
     fn keeps(&self, r: &ThreadRecord) -> bool {
         self.status.is_none_or(|s| r.status == s)
-            && self
-                .ids
-                .as_ref()
-                .is_none_or(|ids| ids.contains(&r.thread_id))
+            && self.ids.as_ref().is_none_or(|ids| {
+                let id = public_thread_id(&r.thread_id);
+                ids.iter().any(|i| i == id)
+            })
             && self
                 .metadata
                 .iter()
@@ -268,6 +271,32 @@ const CREATE_THREADS: &str = "CREATE TABLE IF NOT EXISTS keel_server_threads (
     thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, record TEXT NOT NULL)";
 const CREATE_THREADS_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS keel_server_threads_owner ON keel_server_threads (owner)";
+// Columns that `threads/search` filters, sorts and pages on in SQL, added to tables an
+// older version created (and filled from each row's record once, at start).
+const THREAD_COLUMNS: [(&str, &str); 3] = [
+    ("created_at_ms", "BIGINT"),
+    ("updated_at_ms", "BIGINT"),
+    ("status", "TEXT"),
+];
+const CREATE_THREADS_SORT_INDEXES: [&str; 2] = [
+    "CREATE INDEX IF NOT EXISTS keel_server_threads_created ON keel_server_threads (owner, created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS keel_server_threads_updated ON keel_server_threads (owner, updated_at_ms)",
+];
+
+/// The largest thread metadata, serialized, that a thread may carry. Metadata is read
+/// back with every thread a search returns, so it is kept small.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+/// Checks a thread's metadata against [`MAX_METADATA_BYTES`].
+pub fn check_metadata(field: &str, metadata: &Map<String, Value>) -> Result<(), String> {
+    let bytes = serde_json::to_string(metadata).map_or(usize::MAX, |t| t.len());
+    if bytes > MAX_METADATA_BYTES {
+        return Err(format!(
+            "{field} is {bytes} bytes serialized; at most {MAX_METADATA_BYTES} are allowed"
+        ));
+    }
+    Ok(())
+}
 const CREATE_RUNS: &str = "CREATE TABLE IF NOT EXISTS keel_server_runs (
     run_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL,
     record TEXT NOT NULL)";
@@ -356,7 +385,63 @@ impl Registry {
                     .map_err(RegistryError::new)?;
             });
         }
+        registry.add_thread_columns().await?;
         Ok(registry)
+    }
+
+    /// Adds the search columns to a threads table an older version created, and fills
+    /// them from each row's record.
+    async fn add_thread_columns(&self) -> Result<(), RegistryError> {
+        match &self.backend {
+            Backend::Memory(_) => return Ok(()),
+            Backend::Sqlite(pool) => {
+                let present: Vec<(String,)> =
+                    sqlx::query_as("SELECT name FROM pragma_table_info('keel_server_threads')")
+                        .fetch_all(pool)
+                        .await
+                        .map_err(RegistryError::new)?;
+                for (column, kind) in THREAD_COLUMNS {
+                    if !present.iter().any(|(name,)| name == column) {
+                        // Only the constant names above are formatted in.
+                        sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "ALTER TABLE keel_server_threads ADD COLUMN {column} {kind}"
+                        )))
+                        .execute(pool)
+                        .await
+                        .map_err(RegistryError::new)?;
+                    }
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pool) => {
+                for (column, kind) in THREAD_COLUMNS {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "ALTER TABLE keel_server_threads ADD COLUMN IF NOT EXISTS {column} {kind}"
+                    )))
+                    .execute(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+                }
+            }
+        }
+        let stale: Vec<(String,)> = sql!(self, _t => Vec::new(), pool => {
+            sqlx::query_as("SELECT record FROM keel_server_threads WHERE created_at_ms IS NULL OR status IS NULL")
+                .fetch_all(pool)
+                .await
+                .map_err(RegistryError::new)?
+        });
+        for (text,) in stale {
+            self.write_thread(&decode(&text)?).await?;
+        }
+        for statement in CREATE_THREADS_SORT_INDEXES {
+            sql!(self, _t => {}, pool => {
+                sqlx::query(statement)
+                    .execute(pool)
+                    .await
+                    .map_err(RegistryError::new)?;
+            });
+        }
+        Ok(())
     }
 
     /// After a restart of the only process using these records: runs it left pending or
@@ -412,11 +497,14 @@ impl Registry {
             Ok(true)
         }, pool => {
             let done = sqlx::query(
-                "INSERT INTO keel_server_threads (thread_id, owner, record) VALUES ($1, $2, $3) ON CONFLICT (thread_id) DO NOTHING",
+                "INSERT INTO keel_server_threads (thread_id, owner, record, created_at_ms, updated_at_ms, status) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (thread_id) DO NOTHING",
             )
             .bind(&record.thread_id)
             .bind(&record.owner)
             .bind(&text)
+            .bind(record.created_at_ms)
+            .bind(record.updated_at_ms)
+            .bind(record.status.as_str())
             .execute(pool)
             .await
             .map_err(RegistryError::new)?;
@@ -442,9 +530,12 @@ impl Registry {
             t.write().threads.insert(record.thread_id.clone(), record.clone());
             Ok(())
         }, pool => {
-            sqlx::query("UPDATE keel_server_threads SET record = $2 WHERE thread_id = $1")
+            sqlx::query("UPDATE keel_server_threads SET record = $2, created_at_ms = $3, updated_at_ms = $4, status = $5 WHERE thread_id = $1")
                 .bind(&record.thread_id)
                 .bind(&text)
+                .bind(record.created_at_ms)
+                .bind(record.updated_at_ms)
+                .bind(record.status.as_str())
                 .execute(pool)
                 .await
                 .map_err(RegistryError::new)?;
@@ -462,11 +553,6 @@ impl Registry {
             .thread_any(thread_id)
             .await?
             .filter(|t| t.owner == owner))
-    }
-
-    /// True when a thread with this id exists, whoever owns it.
-    pub async fn thread_exists(&self, thread_id: &str) -> Result<bool, RegistryError> {
-        Ok(self.thread_any(thread_id).await?.is_some())
     }
 
     /// Changes a thread of `owner`; `None` when it is not theirs or does not exist.
@@ -510,35 +596,40 @@ impl Registry {
             t.runs.retain(|_, r| r.thread_id != thread_id);
             Ok(true)
         }, pool => {
+            // All of the thread's records or none: a failure leaves the thread listed,
+            // so deleting it again finishes the job.
+            let mut tx = pool.begin().await.map_err(RegistryError::new)?;
             let done = sqlx::query("DELETE FROM keel_server_threads WHERE thread_id = $1 AND owner = $2")
                 .bind(thread_id)
                 .bind(owner)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(RegistryError::new)?;
             if done.rows_affected() == 0 {
                 return Ok(false);
             }
-            sqlx::query("DELETE FROM keel_server_run_cancels WHERE run_id IN (SELECT run_id FROM keel_server_runs WHERE thread_id = $1)")
-                .bind(thread_id)
-                .execute(pool)
-                .await
-                .map_err(RegistryError::new)?;
             for statement in [
+                "DELETE FROM keel_server_run_cancels WHERE run_id IN (SELECT run_id FROM keel_server_runs WHERE thread_id = $1)",
                 "DELETE FROM keel_server_runs WHERE thread_id = $1",
                 "DELETE FROM keel_server_run_events WHERE thread_id = $1",
             ] {
                 sqlx::query(statement)
                     .bind(thread_id)
-                    .execute(pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(RegistryError::new)?;
             }
+            tx.commit().await.map_err(RegistryError::new)?;
             Ok(true)
         })
     }
 
     /// The threads of `owner` matching `filter`, newest first unless `ascending`.
+    ///
+    /// In a database, the owner and status are filtered, and the rows sorted and paged,
+    /// in SQL; a metadata or id filter reads the sorted rows one at a time and stops
+    /// once the page is full, so a search never holds more than one page of records
+    /// (metadata is capped at [`MAX_METADATA_BYTES`]).
     pub async fn search_threads(
         &self,
         owner: &str,
@@ -548,30 +639,74 @@ impl Registry {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<ThreadRecord>, RegistryError> {
+        use futures::TryStreamExt;
+
+        let column = match sort_by {
+            "created_at" => "created_at_ms",
+            "thread_id" => "thread_id",
+            _ => "updated_at_ms",
+        };
+        let direction = if ascending { "ASC" } else { "DESC" };
+        let status = filter.status.map(ThreadStatus::as_str);
+        let in_rust = !filter.metadata.is_empty() || filter.ids.is_some();
+        let paging = if in_rust {
+            String::new()
+        } else {
+            format!(
+                " LIMIT {} OFFSET {}",
+                i64::try_from(limit).unwrap_or(i64::MAX),
+                i64::try_from(offset).unwrap_or(i64::MAX)
+            )
+        };
+        // Only constant column names, a direction and two numbers are formatted in.
+        let text = format!(
+            "SELECT record FROM keel_server_threads WHERE owner = $1 AND ($2 IS NULL OR status = $2) ORDER BY {column} {direction}, thread_id {direction}{paging}"
+        );
         let mut found: Vec<ThreadRecord> = sql!(self, t => {
-            t.read().threads.values().filter(|r| r.owner == owner).cloned().collect()
+            let mut all: Vec<ThreadRecord> = t
+                .read()
+                .threads
+                .values()
+                .filter(|r| r.owner == owner && filter.keeps(r))
+                .cloned()
+                .collect();
+            all.sort_by(|a, b| {
+                let key = |r: &ThreadRecord| match sort_by {
+                    "created_at" => (r.created_at_ms, r.thread_id.clone()),
+                    "thread_id" => (0, r.thread_id.clone()),
+                    _ => (r.updated_at_ms, r.thread_id.clone()),
+                };
+                key(a).cmp(&key(b))
+            });
+            if !ascending {
+                all.reverse();
+            }
+            return Ok(all.into_iter().skip(offset).take(limit).collect());
         }, pool => {
-            let rows: Vec<(String,)> =
-                sqlx::query_as("SELECT record FROM keel_server_threads WHERE owner = $1")
-                    .bind(owner)
-                    .fetch_all(pool)
-                    .await
-                    .map_err(RegistryError::new)?;
-            rows.iter().map(|(text,)| decode(text)).collect::<Result<_, _>>()?
+            let mut rows = sqlx::query_as::<_, (String,)>(sqlx::AssertSqlSafe(text))
+                .bind(owner)
+                .bind(status)
+                .fetch(pool);
+            let mut page = Vec::new();
+            let mut skipped = 0;
+            while page.len() < limit {
+                let Some((record,)) = rows.try_next().await.map_err(RegistryError::new)? else {
+                    break;
+                };
+                let record: ThreadRecord = decode(&record)?;
+                if in_rust && !filter.keeps(&record) {
+                    continue;
+                }
+                if in_rust && skipped < offset {
+                    skipped += 1;
+                    continue;
+                }
+                page.push(record);
+            }
+            page
         });
-        found.retain(|r| filter.keeps(r));
-        found.sort_by(|a, b| {
-            let key = |r: &ThreadRecord| match sort_by {
-                "created_at" => (r.created_at_ms, r.thread_id.clone()),
-                "thread_id" => (0, r.thread_id.clone()),
-                _ => (r.updated_at_ms, r.thread_id.clone()),
-            };
-            key(a).cmp(&key(b))
-        });
-        if !ascending {
-            found.reverse();
-        }
-        Ok(found.into_iter().skip(offset).take(limit).collect())
+        found.truncate(limit);
+        Ok(found)
     }
 
     /// Records a new run.

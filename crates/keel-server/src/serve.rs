@@ -1,18 +1,35 @@
 //! [`run`]: what `keel serve` does — load a keel.yaml, open the store, build the agent,
-//! listen, and stop cleanly on Ctrl-C or SIGTERM (in-flight responses finish first).
+//! listen, and stop cleanly on Ctrl-C or SIGTERM: in-flight responses and runs get until
+//! a deadline to finish, then the runs are cancelled and recorded as interrupted.
+//!
+//! [`serve_app`] is the accept loop: a client that sends its request's headers or body
+//! too slowly is cut off ([`ConnectionLimits`]), and at most so many connections are
+//! served at once (more wait in the listen backlog), so half-sent requests cannot hold
+//! every file descriptor.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use keel_store::Store;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
-use crate::app::{ServerOptions, router_with};
+use crate::app::{ServerOptions, router_parts};
 use crate::auth::ApiKeys;
 use crate::config::{StackConfig, StackError};
 use crate::lease::Leases;
 use crate::registry::Registry;
+use crate::runs::RunManager;
 
 /// What `keel serve` needs.
 #[derive(Clone, Debug)]
@@ -31,7 +48,51 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// The most messages one run input may carry.
     pub max_input_messages: usize,
+    /// Origins and host names served besides loopback ones.
+    pub origins: crate::origin::OriginPolicy,
+    /// Timeouts, the connection cap and the shutdown deadline.
+    pub connections: ConnectionLimits,
 }
+
+/// How long a client may take to send a request, how many connections are served at
+/// once, and how long a stop waits for responses and runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Time for a request's headers to arrive, counted from the end of the previous
+    /// response on the connection (or from its opening): an idle or half-sent
+    /// connection is closed after it.
+    pub header_read_timeout: Duration,
+    /// Time for a request's body to arrive in full, counted once its headers have; a
+    /// slower body fails the request with 400.
+    pub body_read_timeout: Duration,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    /// [`run`] lowers it to what the open-file limit allows.
+    pub max_connections: usize,
+    /// After Ctrl-C or SIGTERM: how long open responses and runs may take to finish
+    /// before the runs are cancelled (recorded as interrupted) and the server exits.
+    pub shutdown_deadline: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            shutdown_deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// File descriptors kept back from the connection cap for the database, the listener,
+/// logs and outgoing model calls.
+pub const RESERVED_FDS: u64 = 256;
+
+/// How long the responses of runs cancelled by a stop get to send their last events.
+pub const LAST_EVENTS_GRACE: Duration = Duration::from_secs(1);
+
+/// How long cancelled runs get to record their end once the shutdown deadline passed.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -101,12 +162,25 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
     };
     let agent = stack.build(Arc::new(store))?;
     let model = agent.model_profile().name.clone();
+    let mut connections = options.connections.clone();
+    if let Some(limit) = raise_fd_limit() {
+        let allowed =
+            usize::try_from(limit.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
+        if connections.max_connections > allowed {
+            tracing::warn!(
+                "--max-connections {} lowered to {allowed}: the open-file limit is {limit}, {RESERVED_FDS} kept for the rest",
+                connections.max_connections
+            );
+            connections.max_connections = allowed;
+        }
+    }
     let server = ServerOptions {
         graph_id: stack.name.clone(),
         description: stack.description.clone(),
         api_keys: options.api_keys.clone(),
         max_body_bytes: options.max_body_bytes,
         max_input_messages: options.max_input_messages,
+        origins: options.origins.clone(),
         registry: Some(Arc::new(registry)),
         leases,
         ..ServerOptions::default()
@@ -127,10 +201,185 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
             "off"
         },
     );
-    axum::serve(listener, router_with(agent, server))
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    let (app, manager) = router_parts(agent, server);
+    serve_app(listener, app, Some(manager), &connections, shutdown()).await;
     Ok(())
+}
+
+/// Serves `app` on `listener` until `stop` completes, within `limits`; then stops
+/// accepting, lets open responses and `runs` finish until the shutdown deadline, and
+/// cancels what is left of the runs.
+pub async fn serve_app(
+    listener: TcpListener,
+    app: Router,
+    runs: Option<Arc<RunManager>>,
+    limits: &ConnectionLimits,
+    stop: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let body_timeout = limits.body_read_timeout;
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        // Over the cap, the next connection waits in the kernel's backlog.
+        let permit = tokio::select! {
+            () = &mut stop => break,
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(e).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY: {e}");
+        }
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let request =
+                request.map(|body| axum::body::Body::new(DeadlineBody::new(body, body_timeout)));
+            app.clone().oneshot(request)
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection: {e}");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let deadline = tokio::time::Instant::now() + limits.shutdown_deadline;
+    let mut drained = std::pin::pin!(graceful.shutdown());
+    let mut connections_closed = false;
+    let settled = async {
+        (&mut drained).await;
+        connections_closed = true;
+        if let Some(runs) = &runs {
+            runs.wait_idle().await;
+        }
+    };
+    if tokio::time::timeout_at(deadline, settled).await.is_err() {
+        tracing::warn!(
+            "still busy {:?} after the stop: cancelling what is left",
+            limits.shutdown_deadline
+        );
+    }
+    if let Some(runs) = &runs {
+        let stopped = runs.shutdown(CANCEL_GRACE).await;
+        if stopped > 0 {
+            tracing::warn!("{stopped} run(s) cancelled by the stop");
+        }
+    }
+    // The cancelled runs' streams end now: give their last events a moment to go out.
+    if !connections_closed {
+        let _ = tokio::time::timeout(LAST_EVENTS_GRACE, drained).await;
+    }
+}
+
+/// An accept that failed: a connection reset before it was accepted is skipped; out of
+/// file descriptors (or memory), the loop pauses so that connections can close.
+async fn accept_failed(e: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!("accepting a connection: {e}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Raises the open-file soft limit to the hard limit (where the system allows it), and
+/// returns the soft limit in force; `None` where it cannot be read.
+pub fn raise_fd_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let current = limit.current?;
+        let Some(maximum) = limit.maximum else {
+            return Some(current);
+        };
+        if maximum <= current {
+            return Some(current);
+        }
+        let raised = rustix::process::Rlimit {
+            current: Some(maximum),
+            maximum: Some(maximum),
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => Some(maximum),
+            Err(e) => {
+                tracing::warn!("cannot raise the open-file limit from {current} to {maximum}: {e}");
+                Some(current)
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// The request body was not received within the body read timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+pub struct BodyTimeout(pub Duration);
+
+/// A request body that fails once its deadline passes without the body having ended.
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, limit: Duration) -> Self {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = hyper::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimeout(self.limit).into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Connections the kernel queues before the server accepts them. The standard library's
@@ -194,6 +443,28 @@ async fn shutdown() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_open_file_soft_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let before = getrlimit(Resource::Nofile);
+        let (Some(soft), Some(hard)) = (before.current, before.maximum) else {
+            return; // unlimited: nothing to raise
+        };
+        // Lowering the soft limit is always allowed; the test then raises it back.
+        let lowered = soft.min(hard).saturating_sub(1).max(64).min(hard);
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(lowered),
+                maximum: Some(hard),
+            },
+        )
+        .unwrap();
+        assert_eq!(raise_fd_limit(), Some(hard));
+        assert_eq!(getrlimit(Resource::Nofile).current, Some(hard));
+    }
 
     #[test]
     fn redacts_passwords_only() {

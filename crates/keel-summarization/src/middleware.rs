@@ -57,6 +57,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
+use keel_core::store::StoreError;
 use keel_core::tokens::TokenCounter;
 use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
@@ -721,6 +722,11 @@ impl Middleware for SummarizationMiddleware {
             wrap_model_call: true,
             ..Hooks::NONE
         }
+    }
+
+    /// Cached summaries of the thread, in process and in the second level.
+    async fn delete_thread_data(&self, thread_id: &str) -> Result<u64, StoreError> {
+        self.cache.purge_thread(thread_id).await
     }
 
     async fn wrap_model_call(

@@ -4,9 +4,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use keel_server::auth::ApiKeys;
-use keel_server::serve::{ServeOptions, run as serve};
+use keel_server::origin::OriginPolicy;
+use keel_server::serve::{ConnectionLimits, ServeOptions, run as serve};
 
 use super::CommandResult;
 
@@ -46,6 +48,34 @@ pub struct Args {
     /// with 422 before any of it is read.
     #[arg(long, default_value_t = keel_server::app::DEFAULT_MAX_INPUT_MESSAGES as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_input_messages: u64,
+    /// Origins whose web pages may call the server (comma-separated, `*` for any).
+    /// Without API keys only loopback origins (http://localhost:PORT, 127.0.0.1, [::1])
+    /// and pages served under --allowed-hosts may; with keys, any origin may unless this
+    /// is given.
+    #[arg(long, value_name = "ORIGIN,...", value_delimiter = ',')]
+    pub cors_origin: Vec<String>,
+    /// Host names the server answers to besides loopback ones (comma-separated, `*` for
+    /// any). Without API keys a request whose Host header is not one of them is refused
+    /// (403), which stops DNS-rebinding pages; with keys every host is served unless
+    /// this is given.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Seconds a client may take to send a request's headers (an idle or half-sent
+    /// connection is closed after that).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout: u64,
+    /// Seconds a client may take to send a request's body, once its headers arrived
+    /// (slower bodies get 400).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_read_timeout: u64,
+    /// Connections served at once; more wait in the listen backlog. Lowered to the
+    /// open-file limit (raised to its hard limit at start) less 256.
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Seconds that Ctrl-C or SIGTERM waits for open responses and runs to finish
+    /// before cancelling the runs (recorded as interrupted) and exiting.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub shutdown_timeout: u64,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -75,6 +105,25 @@ pub fn run(args: Args) -> CommandResult {
         api_keys,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         max_input_messages: usize::try_from(args.max_input_messages).unwrap_or(usize::MAX),
+        origins: OriginPolicy {
+            cors_origins: trimmed(args.cors_origin),
+            allowed_hosts: trimmed(args.allowed_hosts),
+        },
+        connections: ConnectionLimits {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout),
+            body_read_timeout: Duration::from_secs(args.body_read_timeout),
+            max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            shutdown_deadline: Duration::from_secs(args.shutdown_timeout),
+        },
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The non-empty entries of a comma-separated flag, trimmed.
+fn trimmed(values: Vec<String>) -> Vec<String> {
+    values
+        .into_iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
 }

@@ -15,12 +15,12 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::app::AppState;
-use crate::auth::Owner;
+use crate::auth::{Owner, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
 use crate::registry::{RunRecord, RunStatus, Strategy};
 use crate::routes::assistants;
-use crate::routes::threads::{current_values, new_thread, owned};
+use crate::routes::threads::{current_values, delete_thread, find_owned, new_thread, owned};
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
@@ -268,38 +268,28 @@ async fn start(
     let parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
         None => new_thread(app, owner, None, Map::new()).await?.thread_id,
-        Some(id) => {
-            let found = app
-                .registry
-                .thread(&owner.0, &id)
-                .await
-                .map_err(|e| ApiError::storage("reading the thread", e))?;
-            match found {
-                Some(_) => {
-                    // Another process sharing the database may be running it.
-                    if parsed.run.strategy == Strategy::Reject
-                        && app.registry.is_shared()
-                        && app.manager.is_busy(&id).await?
-                    {
-                        return Err(ApiError::Conflict(format!(
-                            "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
-                        )));
-                    }
+        Some(id) => match find_owned(app, owner, &id).await? {
+            Some(thread) => {
+                // Another process sharing the database may be running it.
+                if parsed.run.strategy == Strategy::Reject
+                    && app.registry.is_shared()
+                    && app.manager.is_busy(&thread.thread_id).await?
+                {
+                    return Err(ApiError::Conflict(format!(
+                        "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
+                    )));
                 }
-                None => {
-                    let taken = app
-                        .registry
-                        .thread_exists(&id)
-                        .await
-                        .map_err(|e| ApiError::storage("reading the thread", e))?;
-                    if !parsed.create_thread || taken {
-                        return Err(ApiError::thread(&id));
-                    }
-                    new_thread(app, owner, Some(id.clone()), Map::new()).await?;
-                }
+                thread.thread_id
             }
-            id
-        }
+            // The id is looked up in the caller's own namespace only: whether another
+            // owner uses it is neither checked nor told.
+            None if parsed.create_thread => {
+                new_thread(app, owner, Some(id), Map::new())
+                    .await?
+                    .thread_id
+            }
+            None => return Err(ApiError::thread(&id)),
+        },
     };
     match &parsed.run.resume {
         Some(decisions) => check_resume(app, &thread_id, decisions).await?,
@@ -310,7 +300,8 @@ async fn start(
         let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
         tokio::spawn(async move {
             live.log.closed().await;
-            if let Err(e) = app.registry.delete_thread(&owner.0, &live.thread_id).await {
+            // Everything the run stored goes with its thread, as a DELETE would do it.
+            if let Err(e) = delete_thread(&app, &owner, &live.thread_id).await {
                 tracing::error!("deleting a stateless run's thread: {e}");
             }
         });
@@ -356,7 +347,8 @@ async fn check_resume(
             .check(decisions)
             .map_err(|e| ApiError::Invalid(format!("command.resume: {e}"))),
         Review::None => Err(ApiError::BadRequest(format!(
-            "command.resume: thread {thread_id} has no pending interrupt to resume"
+            "command.resume: thread {} has no pending interrupt to resume",
+            public_thread_id(thread_id)
         ))),
     }
 }
@@ -370,7 +362,8 @@ async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiErro
     }
     match review(app, thread_id).await? {
         Review::Pending(pending) => Err(ApiError::Conflict(format!(
-            "thread {thread_id} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, before sending new input",
+            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, before sending new input",
+            public_thread_id(thread_id),
             pending.tool_call_ids.len(),
             pending
                 .action_requests
@@ -391,7 +384,11 @@ fn has_review_middleware(app: &AppState) -> bool {
 }
 
 fn run_location(record: &RunRecord) -> String {
-    format!("/threads/{}/runs/{}", record.thread_id, record.run_id)
+    format!(
+        "/threads/{}/runs/{}",
+        public_thread_id(&record.thread_id),
+        record.run_id
+    )
 }
 
 fn with_location(mut response: Response, record: &RunRecord) -> Response {
@@ -465,7 +462,8 @@ async fn outcome(
         .registry
         .run(thread_id, run_id)
         .await
-        .map_err(|e| ApiError::storage("reading the run", e))?;
+        .map_err(|e| ApiError::storage("reading the run", e))?
+        .map(|r| app.manager.overlay(r));
     if let Some(RunRecord {
         status: RunStatus::Error,
         error,
@@ -508,7 +506,7 @@ pub async fn list(
     Ids(thread_id): Ids<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
+    let thread = owned(&app, &owner, &thread_id).await?;
     let status = match query.get("status") {
         None => None,
         Some(s) => Some(
@@ -527,7 +525,7 @@ pub async fn list(
     let runs = app
         .registry
         .runs(
-            &thread_id,
+            &thread.thread_id,
             status,
             query.usize_or("offset", 0)?,
             query.usize_or("limit", 10)?.min(1000),
@@ -535,7 +533,9 @@ pub async fn list(
         .await
         .map_err(|e| ApiError::storage("listing runs", e))?;
     Ok(Json(Value::Array(
-        runs.iter().map(RunRecord::to_json).collect(),
+        runs.into_iter()
+            .map(|r| app.manager.overlay(r).to_json())
+            .collect(),
     )))
 }
 
@@ -545,11 +545,12 @@ async fn owned_run(
     thread_id: &str,
     run_id: &str,
 ) -> Result<RunRecord, ApiError> {
-    owned(app, owner, thread_id).await?;
+    let thread = owned(app, owner, thread_id).await?;
     app.registry
-        .run(thread_id, run_id)
+        .run(&thread.thread_id, run_id)
         .await
         .map_err(|e| ApiError::storage("reading the run", e))?
+        .map(|r| app.manager.overlay(r))
         .ok_or_else(|| ApiError::run(run_id))
 }
 
@@ -580,7 +581,7 @@ pub async fn delete(
         )));
     }
     app.registry
-        .delete_run(&thread_id, &run_id)
+        .delete_run(&record.thread_id, &run_id)
         .await
         .map_err(|e| ApiError::storage("deleting the run", e))?;
     Ok(StatusCode::NO_CONTENT)
@@ -597,7 +598,7 @@ pub async fn cancel(
     let action = CancelAction::parse(query.get("action").unwrap_or("interrupt"))
         .map_err(ApiError::Invalid)?;
     let wait = query.bool_or("wait", false)?;
-    app.manager.cancel(&thread_id, &run_id, action).await;
+    app.manager.cancel(&record.thread_id, &run_id, action).await;
     if wait && let Some(live) = app.manager.find(&record).await {
         live.log.closed().await;
     }
@@ -613,7 +614,7 @@ pub async fn join(
 ) -> Result<Json<Value>, ApiError> {
     let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
     let live = app.manager.find(&record).await;
-    Ok(Json(outcome(&app, live, &thread_id, &run_id).await?))
+    Ok(Json(outcome(&app, live, &record.thread_id, &run_id).await?))
 }
 
 /// `GET /threads/{thread_id}/runs/{run_id}/stream`: (re)joins a run's stream. With
@@ -633,11 +634,16 @@ pub async fn join_stream(
             if text.is_empty() {
                 0
             } else {
-                text.parse::<u64>().map(|id| id + 1).map_err(|_| {
-                    ApiError::Invalid(format!(
-                        "Last-Event-ID {text:?} is not an event id of this server"
-                    ))
-                })?
+                // The largest id has no successor: refused, rather than wrapping to 0
+                // and replaying the whole stream.
+                text.parse::<u64>()
+                    .ok()
+                    .and_then(|id| id.checked_add(1))
+                    .ok_or_else(|| {
+                        ApiError::Invalid(format!(
+                            "Last-Event-ID {text:?} is not an event id of this server"
+                        ))
+                    })?
             }
         }
     };

@@ -10,10 +10,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::app::AppState;
-use crate::auth::Owner;
+use crate::auth::{Owner, check_thread_id, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
-use crate::registry::{ThreadFilter, ThreadRecord, ThreadStatus};
+use crate::registry::{ThreadFilter, ThreadRecord, ThreadStatus, check_metadata};
 use crate::runs::CancelAction;
 use crate::time::{now_ms, rfc3339};
 use crate::wire::state_to_values;
@@ -40,9 +40,9 @@ pub fn parse_checkpoint_id(id: &str) -> Result<u64, ApiError> {
     })
 }
 
-fn checkpoint_ref(thread_id: &str, seq: u64) -> Value {
+fn checkpoint_ref(thread_key: &str, seq: u64) -> Value {
     json!({
-        "thread_id": thread_id,
+        "thread_id": public_thread_id(thread_key),
         "checkpoint_ns": "",
         "checkpoint_id": checkpoint_id(seq),
         "checkpoint_map": null,
@@ -57,14 +57,15 @@ fn values_of(cp: &Checkpoint) -> Value {
     })
 }
 
-/// The protocol's `ThreadState` for a checkpoint (`None`: a thread that never ran).
+/// The protocol's `ThreadState` for a checkpoint (`None`: a thread that never ran) of
+/// the thread stored under `thread_id` (its key).
 pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
     match cp {
         None => json!({
             "values": {},
             "next": [],
             "tasks": [],
-            "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null, "checkpoint_map": null},
+            "checkpoint": {"thread_id": public_thread_id(thread_id), "checkpoint_ns": "", "checkpoint_id": null, "checkpoint_map": null},
             "metadata": {},
             "created_at": null,
             "parent_checkpoint": null,
@@ -95,7 +96,7 @@ fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
         "writes": null,
         "node": cp.node,
         "run_id": cp.run_id,
-        "thread_id": thread_id,
+        "thread_id": public_thread_id(thread_id),
     })
 }
 
@@ -131,16 +132,33 @@ fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
     }
 }
 
-/// The thread of `owner`, or 404.
+/// The thread `thread_id` of `owner`, if it has one. Ids are looked up in the owner's
+/// namespace ([`Owner::thread_key`]); a thread recorded before namespaces existed
+/// (stored under its bare id, with this owner) is found too.
+pub async fn find_owned(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: &str,
+) -> Result<Option<ThreadRecord>, ApiError> {
+    check_thread_id(thread_id).map_err(ApiError::Invalid)?;
+    let read = |e| ApiError::storage("reading the thread", e);
+    let key = owner.thread_key(thread_id);
+    let found = app.registry.thread(&owner.0, &key).await.map_err(read)?;
+    if found.is_some() || key == thread_id {
+        return Ok(found);
+    }
+    app.registry.thread(&owner.0, thread_id).await.map_err(read)
+}
+
+/// The thread of `owner`, or 404. Its record's `thread_id` is the key everything of
+/// the thread is stored under.
 pub async fn owned(
     app: &AppState,
     owner: &Owner,
     thread_id: &str,
 ) -> Result<ThreadRecord, ApiError> {
-    app.registry
-        .thread(&owner.0, thread_id)
-        .await
-        .map_err(|e| ApiError::storage("reading the thread", e))?
+    find_owned(app, owner, thread_id)
+        .await?
         .ok_or_else(|| ApiError::thread(thread_id))
 }
 
@@ -156,7 +174,7 @@ pub async fn current_values(app: &AppState, thread_id: &str) -> Result<Value, Ap
     Ok(latest.as_ref().map_or_else(|| json!({}), values_of))
 }
 
-/// Creates a thread record for `owner`.
+/// Creates a thread record for `owner` (a fresh UUID when no id is given).
 pub async fn new_thread(
     app: &AppState,
     owner: &Owner,
@@ -164,14 +182,16 @@ pub async fn new_thread(
     metadata: Map<String, Value>,
 ) -> Result<ThreadRecord, ApiError> {
     let thread_id = thread_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    if thread_id.is_empty() || thread_id.len() > 256 {
-        return Err(ApiError::Invalid(
-            "thread_id must have between 1 and 256 characters".into(),
-        ));
+    check_thread_id(&thread_id).map_err(ApiError::Invalid)?;
+    check_metadata("metadata", &metadata).map_err(ApiError::Invalid)?;
+    let exists = || ApiError::Conflict(format!("thread {thread_id} already exists"));
+    let key = owner.thread_key(&thread_id);
+    if key != thread_id && find_owned(app, owner, &thread_id).await?.is_some() {
+        return Err(exists());
     }
     let now = now_ms();
     let record = ThreadRecord {
-        thread_id: thread_id.clone(),
+        thread_id: key,
         owner: owner.0.to_string(),
         created_at_ms: now,
         updated_at_ms: now,
@@ -184,11 +204,36 @@ pub async fn new_thread(
         .await
         .map_err(|e| ApiError::storage("creating the thread", e))?;
     if !inserted {
-        return Err(ApiError::Conflict(format!(
-            "thread {thread_id} already exists"
-        )));
+        return Err(exists());
     }
     Ok(record)
+}
+
+/// Deletes the thread stored under `key`: cancels its runs, deletes everything the
+/// agent keeps for it (every middleware's rows and caches, then its checkpoints), and
+/// last its records. A failure leaves the thread listed, so deleting it again finishes
+/// the job; once it answers, nothing of the thread is left for anyone, and an id
+/// created again starts empty. Returns `false` when `owner` has no such thread.
+pub async fn delete_thread(app: &AppState, owner: &Owner, key: &str) -> Result<bool, ApiError> {
+    let runs = app
+        .registry
+        .runs(key, None, 0, usize::MAX)
+        .await
+        .map_err(|e| ApiError::storage("listing the thread's runs", e))?;
+    for run in runs.into_iter().filter(|r| !r.status.is_final()) {
+        app.manager
+            .cancel(key, &run.run_id, CancelAction::Interrupt)
+            .await;
+    }
+    app.manager
+        .agent()
+        .delete_thread(key)
+        .await
+        .map_err(|e| ApiError::storage("deleting the thread's data", e))?;
+    app.registry
+        .delete_thread(&owner.0, key)
+        .await
+        .map_err(|e| ApiError::storage("deleting the thread", e))
 }
 
 /// The body of `POST /threads`.
@@ -229,13 +274,9 @@ pub async fn create(
     };
     if do_nothing
         && let Some(id) = &body.thread_id
-        && let Some(existing) = app
-            .registry
-            .thread(&owner.0, id)
-            .await
-            .map_err(|e| ApiError::storage("reading the thread", e))?
+        && let Some(existing) = find_owned(&app, &owner, id).await?
     {
-        let values = current_values(&app, id).await?;
+        let values = current_values(&app, &existing.thread_id).await?;
         return Ok(Json(existing.to_json(values)));
     }
     let record = new_thread(
@@ -255,7 +296,7 @@ pub async fn get_one(
     Ids(thread_id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
     let record = owned(&app, &owner, &thread_id).await?;
-    let values = current_values(&app, &thread_id).await?;
+    let values = current_values(&app, &record.thread_id).await?;
     Ok(Json(record.to_json(values)))
 }
 
@@ -273,46 +314,31 @@ pub async fn patch(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<PatchBody>,
 ) -> Result<Json<Value>, ApiError> {
+    let thread = owned(&app, &owner, &thread_id).await?;
+    let mut merged = thread.metadata;
+    merged.extend(body.metadata.unwrap_or_default());
+    check_metadata("metadata", &merged).map_err(ApiError::Invalid)?;
     let record = app
         .registry
-        .update_thread(&owner.0, &thread_id, |t| {
-            t.metadata.extend(body.metadata.unwrap_or_default());
-        })
+        .update_thread(&owner.0, &thread.thread_id, |t| t.metadata = merged)
         .await
         .map_err(|e| ApiError::storage("updating the thread", e))?
         .ok_or_else(|| ApiError::thread(&thread_id))?;
-    let values = current_values(&app, &thread_id).await?;
+    let values = current_values(&app, &record.thread_id).await?;
     Ok(Json(record.to_json(values)))
 }
 
-/// `DELETE /threads/{thread_id}`: cancels its runs and forgets it. Its checkpoints stay
-/// in the store (they are append-only) but no request can reach them any more.
+/// `DELETE /threads/{thread_id}`: cancels its runs and deletes everything stored for
+/// it ([`delete_thread`]).
 pub async fn delete(
     State(app): State<AppState>,
     Extension(owner): Extension<Owner>,
     Ids(thread_id): Ids<String>,
 ) -> Result<StatusCode, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
-    let runs = app
-        .registry
-        .runs(&thread_id, None, 0, usize::MAX)
-        .await
-        .map_err(|e| ApiError::storage("listing the thread's runs", e))?;
-    for run in runs.into_iter().filter(|r| !r.status.is_final()) {
-        app.manager
-            .cancel(&thread_id, &run.run_id, CancelAction::Interrupt)
-            .await;
+    let thread = owned(&app, &owner, &thread_id).await?;
+    if !delete_thread(&app, &owner, &thread.thread_id).await? {
+        return Err(ApiError::thread(&thread_id));
     }
-    app.registry
-        .delete_thread(&owner.0, &thread_id)
-        .await
-        .map_err(|e| ApiError::storage("deleting the thread", e))?;
-    // Its checkpoints go too (a deleted thread starts again from nothing).
-    app.manager
-        .agent()
-        .delete_thread(&thread_id)
-        .await
-        .map_err(|e| ApiError::storage("deleting the thread's checkpoints", e))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -395,15 +421,15 @@ pub async fn state(
     Extension(owner): Extension<Owner>,
     Ids(thread_id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
+    let thread = owned(&app, &owner, &thread_id).await?;
     let latest = app
         .manager
         .agent()
         .checkpointer()
-        .latest(&thread_id)
+        .latest(&thread.thread_id)
         .await
         .map_err(|e| ApiError::storage("reading the thread's state", e))?;
-    Ok(Json(state_json(&thread_id, latest.as_ref())))
+    Ok(Json(state_json(&thread.thread_id, latest.as_ref())))
 }
 
 /// `GET /threads/{thread_id}/state/{checkpoint_id}`.
@@ -412,7 +438,7 @@ pub async fn state_at(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, checkpoint)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
+    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
     let seq = parse_checkpoint_id(&checkpoint)?;
     let cp = app
         .manager
@@ -448,7 +474,7 @@ pub async fn history_post(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<HistoryBody>,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
+    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
     let before = match &body.before {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(parse_checkpoint_id(id)?),
@@ -484,7 +510,7 @@ pub async fn history_get(
     Ids(thread_id): Ids<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&app, &owner, &thread_id).await?;
+    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
     let before = query.get("before").map(parse_checkpoint_id).transpose()?;
     history(
         &app,

@@ -9,7 +9,7 @@
 //! the thread's state before the run, since checkpoints are never deleted.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -72,6 +72,13 @@ pub struct RunLimits {
     pub max_queue_per_thread: usize,
     /// Finished runs whose event log is kept (oldest dropped first).
     pub finished_logs: usize,
+    /// Tries at writing a run's final status (or removing a rolled-back run's record)
+    /// before the run is ended as `error` in this process; the write then goes on being
+    /// retried in the background until it succeeds.
+    pub final_write_tries: u32,
+    /// The pause after the first failed try at a final write, doubled after each one up
+    /// to [`FINAL_WRITE_MAX_PAUSE`].
+    pub final_write_pause: Duration,
 }
 
 impl Default for RunLimits {
@@ -82,6 +89,9 @@ impl Default for RunLimits {
             max_running: 512,
             max_queue_per_thread: 64,
             finished_logs: 256,
+            // 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s: a storage hiccup of about 3 s goes unnoticed.
+            final_write_tries: 6,
+            final_write_pause: Duration::from_millis(100),
         }
     }
 }
@@ -135,6 +145,15 @@ struct Queued {
     resume: Option<Vec<Decision>>,
 }
 
+/// What [`RunManager::admit`] decided.
+#[derive(Default)]
+struct Admitted {
+    /// The run to start now.
+    start: Option<Queued>,
+    /// Queued runs taken off the thread's queue, with how they are cancelled.
+    displaced: Vec<(Arc<LiveRun>, CancelAction)>,
+}
+
 #[derive(Default)]
 struct Slot {
     active: Option<Arc<LiveRun>>,
@@ -148,7 +167,26 @@ struct State {
     finished: VecDeque<String>,
     /// Runs of other processes (shared database) being followed here, by run id.
     followers: HashMap<String, Weak<LiveRun>>,
+    /// Runs that ended here as `error` because their final status could not be written,
+    /// by run id, with the error: what clients are told until the write succeeds.
+    unwritten: HashMap<String, String>,
 }
+
+/// What a run's record becomes when it ends.
+#[derive(Clone, Debug)]
+enum Final {
+    /// Its status (and error).
+    Status(RunStatus, Option<String>),
+    /// Removed (rolled back).
+    Delete,
+}
+
+/// The longest pause between two tries at a final write (the background retries of a
+/// status that could not be written settle at this pace).
+pub const FINAL_WRITE_MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// How often [`RunManager::wait_idle`] looks.
+const IDLE_POLL: Duration = Duration::from_millis(20);
 
 /// How often the process running a run copies its new events to a shared database
 /// (and checks for a cancel asked through another process).
@@ -192,6 +230,8 @@ pub struct RunManager {
     state: Mutex<State>,
     /// Runs started, to prune old copied events now and then.
     started: AtomicU64,
+    /// Run tasks not yet done (their end and the thread's status written).
+    driving: AtomicUsize,
 }
 
 impl std::fmt::Debug for RunManager {
@@ -227,6 +267,7 @@ impl RunManager {
             limits,
             state: Mutex::new(State::default()),
             started: AtomicU64::new(0),
+            driving: AtomicUsize::new(0),
         }
     }
 
@@ -296,13 +337,18 @@ impl RunManager {
                 .set_thread_status(thread_id, ThreadStatus::Busy)
                 .await,
         );
-        let start = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
-            Ok(start) => start,
+        let admitted = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
+            Ok(admitted) => admitted,
             Err(e) => {
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
                 return Err(e);
             }
         };
+        for (displaced, action) in admitted.displaced {
+            displaced.cancel(action);
+            self.close_unstarted(&displaced, action).await;
+        }
+        let start = admitted.start;
         if self.registry.is_shared() {
             let manager = self.clone();
             let mirrored = live.clone();
@@ -321,6 +367,8 @@ impl RunManager {
     }
 
     /// Starts the run now, queues it, or refuses it, by the thread's state and strategy.
+    /// Also returns the queued runs it displaced (`interrupt` and `rollback` cancel every
+    /// run of the thread before them, as LangGraph does), for the caller to close.
     fn admit(
         &self,
         thread_id: &str,
@@ -328,55 +376,116 @@ impl RunManager {
         input: Vec<Message>,
         resume: Option<Vec<Decision>>,
         strategy: Strategy,
-    ) -> Result<Option<Queued>, ApiError> {
+    ) -> Result<Admitted, ApiError> {
         let run_id = live.run_id.clone();
-        let start = {
-            let mut state = self.state.lock();
-            let slot = state.slots.entry(thread_id.to_owned()).or_default();
-            let queued = Queued {
-                live: live.clone(),
-                input,
-                resume,
-            };
-            let start = match (&slot.active, strategy) {
-                (None, _) => {
-                    slot.active = Some(live.clone());
-                    Some(queued)
-                }
-                (Some(_), Strategy::Reject) => {
-                    return Err(ApiError::Conflict(format!(
-                        "thread {thread_id} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback"
-                    )));
-                }
-                (Some(_), _) if slot.queue.len() >= self.limits.max_queue_per_thread => {
+        let mut state = self.state.lock();
+        let slot = state.slots.entry(thread_id.to_owned()).or_default();
+        let queued = Queued {
+            live: live.clone(),
+            input,
+            resume,
+        };
+        let mut admitted = Admitted::default();
+        match (&slot.active, strategy) {
+            (None, _) => {
+                slot.active = Some(live.clone());
+                admitted.start = Some(queued);
+            }
+            (Some(_), Strategy::Reject) => {
+                return Err(ApiError::Conflict(format!(
+                    "thread {} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",
+                    crate::auth::public_thread_id(thread_id)
+                )));
+            }
+            (Some(_), Strategy::Enqueue) => {
+                if slot.queue.len() >= self.limits.max_queue_per_thread {
                     return Err(ApiError::Busy(format!(
-                        "thread {thread_id} already has {} runs waiting; try again later",
+                        "thread {} already has {} runs waiting; try again later",
+                        crate::auth::public_thread_id(thread_id),
                         slot.queue.len()
                     )));
                 }
-                (Some(_), Strategy::Enqueue) => {
-                    slot.queue.push_back(queued);
-                    None
-                }
-                (Some(active), strategy) => {
-                    active.cancel(if strategy == Strategy::Rollback {
-                        CancelAction::Rollback
-                    } else {
-                        CancelAction::Interrupt
-                    });
-                    slot.queue.push_front(queued);
-                    None
-                }
-            };
-            state.live.insert(run_id, live.clone());
-            start
-        };
-        Ok(start)
+                slot.queue.push_back(queued);
+            }
+            // Interrupt or rollback: every run of the thread before this one stops (the
+            // running one at its current step, the queued ones before they start), so
+            // only the newest input is answered.
+            (Some(active), strategy) => {
+                let action = if strategy == Strategy::Rollback {
+                    CancelAction::Rollback
+                } else {
+                    CancelAction::Interrupt
+                };
+                active.cancel(action);
+                admitted.displaced = slot.queue.drain(..).map(|q| (q.live, action)).collect();
+                slot.queue.push_back(queued);
+            }
+        }
+        state.live.insert(run_id, live.clone());
+        Ok(admitted)
     }
 
     fn spawn(self: &Arc<Self>, queued: Queued) {
         let manager = self.clone();
-        tokio::spawn(async move { manager.drive(queued).await });
+        self.driving.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            manager.clone().drive(queued).await;
+            manager.driving.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// Returns once no run is executing or queued here and every ended run's status
+    /// has been written (or handed to the background retries).
+    pub async fn wait_idle(&self) {
+        loop {
+            if self.driving.load(Ordering::SeqCst) == 0 && self.state.lock().slots.is_empty() {
+                return;
+            }
+            tokio::time::sleep(IDLE_POLL).await;
+        }
+    }
+
+    /// Stops every run executing or queued here, as a server that stops must: each is
+    /// cancelled (recorded as interrupted); one that has not recorded its end within
+    /// `grace` is recorded as failed, as a restart's recovery would. Returns how many
+    /// runs were stopped.
+    pub async fn shutdown(&self, grace: Duration) -> usize {
+        let open: Vec<Arc<LiveRun>> = {
+            let state = self.state.lock();
+            state
+                .slots
+                .values()
+                .flat_map(|slot| {
+                    slot.active
+                        .iter()
+                        .cloned()
+                        .chain(slot.queue.iter().map(|q| q.live.clone()))
+                })
+                .collect()
+        };
+        for live in &open {
+            live.cancel(CancelAction::Interrupt);
+        }
+        if tokio::time::timeout(grace, self.wait_idle()).await.is_err() {
+            for live in open.iter().filter(|live| !live.log.is_closed()) {
+                self.log_err(
+                    self.registry
+                        .set_run_status(
+                            &live.thread_id,
+                            &live.run_id,
+                            RunStatus::Error,
+                            Some("the server stopped before the run ended".into()),
+                        )
+                        .await,
+                );
+                self.log_err(
+                    self.registry
+                        .set_thread_status(&live.thread_id, ThreadStatus::Idle)
+                        .await,
+                );
+            }
+        }
+        open.len()
     }
 
     /// Cancels a run of a thread: a running one stops at its current step, a queued one
@@ -411,12 +520,12 @@ impl RunManager {
         }
     }
 
-    async fn close_unstarted(&self, live: &LiveRun, action: CancelAction) {
-        self.record_cancel(live, action).await;
+    async fn close_unstarted(self: &Arc<Self>, live: &LiveRun, action: CancelAction) {
+        let status = self.finalize(live, cancel_final(action)).await;
         push_json(
             &live.log,
             "end",
-            &json!({"run_id": live.run_id, "status": "interrupted"}),
+            &json!({"run_id": live.run_id, "status": status}),
         );
         live.log.close();
         self.retire(&live.run_id);
@@ -611,20 +720,105 @@ impl RunManager {
         self.state.lock().followers.remove(&live.run_id);
     }
 
-    async fn record_cancel(&self, live: &LiveRun, action: CancelAction) {
-        if action == CancelAction::Rollback {
-            self.log_err(
+    /// Writes how a run ended, retrying as [`RunLimits`] says. Returns the status its
+    /// clients are told: the one written, or `error` when the write kept failing (the run
+    /// then reads as `error` here, an `error` event says why, and the write goes on in
+    /// the background).
+    async fn finalize(self: &Arc<Self>, live: &LiveRun, ending: Final) -> &'static str {
+        let intended = match &ending {
+            Final::Status(status, _) => status.as_str(),
+            Final::Delete => RunStatus::Interrupted.as_str(),
+        };
+        let mut pause = self.limits.final_write_pause;
+        let mut tries = 0;
+        let failure = loop {
+            tries += 1;
+            match self
+                .write_final(&live.thread_id, &live.run_id, &ending)
+                .await
+            {
+                Ok(()) => return intended,
+                Err(e) if tries >= self.limits.final_write_tries.max(1) => break e,
+                Err(e) => {
+                    tracing::warn!(run_id = %live.run_id, tries, "writing the run's final status: {e}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+                }
+            }
+        };
+        let message = format!(
+            "the run ended ({intended}) but its status could not be recorded after {tries} tries: {failure}"
+        );
+        tracing::error!(run_id = %live.run_id, "{message}");
+        push_json(
+            &live.log,
+            "error",
+            &json!({"error": "StorageError", "message": message}),
+        );
+        self.state
+            .lock()
+            .unwritten
+            .insert(live.run_id.clone(), message.clone());
+        let ending = match ending {
+            Final::Delete => Final::Delete,
+            Final::Status(..) => Final::Status(RunStatus::Error, Some(message)),
+        };
+        let manager = self.clone();
+        let (thread_id, run_id) = (live.thread_id.clone(), live.run_id.clone());
+        tokio::spawn(async move { manager.reconcile(thread_id, run_id, ending, pause).await });
+        RunStatus::Error.as_str()
+    }
+
+    async fn write_final(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        ending: &Final,
+    ) -> Result<(), crate::registry::RegistryError> {
+        match ending {
+            Final::Status(status, error) => {
                 self.registry
-                    .delete_run(&live.thread_id, &live.run_id)
-                    .await,
-            );
-        } else {
-            self.log_err(
-                self.registry
-                    .set_run_status(&live.thread_id, &live.run_id, RunStatus::Interrupted, None)
-                    .await,
-            );
+                    .set_run_status(thread_id, run_id, *status, error.clone())
+                    .await
+            }
+            Final::Delete => self
+                .registry
+                .delete_run(thread_id, run_id)
+                .await
+                .map(|_| ()),
         }
+    }
+
+    /// Goes on writing a final status that [`finalize`](Self::finalize) could not (the
+    /// thread's status is [`write_thread_status`](Self::write_thread_status)'s).
+    async fn reconcile(
+        self: Arc<Self>,
+        thread_id: String,
+        run_id: String,
+        ending: Final,
+        mut pause: Duration,
+    ) {
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+            match self.write_final(&thread_id, &run_id, &ending).await {
+                Ok(()) => break,
+                Err(e) => tracing::warn!(run_id, "still cannot write the run's final status: {e}"),
+            }
+        }
+        self.state.lock().unwritten.remove(&run_id);
+    }
+
+    /// The record as clients should see it: a run that ended here as `error` because its
+    /// final status could not be written reads as `error` until the write succeeds.
+    pub fn overlay(&self, mut record: RunRecord) -> RunRecord {
+        if !record.status.is_final()
+            && let Some(message) = self.state.lock().unwritten.get(&record.run_id)
+        {
+            record.status = RunStatus::Error;
+            record.error = Some(message.clone());
+        }
+        record
     }
 
     /// Runs one run to its end, then starts the next queued one of its thread.
@@ -650,12 +844,8 @@ impl RunManager {
                 for (mode, event, data) in out {
                     push_mode(&live.log, event, &data, mode);
                 }
-                self.log_err(
-                    self.registry
-                        .set_run_status(&live.thread_id, &live.run_id, RunStatus::Success, None)
-                        .await,
-                );
-                "success"
+                self.finalize(&live, Final::Status(RunStatus::Success, None))
+                    .await
             }
             Ending::Done(Err(error)) => {
                 let message = error.to_string();
@@ -665,22 +855,10 @@ impl RunManager {
                     "error",
                     &json!({"error": error_name(&error), "message": message}),
                 );
-                self.log_err(
-                    self.registry
-                        .set_run_status(
-                            &live.thread_id,
-                            &live.run_id,
-                            RunStatus::Error,
-                            Some(message),
-                        )
-                        .await,
-                );
-                "error"
+                self.finalize(&live, Final::Status(RunStatus::Error, Some(message)))
+                    .await
             }
-            Ending::Cancelled(action) => {
-                self.record_cancel(&live, action).await;
-                "interrupted"
-            }
+            Ending::Cancelled(action) => self.finalize(&live, cancel_final(action)).await,
         };
         push_json(
             &live.log,
@@ -709,21 +887,54 @@ impl RunManager {
         self.retire(&live.run_id);
         match next {
             Some(next) => self.spawn(next),
-            None => self.log_err(
-                self.registry
-                    .set_thread_status(
-                        &live.thread_id,
-                        if status == "error" {
-                            ThreadStatus::Error
-                        } else if paused {
-                            ThreadStatus::Interrupted
-                        } else {
-                            ThreadStatus::Idle
-                        },
-                    )
-                    .await,
-            ),
+            None => {
+                let thread_status = if status == "error" {
+                    ThreadStatus::Error
+                } else if paused {
+                    ThreadStatus::Interrupted
+                } else {
+                    ThreadStatus::Idle
+                };
+                self.write_thread_status(&live.thread_id, thread_status)
+                    .await;
+            }
         }
+    }
+
+    /// Writes a thread's status once its last run here ended, retrying as final writes
+    /// are, then in the background (unless a newer run of the thread starts first).
+    async fn write_thread_status(self: &Arc<Self>, thread_id: &str, status: ThreadStatus) {
+        let mut pause = self.limits.final_write_pause;
+        for tries in 1..=self.limits.final_write_tries.max(1) {
+            if self.state.lock().slots.contains_key(thread_id) {
+                return;
+            }
+            match self.registry.set_thread_status(thread_id, status).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(thread_id, tries, "writing the thread's status: {e}")
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+        }
+        let manager = self.clone();
+        let thread_id = thread_id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                if manager.state.lock().slots.contains_key(&thread_id) {
+                    return;
+                }
+                match manager.registry.set_thread_status(&thread_id, status).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(thread_id, "still cannot write the thread's status: {e}")
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(FINAL_WRITE_MAX_PAUSE);
+            }
+        });
     }
 
     /// Keeps a finished run's log for late subscribers, up to the configured count.
@@ -846,6 +1057,14 @@ impl RunManager {
     }
 }
 
+/// How a cancelled run's record ends.
+fn cancel_final(action: CancelAction) -> Final {
+    match action {
+        CancelAction::Rollback => Final::Delete,
+        CancelAction::Interrupt => Final::Status(RunStatus::Interrupted, None),
+    }
+}
+
 /// Restores the thread to `before` (the head when the run started) with one more
 /// checkpoint, since checkpoints are append-only: the rolled-back run's steps stay in the
 /// history, and the head's state is `before`'s again. Values the run added stay (an
@@ -926,7 +1145,7 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::Model { .. } => "ModelError",
         AgentError::State { .. } => "InvalidUpdateError",
         AgentError::RecursionLimit { .. } => "GraphRecursionError",
-        AgentError::Checkpoint { .. } => "CheckpointError",
+        AgentError::Checkpoint { .. } | AgentError::DeleteThreadData { .. } => "CheckpointError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }

@@ -73,7 +73,7 @@ impl Translator {
     fn metadata(&self, node: &str) -> Value {
         json!({
             "run_id": self.ctx.run_id,
-            "thread_id": self.ctx.thread_id,
+            "thread_id": crate::auth::public_thread_id(&self.ctx.thread_id),
             "assistant_id": self.ctx.assistant_id,
             "graph_id": self.ctx.graph_id,
             "langgraph_node": node,
