@@ -6,6 +6,7 @@
 #   scripts/serve-tests.sh browser    # the chat page in headless Chromium; screenshot under target/
 #   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
 #   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
+#   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
 # Everything a test needs is installed by this script, idempotently, under
@@ -189,21 +190,33 @@ run_js() {
     node "$WORK/js/js_sdk_test.mjs" "$open" "$URL"
 }
 
+# The adversarial suite: tenant matrix, bad-input corpus (sent N times, concurrently
+# past 1; the documented full size is 20) and a kill -9 in the middle of a run, over raw
+# HTTP against `keel serve` on SQLite.
+run_adversarial() {
+    build
+    python_env
+    "$PY" crates/keel-server/tests/sdk/adversarial_test.py "$ROOT/target/debug/keel" \
+        examples/keel.yaml "$WORK/adversarial" --repeat "${1:-1}"
+}
+
 case "${1:-all}" in
     python) run_python ;;
     js) run_js ;;
     browser) run_browser ;;
     load) run_load "${2:-200}" ;;
     postgres) run_postgres ;;
+    adversarial) run_adversarial "${2:-1}" ;;
     all)
         run_python
         run_js
         run_browser
         run_load 50
         run_postgres
+        run_adversarial 1
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|postgres|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|all" >&2
         exit 2
         ;;
 esac

@@ -107,5 +107,7 @@ scripts/serve-tests.sh python
 scripts/serve-tests.sh js
 scripts/serve-tests.sh browser
 scripts/serve-tests.sh load 50
-# Two server processes on the PostgreSQL provisioned above.
+# Two server processes on the PostgreSQL provisioned above (with owners and deletion).
 scripts/serve-tests.sh postgres
+# The adversarial suite at CI size (one round of the bad-input corpus; full size 20).
+scripts/serve-tests.sh adversarial 1
