@@ -92,6 +92,32 @@ impl Checkpointer for InMemoryCheckpointer {
             .unwrap_or_default())
     }
 
+    async fn history_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .peek(thread_id)
+            .map(|log| log.history_page(before, limit))
+            .unwrap_or_default())
+    }
+
+    async fn checkpoint_at(
+        &self,
+        thread_id: &str,
+        seq: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .peek(thread_id)
+            .and_then(|log| log.checkpoint_at(seq)))
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
         Ok(self
             .threads
@@ -139,6 +165,16 @@ mod tests {
         );
         let h = c.history("t").await.unwrap();
         assert_eq!(h.iter().map(|c| c.seq).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            c.history_page("t", None, 1).await.unwrap(),
+            vec![h[1].clone()]
+        );
+        assert_eq!(
+            c.history_page("t", Some(1), 5).await.unwrap(),
+            vec![h[0].clone()]
+        );
+        assert_eq!(c.checkpoint_at("t", 0).await.unwrap().as_ref(), Some(&h[0]));
+        assert_eq!(c.checkpoint_at("t", 2).await.unwrap(), None);
         assert_eq!(c.latest("t").await.unwrap().unwrap().messages.len(), 2);
         assert!(c.latest("none").await.unwrap().is_none());
         // "t" was used last; a third thread pushes "u" out.

@@ -60,6 +60,62 @@ pub(crate) const LINEAGE_THREADS: std::num::NonZeroUsize = match std::num::NonZe
     None => std::num::NonZeroUsize::MIN,
 };
 
+/// Message ops a run works through between two yield points. A run is a future polled
+/// by whoever drives it (the server's run loop, which also watches for a cancel): work
+/// that never returns `Pending` cannot be stopped, so large inputs are taken in slices.
+const YIELD_EVERY: usize = 1024;
+
+/// Returns `Pending` once, waking itself first, so whoever polls the run gets control
+/// back (to notice a cancel, or to run other tasks on the same thread) and then polls it
+/// again. Independent of the runtime, like the rest of the run.
+fn yield_now() -> impl std::future::Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+}
+
+/// [`AgentState::apply`], giving control back between slices of a large update. The
+/// update is checked first, so no slice fails; each slice holds at least as many ops as
+/// the list has messages, which keeps the reducer's per-slice index building linear
+/// overall. Dropped in between, the state is half-updated, but the run it belongs to is
+/// gone and nothing of this step was checkpointed.
+async fn apply_yielding(
+    state: &mut AgentState,
+    mut update: StateUpdate,
+) -> Result<(), keel_core::state::StateError> {
+    if update.messages.len() <= YIELD_EVERY {
+        return state.apply(update);
+    }
+    state.check(&update)?;
+    let values = std::mem::take(&mut update.values);
+    let mut ops = update.messages.into_iter();
+    loop {
+        let slice: Vec<MessageOp> = ops
+            .by_ref()
+            .take(YIELD_EVERY.max(state.messages.len()))
+            .collect();
+        if slice.is_empty() {
+            break;
+        }
+        state.apply(StateUpdate {
+            messages: slice,
+            values: serde_json::Map::new(),
+        })?;
+        yield_now().await;
+    }
+    state.apply(StateUpdate {
+        messages: Vec::new(),
+        values,
+    })
+}
+
 /// Where the loop goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -344,11 +400,14 @@ impl Run {
         announce: bool,
     ) -> Result<(), AgentError> {
         // Ids first, so the checkpoint stores the messages the state holds.
-        for op in &mut update.messages {
+        for (i, op) in update.messages.iter_mut().enumerate() {
             if let MessageOp::Upsert { message } = op
                 && message.id().is_empty()
             {
                 message.set_id(new_id());
+            }
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                yield_now().await;
             }
         }
         let event = (announce && self.modes.updates).then(|| update.clone());
@@ -359,8 +418,8 @@ impl Run {
             update: update.clone(),
             created_at_ms: now_ms(),
         };
-        Arc::make_mut(&mut self.state)
-            .apply(update)
+        apply_yielding(Arc::make_mut(&mut self.state), update)
+            .await
             .map_err(|source| AgentError::State {
                 node: node.to_owned(),
                 source,
@@ -606,5 +665,67 @@ impl ToolHandler for AgentTool<'_> {
         };
         let content = tool.call(call.args).await?;
         Ok(Message::tool(call.id, content).with_name(call.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slices give the state one apply gives, removals, replacements and a clear
+    /// included, and a failing update changes nothing.
+    #[tokio::test]
+    async fn applying_in_slices_equals_applying_at_once() {
+        let mut start = AgentState::default();
+        start
+            .apply(StateUpdate::messages((0..3000).map(|i| {
+                Message::human(format!("s{i}")).with_id(format!("m{i}"))
+            })))
+            .unwrap();
+        let mut ops = Vec::new();
+        for i in 0..6000 {
+            ops.push(match i % 7 {
+                _ if i == 4000 => MessageOp::RemoveAll,
+                0 if i < 4000 => MessageOp::Remove {
+                    id: format!("m{}", i / 7),
+                },
+                3 => MessageOp::Upsert {
+                    message: Message::ai(format!("r{i}")).with_id(format!("m{}", i / 2)),
+                },
+                _ => MessageOp::Upsert {
+                    message: Message::ai(format!("n{i}")).with_id(format!("x{i}")),
+                },
+            });
+        }
+        let update = StateUpdate {
+            messages: ops,
+            values: StateUpdate::value("k", serde_json::json!(1)).values,
+        };
+        let mut once = start.clone();
+        once.apply(update.clone()).unwrap();
+        let mut sliced = start.clone();
+        apply_yielding(&mut sliced, update).await.unwrap();
+        assert_eq!(sliced, once);
+        assert!(once.messages.len() > 1000 && once.messages.len() < 3000);
+
+        let mut bad: Vec<MessageOp> = (0..2000)
+            .map(|i| MessageOp::Upsert {
+                message: Message::ai("y").with_id(format!("y{i}")),
+            })
+            .collect();
+        bad.push(MessageOp::Remove { id: "nope".into() });
+        let mut failed = start.clone();
+        assert!(
+            apply_yielding(
+                &mut failed,
+                StateUpdate {
+                    messages: bad,
+                    values: serde_json::Map::new(),
+                },
+            )
+            .await
+            .is_err()
+        );
+        assert_eq!(failed, start, "a failing update changes nothing");
     }
 }

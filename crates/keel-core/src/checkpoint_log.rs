@@ -206,6 +206,40 @@ impl CheckpointLog {
         self.steps.back().map(|step| self.head.checkpoint(step))
     }
 
+    /// Up to `limit` retained checkpoints with a seq below `before` (all when `None`),
+    /// newest first. The state is rebuilt once, walking the deltas forward from the
+    /// base, and only the checkpoints returned are materialised.
+    pub fn history_page(&self, before: Option<u64>, limit: usize) -> Vec<Checkpoint> {
+        let end = before.map_or(self.steps.len(), |b| {
+            self.steps.partition_point(|s| s.seq < b)
+        });
+        let start = end.saturating_sub(limit);
+        if start == end {
+            return Vec::new();
+        }
+        if end == self.steps.len() && limit == 1 {
+            return self.latest().into_iter().collect();
+        }
+        let mut state = self.base.clone();
+        let mut page = Vec::with_capacity(end - start);
+        for (i, step) in self.steps.iter().enumerate().take(end) {
+            state.apply(&step.ops, &step.values);
+            if i >= start {
+                page.push(state.checkpoint(step));
+            }
+        }
+        page.reverse();
+        page
+    }
+
+    /// The retained checkpoint with this seq.
+    pub fn checkpoint_at(&self, seq: u64) -> Option<Checkpoint> {
+        let before = seq.checked_add(1)?;
+        self.history_page(Some(before), 1)
+            .into_iter()
+            .find(|cp| cp.seq == seq)
+    }
+
     /// Every retained checkpoint with its full state, oldest first.
     pub fn history(&self) -> Vec<Checkpoint> {
         let mut state = self.base.clone();
@@ -323,6 +357,26 @@ mod tests {
         assert_eq!(ids(&history[2].messages), ["b"]);
         assert_eq!(bounded.retained(), 2);
         assert_eq!(bounded.history(), history[3..].to_vec());
+        // Pages are suffixes of the history before `before`, newest first.
+        for before in [None, Some(0), Some(1), Some(3), Some(5), Some(99)] {
+            for limit in [0, 1, 2, 5, 10] {
+                let mut want: Vec<Checkpoint> = history
+                    .iter()
+                    .filter(|c| before.is_none_or(|b| c.seq < b))
+                    .cloned()
+                    .collect();
+                want.reverse();
+                want.truncate(limit);
+                assert_eq!(full.history_page(before, limit), want, "{before:?} {limit}");
+            }
+        }
+        assert_eq!(bounded.history_page(Some(4), 5), vec![history[3].clone()]);
+        for cp in &history {
+            assert_eq!(full.checkpoint_at(cp.seq).as_ref(), Some(cp));
+        }
+        assert_eq!(full.checkpoint_at(5), None);
+        assert_eq!(bounded.checkpoint_at(2), None, "folded into the base");
+        assert_eq!(bounded.checkpoint_at(3), Some(history[3].clone()));
         assert_eq!(bounded.latest(), history.last().cloned());
         assert_eq!(full.latest(), history.last().cloned());
     }

@@ -6,6 +6,7 @@
 //! [`MessageOp::RemoveAll`] clears the list (the ops after it rebuild it). Removal only
 //! changes the *current* state: checkpoints before it keep every message.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -168,6 +169,27 @@ impl AgentState {
     /// Applies an update with the add-messages rules. Messages without an id get a fresh
     /// one. On error nothing is changed.
     pub fn apply(&mut self, update: StateUpdate) -> Result<(), StateError> {
+        self.check(&update)?;
+        if !update.messages.is_empty() {
+            // Copies the list only when a model request still shares it.
+            let list = Arc::make_mut(&mut self.messages);
+            let appended_only = if update.messages.len() > SCAN_OPS {
+                apply_indexed(list, update.messages)
+            } else {
+                apply_scanning(list, update.messages)
+            };
+            if !appended_only {
+                self.renew_lineage();
+            }
+        }
+        self.values.extend(update.values);
+        Ok(())
+    }
+
+    /// The error [`apply`](Self::apply) would return for this update, without applying
+    /// it. An update that passes can be applied in consecutive slices of its ops (values
+    /// last) with the same result as at once, none of them failing.
+    pub fn check(&self, update: &StateUpdate) -> Result<(), StateError> {
         if update
             .messages
             .iter()
@@ -175,41 +197,6 @@ impl AgentState {
         {
             self.check_removals(&update.messages)?;
         }
-        if !update.messages.is_empty() {
-            // Copies the list only when a model request still shares it.
-            let list = Arc::make_mut(&mut self.messages);
-            let mut appended_only = true;
-            for op in update.messages {
-                match op {
-                    MessageOp::Upsert { mut message } => {
-                        if message.id().is_empty() {
-                            message.set_id(new_id());
-                        }
-                        match list.iter().rposition(|m| m.id() == message.id()) {
-                            Some(i) => {
-                                list[i] = message;
-                                appended_only = false;
-                            }
-                            None => list.push(message),
-                        }
-                    }
-                    MessageOp::Remove { id } => {
-                        if let Some(i) = list.iter().position(|m| m.id() == id) {
-                            list.remove(i);
-                        }
-                        appended_only = false;
-                    }
-                    MessageOp::RemoveAll => {
-                        list.clear();
-                        appended_only = false;
-                    }
-                }
-            }
-            if !appended_only {
-                self.renew_lineage();
-            }
-        }
-        self.values.extend(update.values);
         Ok(())
     }
 
@@ -234,9 +221,251 @@ impl AgentState {
     }
 }
 
+/// Updates with at most this many message ops look ids up by scanning the list (one
+/// pass per op, no allocation: the common case of a step adding a message or two);
+/// longer ones build an id index once, so applying `k` ops to `n` messages costs
+/// `O(n + k)` instead of `O(n * k)`.
+const SCAN_OPS: usize = 8;
+
+/// Counts id comparisons and index probes in tests, so linearity is proven by counting
+/// work rather than by timing it.
+#[cfg(test)]
+fn probe() {
+    tests::PROBES.with(|c| c.set(c.get() + 1));
+}
+#[cfg(not(test))]
+#[inline(always)]
+fn probe() {}
+
+/// Assigns a fresh id to a message without one.
+fn with_id(mut message: Message) -> Message {
+    if message.id().is_empty() {
+        message.set_id(new_id());
+    }
+    message
+}
+
+/// The add-messages rules by scanning: an upsert replaces the last message with its id,
+/// a removal deletes the first. Returns true when the ops only appended.
+fn apply_scanning(list: &mut Vec<Message>, ops: Vec<MessageOp>) -> bool {
+    let mut appended_only = true;
+    for op in ops {
+        match op {
+            MessageOp::Upsert { message } => {
+                let message = with_id(message);
+                match list.iter().rposition(|m| {
+                    probe();
+                    m.id() == message.id()
+                }) {
+                    Some(i) => {
+                        list[i] = message;
+                        appended_only = false;
+                    }
+                    None => list.push(message),
+                }
+            }
+            MessageOp::Remove { id } => {
+                if let Some(i) = list.iter().position(|m| {
+                    probe();
+                    m.id() == id
+                }) {
+                    list.remove(i);
+                }
+                appended_only = false;
+            }
+            MessageOp::RemoveAll => {
+                list.clear();
+                appended_only = false;
+            }
+        }
+    }
+    appended_only
+}
+
+/// The same rules as [`apply_scanning`] with an id index built once: a removal leaves a
+/// tombstone and the list is compacted once at the end, so order is kept without
+/// shifting the tail per removal. A list that already holds two messages with one id
+/// (only a hand-built state can) goes to [`apply_scanning`], whose first/last choice
+/// the index cannot mirror.
+fn apply_indexed(list: &mut Vec<Message>, ops: Vec<MessageOp>) -> bool {
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(list.len() + ops.len());
+    for (i, m) in list.iter().enumerate() {
+        probe();
+        if index.insert(m.id().to_owned(), i).is_some() {
+            return apply_scanning(list, ops);
+        }
+    }
+    let mut appended_only = true;
+    // Positions removed since the last clear.
+    let mut dead: Vec<bool> = Vec::new();
+    for op in ops {
+        match op {
+            MessageOp::Upsert { message } => {
+                let message = with_id(message);
+                probe();
+                match index.get(message.id()) {
+                    Some(&i) => {
+                        list[i] = message;
+                        appended_only = false;
+                    }
+                    None => {
+                        index.insert(message.id().to_owned(), list.len());
+                        list.push(message);
+                    }
+                }
+            }
+            MessageOp::Remove { id } => {
+                probe();
+                if let Some(i) = index.remove(&id) {
+                    if dead.len() < list.len() {
+                        dead.resize(list.len(), false);
+                    }
+                    dead[i] = true;
+                }
+                appended_only = false;
+            }
+            MessageOp::RemoveAll => {
+                list.clear();
+                index.clear();
+                dead.clear();
+                appended_only = false;
+            }
+        }
+    }
+    if dead.contains(&true) {
+        let mut position = 0;
+        list.retain(|_| {
+            let keep = !dead.get(position).copied().unwrap_or(false);
+            position += 1;
+            keep
+        });
+    }
+    appended_only
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    thread_local! {
+        /// Id comparisons and index probes made by `apply` on this thread.
+        pub(super) static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    fn probes() -> u64 {
+        PROBES.with(std::cell::Cell::get)
+    }
+
+    /// The reducer as it was written first: one scan of the list per op.
+    fn reference(list: &mut Vec<Message>, ops: &[MessageOp]) {
+        for op in ops {
+            match op {
+                MessageOp::Upsert { message } => {
+                    match list.iter().rposition(|m| m.id() == message.id()) {
+                        Some(i) => list[i] = message.clone(),
+                        None => list.push(message.clone()),
+                    }
+                }
+                MessageOp::Remove { id } => {
+                    if let Some(i) = list.iter().position(|m| m.id() == *id) {
+                        list.remove(i);
+                    }
+                }
+                MessageOp::RemoveAll => list.clear(),
+            }
+        }
+    }
+
+    fn op() -> impl Strategy<Value = MessageOp> {
+        // Few ids, so replacements and removals of present ids are common.
+        prop_oneof![
+            6 => (0u8..12, 0u8..4).prop_map(|(id, text)| MessageOp::Upsert {
+                message: Message::human(format!("t{text}")).with_id(format!("m{id}")),
+            }),
+            2 => (0u8..12).prop_map(|id| MessageOp::Remove { id: format!("m{id}") }),
+            1 => Just(MessageOp::RemoveAll),
+        ]
+    }
+
+    proptest! {
+        /// Both lookup strategies give exactly the reducer's result, and a failing
+        /// update changes nothing, whatever the mix of upserts, removals and clears.
+        #[test]
+        fn indexed_and_scanning_apply_match_the_reducer(
+            start in proptest::collection::vec(0u8..12, 0..10),
+            ops in proptest::collection::vec(op(), 0..40),
+        ) {
+            let mut ids: Vec<u8> = start;
+            ids.sort_unstable();
+            ids.dedup();
+            let initial: Vec<Message> =
+                ids.iter().map(|i| Message::ai("s").with_id(format!("m{i}"))).collect();
+            let mut state = AgentState::with_messages(initial.clone());
+            let update = StateUpdate { messages: ops.clone(), values: Map::new() };
+            let mut expected = initial.clone();
+            reference(&mut expected, &ops);
+            match state.apply(update) {
+                Ok(()) => prop_assert_eq!(&*state.messages, &expected),
+                Err(StateError::UnknownId(_)) => prop_assert_eq!(&*state.messages, &initial),
+            }
+            // The scanning path on its own, on every prefix length the index skips.
+            let mut scanned = initial.clone();
+            let mut want = initial;
+            let short: Vec<MessageOp> = ops.iter().take(SCAN_OPS).cloned().collect();
+            reference(&mut want, &short);
+            apply_scanning(&mut scanned, short);
+            prop_assert_eq!(scanned, want);
+        }
+    }
+
+    /// Upserting many messages costs work proportional to their number: 20,000 new
+    /// messages then 20,000 replacements make a few probes each, where a scan per
+    /// message makes about 400 million.
+    #[test]
+    fn many_upserts_are_linear() {
+        let n = 20_000;
+        let batch = |text: &str| {
+            StateUpdate::messages((0..n).map(|i| Message::human(text).with_id(format!("m{i}"))))
+        };
+        let mut s = AgentState::default();
+        let before = probes();
+        s.apply(batch("a")).unwrap();
+        s.apply(batch("b")).unwrap();
+        let made = probes() - before;
+        assert_eq!(s.messages.len(), n);
+        assert!(s.messages.iter().all(|m| m.text() == "b"));
+        assert!(made <= 4 * n as u64, "{made} probes for {n} messages twice");
+    }
+
+    /// A duplicate id in a hand-built list keeps the scanning rules: the last copy is
+    /// replaced, the first is removed.
+    #[test]
+    fn duplicate_ids_keep_the_scanning_rules() {
+        let list = vec![
+            Message::human("first").with_id("d"),
+            Message::human("second").with_id("d"),
+        ];
+        let mut ops: Vec<MessageOp> = (0..SCAN_OPS)
+            .map(|i| MessageOp::Upsert {
+                message: Message::ai("x").with_id(format!("n{i}")),
+            })
+            .collect();
+        ops.push(MessageOp::Upsert {
+            message: Message::ai("replaced").with_id("d"),
+        });
+        ops.push(MessageOp::Remove { id: "d".into() });
+        let mut expected = list.clone();
+        reference(&mut expected, &ops);
+        let mut s = AgentState::with_messages(list);
+        s.apply(StateUpdate {
+            messages: ops,
+            values: Map::new(),
+        })
+        .unwrap();
+        assert_eq!(*s.messages, expected);
+        assert_eq!(s.messages[0].text(), "replaced");
+    }
 
     #[test]
     fn add_messages_rules() {

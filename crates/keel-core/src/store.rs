@@ -104,6 +104,41 @@ pub trait Checkpointer: Send + Sync {
     /// Every retained checkpoint with its full state, oldest first (a bounded
     /// checkpointer documents how many it keeps).
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError>;
+    /// Up to `limit` retained checkpoints whose seq is below `before` (every one when
+    /// `None`), newest first, with their full state: the newest `limit` entries of
+    /// [`history`](Self::history) before `before`, in reverse.
+    ///
+    /// The default reads the whole history; the stores in this workspace rebuild the
+    /// state once from their deltas and materialise only the checkpoints returned, so a
+    /// page costs its own size plus one pass over the steps, not every step's state.
+    async fn history_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        let mut all = self.history(thread_id).await?;
+        all.retain(|cp| before.is_none_or(|b| cp.seq < b));
+        all.reverse();
+        all.truncate(limit);
+        Ok(all)
+    }
+    /// The retained checkpoint with this seq, with its full state (`None` when the
+    /// thread has no such step, or a bounded checkpointer no longer keeps it).
+    ///
+    /// The default reads the whole history; the stores in this workspace read only what
+    /// that one state needs.
+    async fn checkpoint_at(
+        &self,
+        thread_id: &str,
+        seq: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        Ok(self
+            .history(thread_id)
+            .await?
+            .into_iter()
+            .find(|cp| cp.seq == seq))
+    }
     /// Deletes every checkpoint of a thread (part of deleting a session); returns how
     /// many steps went. The thread starts again from seq 0.
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError>;

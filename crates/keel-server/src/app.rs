@@ -23,6 +23,11 @@ use crate::runs::{AssistantInfo, RunLimits, RunManager};
 const ASSISTANT_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x6ba7b821_9dad_11d1_80b4_00c04fd430c8);
 
+/// The default of [`ServerOptions::max_input_messages`]. A conversation of 10,000
+/// messages is already far past any model's context window; the cap keeps one request
+/// from holding the thread (and the database's write lock) for long.
+pub const DEFAULT_MAX_INPUT_MESSAGES: usize = 10_000;
+
 /// How the server behaves; [`ServerOptions::default`] is an open server for `agent`.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -34,6 +39,8 @@ pub struct ServerOptions {
     pub api_keys: ApiKeys,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// The most messages one run's `input.messages` may carry (more is a 422).
+    pub max_input_messages: usize,
     /// Limits on runs.
     pub runs: RunLimits,
     /// Serve the chat page at `/`.
@@ -54,6 +61,7 @@ impl Default for ServerOptions {
             description: None,
             api_keys: ApiKeys::default(),
             max_body_bytes: 2 * 1024 * 1024,
+            max_input_messages: DEFAULT_MAX_INPUT_MESSAGES,
             runs: RunLimits::default(),
             page: true,
             registry: None,
@@ -70,6 +78,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     /// The runs.
     pub manager: Arc<RunManager>,
+    /// [`ServerOptions::max_input_messages`].
+    pub max_input_messages: usize,
 }
 
 /// The assistant id the Agent Server derives from a graph id.
@@ -108,7 +118,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         options.runs.clone(),
         options.leases.clone(),
     ));
-    let state = AppState { registry, manager };
+    let state = AppState {
+        registry,
+        manager,
+        max_input_messages: options.max_input_messages,
+    };
     let runs_handle = state.manager.clone();
 
     let mut api = Router::new()

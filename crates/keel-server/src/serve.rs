@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub api_keys: ApiKeys,
     /// The largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// The most messages one run input may carry.
+    pub max_input_messages: usize,
     /// Origins and host names served besides loopback ones.
     pub origins: crate::origin::OriginPolicy,
     /// Timeouts, the connection cap and the shutdown deadline.
@@ -177,6 +179,7 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         description: stack.description.clone(),
         api_keys: options.api_keys.clone(),
         max_body_bytes: options.max_body_bytes,
+        max_input_messages: options.max_input_messages,
         origins: options.origins.clone(),
         registry: Some(Arc::new(registry)),
         leases,

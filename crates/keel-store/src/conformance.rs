@@ -71,6 +71,7 @@ pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
     state_compare_and_swap(&*store).await?;
     purge(&*store).await?;
     checkpoints_append_only(&*store).await?;
+    checkpoint_pages(&*store).await?;
     checkpoint_compare_and_swap(&*store).await?;
     summary_cache(&*store).await?;
     migrations_rerun(&*store).await?;
@@ -984,6 +985,126 @@ pub async fn checkpoints_append_only<S: Storage>(store: &S) -> Checked {
         C,
         restarted.as_ref().map(|c| c.messages.len()) == Some(1),
         "a restarted thread has {restarted:?}"
+    );
+    Ok(())
+}
+
+/// Bounded reads of the history: `history_page(before, limit)` is the newest `limit`
+/// checkpoints of `history` below `before`, newest first, for every `before` (none, 0,
+/// inside, past the head) and `limit` (0, 1, some, more than there are);
+/// `checkpoint_at` returns exactly the checkpoint of `history` with that seq, and
+/// `None` for a seq past the head or a thread with no steps. The steps replace, remove,
+/// clear and set values, so a page that started from the wrong state shows.
+pub async fn checkpoint_pages<S: Storage>(store: &S) -> Checked {
+    const C: &str = "checkpoint_pages";
+    let ns = namespace();
+    let thread = format!("{ns}-thread");
+    let m = |text: &str, id: &str| Message::human(text).with_id(id);
+    let updates = [
+        StateUpdate::messages([m("a", "a"), m("b", "b")]),
+        StateUpdate {
+            messages: StateUpdate::messages([m("B", "b"), m("c", "c")]).messages,
+            values: StateUpdate::value("k", json!(1)).values,
+        },
+        StateUpdate {
+            messages: vec![MessageOp::Remove { id: "a".into() }],
+            ..Default::default()
+        },
+        StateUpdate::value("k", json!(2)),
+        StateUpdate {
+            messages: vec![
+                MessageOp::RemoveAll,
+                MessageOp::Upsert {
+                    message: m("d", "d"),
+                },
+            ],
+            ..Default::default()
+        },
+        StateUpdate::messages([m("e", "e"), m("D", "d")]),
+        StateUpdate::default(),
+    ];
+    for (i, update) in updates.iter().enumerate() {
+        let parent = i.checked_sub(1).map(|p| p as u64);
+        let out = call(
+            C,
+            "put",
+            store
+                .put(&thread, step(parent, "step", update.clone()))
+                .await,
+        )?;
+        ensure!(
+            C,
+            out == PutOutcome::Saved { seq: i as u64 },
+            "put #{i} gave {out:?}"
+        );
+    }
+    let history = call(C, "history", store.history(&thread).await)?;
+    let n = updates.len() as u64;
+    ensure!(
+        C,
+        history.len() == updates.len(),
+        "history has {} checkpoints",
+        history.len()
+    );
+    for before in [
+        None,
+        Some(0),
+        Some(1),
+        Some(3),
+        Some(n - 1),
+        Some(n),
+        Some(n + 5),
+    ] {
+        for limit in [0, 1, 2, 3, updates.len(), 100] {
+            let mut want: Vec<_> = history
+                .iter()
+                .filter(|c| before.is_none_or(|b| c.seq < b))
+                .cloned()
+                .collect();
+            want.reverse();
+            want.truncate(limit);
+            let got = call(
+                C,
+                "history_page",
+                store.history_page(&thread, before, limit).await,
+            )?;
+            ensure!(
+                C,
+                got == want,
+                "history_page(before {before:?}, limit {limit}) gave seqs {:?} (values {:?}), want {:?}",
+                got.iter().map(|c| c.seq).collect::<Vec<_>>(),
+                got.iter().map(|c| &c.values).collect::<Vec<_>>(),
+                want.iter().map(|c| c.seq).collect::<Vec<_>>()
+            );
+        }
+    }
+    for cp in &history {
+        let got = call(
+            C,
+            "checkpoint_at",
+            store.checkpoint_at(&thread, cp.seq).await,
+        )?;
+        ensure!(
+            C,
+            got.as_ref() == Some(cp),
+            "checkpoint_at({}) gave {got:?}, history has {cp:?}",
+            cp.seq
+        );
+    }
+    let unknown = format!("{ns}-none");
+    for (t, seq) in [(&thread, n), (&thread, u64::MAX), (&unknown, 0)] {
+        let got = call(C, "checkpoint_at", store.checkpoint_at(t, seq).await)?;
+        ensure!(C, got.is_none(), "checkpoint_at({t}, {seq}) gave {got:?}");
+    }
+    let empty = call(
+        C,
+        "history_page",
+        store.history_page(&unknown, None, 10).await,
+    )?;
+    ensure!(
+        C,
+        empty.is_empty(),
+        "an unknown thread has a page: {empty:?}"
     );
     Ok(())
 }

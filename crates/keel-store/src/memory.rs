@@ -121,6 +121,34 @@ impl Checkpointer for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn history_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .map(|log| log.history_page(before, limit))
+            .unwrap_or_default())
+    }
+
+    async fn checkpoint_at(
+        &self,
+        thread_id: &str,
+        seq: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .and_then(|log| log.checkpoint_at(seq)))
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
         check::text("thread_id", thread_id)?;
         let mut inner = self.inner.lock();

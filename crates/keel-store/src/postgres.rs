@@ -41,6 +41,9 @@ const QUERIES: Queries = Queries {
              VALUES ($1, CAST($2 AS JSON), $3) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
              updated_at_ms = excluded.updated_at_ms",
+    // PostgreSQL's planner picks the partial index on (thread_id, message_id) itself.
+    entry_live: "SELECT position, added_seq FROM checkpoint_entries \
+             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL",
 };
 
 /// The embedded migrations, in order. Expand-only. sqlx takes an advisory lock while

@@ -41,6 +41,11 @@ const QUERIES: Queries = Queries {
     put_summary: "INSERT INTO summary_cache (key, value, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value, \
              updated_at_ms = excluded.updated_at_ms",
+    // Without statistics SQLite prefers the primary key's `thread_id` prefix, which walks
+    // every entry of the thread for each message written.
+    entry_live: "SELECT position, added_seq FROM checkpoint_entries \
+             INDEXED BY checkpoint_entries_live \
+             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL",
 };
 
 /// The embedded migrations, in order. Expand-only.
@@ -318,3 +323,34 @@ impl Storage for SqliteStore {
 }
 
 impl_sql_store!(SqliteStore, sqlx::Sqlite, QUERIES);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+    use super::*;
+
+    /// A checkpoint write looks up each message's live entry; that lookup must use the
+    /// `(thread_id, message_id)` index, not walk the thread's entries by the primary key
+    /// (which made a step of 10,000 new messages hold the write lock for seconds).
+    #[tokio::test]
+    async fn the_live_entry_lookup_uses_its_index() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN QUERY PLAN {}",
+            QUERIES.entry_live
+        )))
+        .bind("t")
+        .bind("m")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let detail: Vec<&str> = plan.iter().map(|r| r.3.as_str()).collect();
+        assert!(
+            detail
+                .iter()
+                .any(|d| d.contains("USING INDEX checkpoint_entries_live")),
+            "{detail:?}"
+        );
+    }
+}

@@ -192,6 +192,23 @@ impl Checkpointer for Store {
         dispatch!(self, s => s.history(thread_id).await)
     }
 
+    async fn history_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        dispatch!(self, s => s.history_page(thread_id, before, limit).await)
+    }
+
+    async fn checkpoint_at(
+        &self,
+        thread_id: &str,
+        seq: u64,
+    ) -> Result<Option<Checkpoint>, StoreError> {
+        dispatch!(self, s => s.checkpoint_at(thread_id, seq).await)
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
         dispatch!(self, s => s.delete_thread(thread_id).await)
     }

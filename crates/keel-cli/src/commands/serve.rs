@@ -44,6 +44,10 @@ pub struct Args {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1 << 30)))]
     pub max_body_bytes: u64,
+    /// The most messages one run's `input.messages` may carry; a longer list is refused
+    /// with 422 before any of it is read.
+    #[arg(long, default_value_t = keel_server::app::DEFAULT_MAX_INPUT_MESSAGES as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_input_messages: u64,
     /// Origins whose web pages may call the server (comma-separated, `*` for any).
     /// Without API keys only loopback origins (http://localhost:PORT, 127.0.0.1, [::1])
     /// and pages served under --allowed-hosts may; with keys, any origin may unless this
@@ -100,6 +104,7 @@ pub fn run(args: Args) -> CommandResult {
         database: args.database,
         api_keys,
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
+        max_input_messages: usize::try_from(args.max_input_messages).unwrap_or(usize::MAX),
         origins: OriginPolicy {
             cors_origins: trimmed(args.cors_origin),
             allowed_hosts: trimmed(args.allowed_hosts),

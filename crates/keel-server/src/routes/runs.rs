@@ -117,6 +117,19 @@ fn resume_of(
     decisions_from_resume(value).map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
+/// Refuses an `input.messages` list longer than the server's cap before any message is
+/// read, so an oversized input costs a length check.
+fn check_input_count(value: &Value, limit: usize) -> Result<(), ApiError> {
+    match value {
+        Value::Array(items) if items.len() > limit => Err(ApiError::Invalid(format!(
+            "input.messages holds {} messages; one input may carry at most {limit} \
+             (the server's --max-input-messages)",
+            items.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
     let assistant = body
         .assistant_id
@@ -162,6 +175,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             let mut messages = Vec::new();
             for (key, value) in fields {
                 if key == "messages" {
+                    check_input_count(value, app.max_input_messages)?;
                     messages =
                         messages_from_input(value, "input.messages").map_err(ApiError::Invalid)?;
                 } else {

@@ -78,20 +78,26 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             "next": next,
             "tasks": tasks,
             "checkpoint": checkpoint_ref(thread_id, cp.seq),
-            "metadata": {
-                "source": if cp.node == "input" { "input" } else { "loop" },
-                "step": cp.seq,
-                "writes": null,
-                "node": cp.node,
-                "run_id": cp.run_id,
-                "thread_id": public_thread_id(thread_id),
-            },
+            "metadata": metadata_of(thread_id, cp),
             "created_at": rfc3339(cp.created_at_ms),
             "parent_checkpoint": cp.seq.checked_sub(1).map(|p| checkpoint_ref(thread_id, p)),
             "interrupts": interrupts,
             })
         }
     }
+}
+
+/// A checkpoint's `metadata` (what `POST /history` filters on): from the step's header,
+/// never its messages.
+fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
+    json!({
+        "source": if cp.node == "input" { "input" } else { "loop" },
+        "step": cp.seq,
+        "writes": null,
+        "node": cp.node,
+        "run_id": cp.run_id,
+        "thread_id": public_thread_id(thread_id),
+    })
 }
 
 /// A paused thread's `next`, `tasks` and `interrupts` (LangGraph shows the waiting node
@@ -434,25 +440,22 @@ pub async fn state_at(
 ) -> Result<Json<Value>, ApiError> {
     let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
     let seq = parse_checkpoint_id(&checkpoint)?;
-    let history = history_of(&app, &thread_id).await?;
-    let cp = history
-        .iter()
-        .find(|c| c.seq == seq)
+    let cp = app
+        .manager
+        .agent()
+        .checkpointer()
+        .checkpoint_at(&thread_id, seq)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's history", e))?
         .ok_or(ApiError::NotFound {
             what: "Checkpoint",
             id: checkpoint,
         })?;
-    Ok(Json(state_json(&thread_id, Some(cp))))
+    Ok(Json(state_json(&thread_id, Some(&cp))))
 }
 
-async fn history_of(app: &AppState, thread_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
-    app.manager
-        .agent()
-        .checkpointer()
-        .history(thread_id)
-        .await
-        .map_err(|e| ApiError::storage("reading the thread's history", e))
-}
+/// Checkpoints read per page while a metadata filter looks for matches.
+const FILTER_PAGE: usize = 32;
 
 /// The body of `POST /threads/{thread_id}/history`.
 #[derive(Debug, Default, Deserialize)]
@@ -526,19 +529,38 @@ async fn history(
     before: Option<u64>,
     metadata: Map<String, Value>,
 ) -> Result<Json<Value>, ApiError> {
-    let all = history_of(app, thread_id).await?;
-    let states: Vec<Value> = all
-        .iter()
-        .rev()
-        .filter(|cp| before.is_none_or(|b| cp.seq < b))
-        .map(|cp| state_json(thread_id, Some(cp)))
-        .filter(|state| {
-            metadata
-                .iter()
-                .all(|(k, v)| state["metadata"].get(k) == Some(v))
-        })
-        .take(limit.min(MAX_PAGE))
-        .collect();
+    let limit = limit.min(MAX_PAGE);
+    let checkpointer = app.manager.agent().checkpointer();
+    // Without a filter the first page is the answer; with one, pages are read newest
+    // first until enough match or the history ends, never the whole history at once.
+    let page_size = if metadata.is_empty() {
+        limit
+    } else {
+        limit.max(FILTER_PAGE)
+    };
+    let mut states = Vec::new();
+    let mut before = before;
+    while states.len() < limit {
+        let page = checkpointer
+            .history_page(thread_id, before, page_size)
+            .await
+            .map_err(|e| ApiError::storage("reading the thread's history", e))?;
+        for cp in &page {
+            let meta = metadata_of(thread_id, cp);
+            if metadata.iter().all(|(k, v)| meta.get(k) == Some(v)) {
+                states.push(state_json(thread_id, Some(cp)));
+                if states.len() == limit {
+                    break;
+                }
+            }
+        }
+        match page.last() {
+            Some(oldest) if page.len() == page_size && oldest.seq > 0 => {
+                before = Some(oldest.seq);
+            }
+            _ => break,
+        }
+    }
     Ok(Json(Value::Array(states)))
 }
 

@@ -28,6 +28,11 @@ pub(crate) struct Queries {
     pub update_state: &'static str,
     /// `$1` key, `$2` value JSON, `$3` updated.
     pub put_summary: &'static str,
+    /// The live entry of a message: `$1` thread, `$2` message id; returns `(position,
+    /// added_seq)`. It must use the `checkpoint_entries_live` index: a checkpoint write
+    /// runs it once per message, so walking the thread's entries instead makes a step of
+    /// `n` new messages cost `n` times the thread's length.
+    pub entry_live: &'static str,
 }
 
 /// A statement filtered by the full scope `$1..$4`, the only way chat history is read.
@@ -185,8 +190,6 @@ pub(crate) const HEAD_SET: &str =
     "UPDATE checkpoint_heads SET next_position = $2, state_values = $3 WHERE thread_id = $1";
 pub(crate) const STEP_INSERT: &str = "INSERT INTO checkpoint_steps \
      (thread_id, seq, run_id, node, values_set, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
-pub(crate) const ENTRY_LIVE: &str = "SELECT position, added_seq FROM checkpoint_entries \
-     WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL";
 pub(crate) const ENTRY_INSERT: &str = "INSERT INTO checkpoint_entries \
      (thread_id, position, added_seq, removed_seq, message_id, body) \
      VALUES ($1, $2, $3, NULL, $4, $5)";
@@ -206,6 +209,16 @@ pub(crate) const ALL_STEPS: &str = "SELECT seq, run_id, node, values_set, create
      FROM checkpoint_steps WHERE thread_id = $1 ORDER BY seq";
 pub(crate) const ALL_ENTRIES: &str = "SELECT added_seq, removed_seq, body \
      FROM checkpoint_entries WHERE thread_id = $1 ORDER BY position, added_seq";
+/// A page of steps, newest first: `$2` the exclusive upper seq, `$3` the row count.
+pub(crate) const PAGE_STEPS: &str = "SELECT seq, run_id, node, values_set, created_at_ms \
+     FROM checkpoint_steps WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+/// The values set by the steps before `$2` (steps that set none are skipped).
+pub(crate) const VALUES_BEFORE: &str = "SELECT values_set FROM checkpoint_steps \
+     WHERE thread_id = $1 AND seq < $2 AND values_set <> '{}' ORDER BY seq";
+/// The entries in the state of some seq in `[$3, $2]`.
+pub(crate) const PAGE_ENTRIES: &str = "SELECT added_seq, removed_seq, body \
+     FROM checkpoint_entries WHERE thread_id = $1 AND added_seq <= $2 \
+     AND (removed_seq IS NULL OR removed_seq > $3) ORDER BY position, added_seq";
 /// Deleting a thread: every checkpoint table, the ones of migration 0001 included.
 pub(crate) const DELETE_THREAD: [&str; 5] = [
     "DELETE FROM checkpoint_entries WHERE thread_id = $1",
@@ -343,11 +356,31 @@ pub(crate) fn decode_history(
     steps: Vec<StepRow>,
     entries: Vec<EntryRow>,
 ) -> Result<Vec<Checkpoint>, StoreError> {
+    decode_steps(Map::new(), steps, entries)
+}
+
+/// The values the steps before a page set, folded in seq order.
+pub(crate) fn fold_values(rows: &[(String,)]) -> Result<Map<String, Value>, StoreError> {
+    let mut values = Map::new();
+    for (set,) in rows {
+        let set: Map<String, Value> = decode_json("checkpoint_steps.values_set", set)?;
+        values.extend(set);
+    }
+    Ok(values)
+}
+
+/// As [`decode_history`] for consecutive steps (oldest first) after the state whose
+/// values are `prior`; `entries` must hold every entry in the state of one of them.
+pub(crate) fn decode_steps(
+    prior: Map<String, Value>,
+    steps: Vec<StepRow>,
+    entries: Vec<EntryRow>,
+) -> Result<Vec<Checkpoint>, StoreError> {
     let messages: Vec<Message> = entries
         .iter()
         .map(|e| decode_json("checkpoint_entries.body", &e.body))
         .collect::<Result<_, _>>()?;
-    let mut values = Map::new();
+    let mut values = prior;
     steps
         .into_iter()
         .map(|step| {
@@ -675,7 +708,7 @@ macro_rules! impl_sql_store {
                             continue;
                         }
                     };
-                    let live: Option<(i64, i64)> = sqlx::query_as($crate::sql::ENTRY_LIVE)
+                    let live: Option<(i64, i64)> = sqlx::query_as($q.entry_live)
                         .bind(thread_id)
                         .bind(id)
                         .fetch_optional(&mut *tx)
@@ -818,6 +851,88 @@ macro_rules! impl_sql_store {
                         })
                         .collect(),
                 )
+            }
+
+            async fn history_page(
+                &self,
+                thread_id: &str,
+                before: Option<u64>,
+                limit: usize,
+            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                let mut steps: Vec<(i64, String, String, String, i64)> =
+                    sqlx::query_as($crate::sql::PAGE_STEPS)
+                        .bind(thread_id)
+                        .bind(before)
+                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                steps.reverse();
+                let (Some(lo), Some(hi)) = (steps.first().map(|s| s.0), steps.last().map(|s| s.0))
+                else {
+                    return Ok(Vec::new());
+                };
+                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_BEFORE)
+                    .bind(thread_id)
+                    .bind(lo)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                // Read after the steps: every entry a listed step needs is committed, and
+                // a later writer's entries start after `hi`.
+                let entries: Vec<(i64, Option<i64>, String)> =
+                    sqlx::query_as($crate::sql::PAGE_ENTRIES)
+                        .bind(thread_id)
+                        .bind(hi)
+                        .bind(lo)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                let mut page = $crate::sql::decode_steps(
+                    $crate::sql::fold_values(&prior)?,
+                    steps
+                        .into_iter()
+                        .map(|(seq, run_id, node, values_set, created_at_ms)| {
+                            $crate::sql::StepRow {
+                                seq,
+                                run_id,
+                                node,
+                                values_set,
+                                created_at_ms,
+                            }
+                        })
+                        .collect(),
+                    entries
+                        .into_iter()
+                        .map(|(added_seq, removed_seq, body)| $crate::sql::EntryRow {
+                            added_seq,
+                            removed_seq,
+                            body,
+                        })
+                        .collect(),
+                )?;
+                page.reverse();
+                Ok(page)
+            }
+
+            async fn checkpoint_at(
+                &self,
+                thread_id: &str,
+                seq: u64,
+            ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
+                let Some(before) = seq.checked_add(1) else {
+                    return Ok(None);
+                };
+                Ok(self
+                    .history_page(thread_id, Some(before), 1)
+                    .await?
+                    .into_iter()
+                    .find(|cp| cp.seq == seq))
             }
 
             async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
