@@ -71,6 +71,9 @@ pub struct ConnectionLimits {
     /// After Ctrl-C or SIGTERM: how long open responses and runs may take to finish
     /// before the runs are cancelled (recorded as interrupted) and the server exits.
     pub shutdown_deadline: Duration,
+    /// How long a write to a client may wait for the client to read: a connection whose
+    /// client stopped reading is closed after it (the run it streamed goes on).
+    pub write_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -80,6 +83,7 @@ impl Default for ConnectionLimits {
             body_read_timeout: Duration::from_secs(30),
             max_connections: 4096,
             shutdown_deadline: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -251,7 +255,10 @@ pub async fn serve_app(
                 request.map(|body| axum::body::Body::new(DeadlineBody::new(body, body_timeout)));
             app.clone().oneshot(request)
         });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let connection = graceful.watch(http.serve_connection(
+            TokioIo::new(WriteDeadline::new(stream, limits.write_timeout)),
+            service,
+        ));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("connection: {e}");
@@ -470,5 +477,148 @@ mod tests {
     fn redacts_passwords_only() {
         assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("sqlite://keel.db"), "sqlite://keel.db");
+    }
+}
+
+/// A connection whose writes fail with `TimedOut` once one has waited `limit` for the
+/// client to take data: a client that stops reading (its TCP window full) would
+/// otherwise hold the connection, and the buffers of what it was sent, for ever.
+struct WriteDeadline<T> {
+    io: T,
+    limit: Duration,
+    /// Set while a write is waiting; reset by every write that makes progress.
+    waiting: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteDeadline<T> {
+    fn new(io: T, limit: Duration) -> Self {
+        WriteDeadline {
+            io,
+            limit,
+            waiting: None,
+        }
+    }
+
+    /// `Pending` from the inner writer starts (or keeps) the clock; past the limit the
+    /// write fails. Anything else stops the clock.
+    fn watch<R>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<R>>,
+    ) -> std::task::Poll<std::io::Result<R>> {
+        use std::task::Poll;
+        if polled.is_ready() {
+            self.waiting = None;
+            return polled;
+        }
+        let limit = self.limit;
+        let timer = self
+            .waiting
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client took nothing for {limit:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, polled)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, polled)
+    }
+}
+
+#[cfg(test)]
+mod write_deadline_tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A client that never reads: writes fill the pipe, then fail after the limit
+    /// instead of waiting for ever.
+    #[tokio::test]
+    async fn a_write_the_client_never_takes_fails_after_the_limit() {
+        let (client, server) = tokio::io::duplex(1024);
+        let mut server = WriteDeadline::new(server, Duration::from_millis(100));
+        let chunk = vec![b'x'; 4096];
+        let written = tokio::time::timeout(Duration::from_secs(10), server.write_all(&chunk)).await;
+        let err = written
+            .expect("the write must end by itself, well before 10 s")
+            .expect_err("nothing reads the pipe");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        drop(client);
+    }
+
+    /// A client that reads, however slowly, keeps the connection: the clock restarts
+    /// at every write that makes progress.
+    #[tokio::test]
+    async fn a_slow_reader_is_not_cut_off() {
+        use tokio::io::AsyncReadExt;
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut server = WriteDeadline::new(server, Duration::from_millis(200));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                match client.read(&mut buf).await {
+                    Ok(0) | Err(_) => return got.len(),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        server
+            .write_all(&vec![b'y'; 1024])
+            .await
+            .expect("a reading client takes it all");
+        server.shutdown().await.expect("shutdown");
+        drop(server);
+        assert_eq!(reader.await.expect("reader"), 1024);
     }
 }

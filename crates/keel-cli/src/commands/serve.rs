@@ -76,6 +76,10 @@ pub struct Args {
     /// before cancelling the runs (recorded as interrupted) and exiting.
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub shutdown_timeout: u64,
+    /// Seconds a response may wait for its client to read before the connection is
+    /// closed (a client that stopped reading; the run it streamed goes on).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub write_timeout: u64,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -114,6 +118,7 @@ pub fn run(args: Args) -> CommandResult {
             body_read_timeout: Duration::from_secs(args.body_read_timeout),
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
             shutdown_deadline: Duration::from_secs(args.shutdown_timeout),
+            write_timeout: Duration::from_secs(args.write_timeout),
         },
     }))?;
     Ok(ExitCode::SUCCESS)
