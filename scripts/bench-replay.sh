@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How `keel replay` scales with the transcript (issue 12): wall time and peak RSS at
+# How `keel replay` scales with the transcript: wall time and peak RSS at
 # 10,000, 50,000 and 200,000 messages, for a replay without middleware, with
 # summarization (examples/summarization.yaml) and with session memory on SQLite.
 #

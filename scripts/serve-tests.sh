@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of `keel serve` (issue 16) with real clients, against servers on loopback.
+# Tests of `keel serve` with real clients, against servers on loopback.
 #
 #   scripts/serve-tests.sh python     # the official Python client, langgraph-sdk (PyPI)
 #   scripts/serve-tests.sh js         # the official JS client, @langchain/langgraph-sdk (npm)

@@ -55,12 +55,12 @@ grep -q "token_counter: o200k_base" "$o200k_config"
 cargo run -q -p keel-cli -- replay examples/sessions/support-prj123.jsonl --config "$o200k_config" >/dev/null
 rm -f "$o200k_config"
 
-# --- built-in middleware (issue 15) ---
+# --- built-in middleware ---
 # keel-middleware's behaviour against LangChain 1.5 itself: a fresh LangChain from PyPI
 # runs the shared scenarios (scripts/compare/middleware_diff.py) and the Rust test
 # compares Keel's messages, requests, todos, interrupts and errors with its output. The committed
 # expected.json (what `cargo test` compares with offline) must say the same.
-echo "== built-in middleware (issue 15)"
+echo "== built-in middleware"
 cargo clippy -p keel-middleware -p keel-cli -p keel --all-targets --all-features -- -D warnings
 cargo clippy -p keel --no-default-features --features middleware -- -D warnings
 middleware_pyenv="${PYENV:-$PWD/target/pyenv-langchain}"
@@ -83,20 +83,20 @@ PY
 cargo run -q -p keel-cli -- run --config examples/stack/support.yaml \
     --transcript examples/stack/thread.jsonl --script examples/stack/answers.jsonl --json >/dev/null
 cargo run -q --features middleware --example middleware_stack >/dev/null
-# --- durable runtime (issue 14) ---
+# --- durable runtime ---
 # The agent-run tests (64 concurrent runs per multitask strategy on memory and SQLite,
 # the kill-and-resume child process, session deletion) ran with `cargo test` above;
 # the PostgreSQL ones (every strategy, two writer processes on one thread) ran with
 # keel-store's `--test postgres`. The soak example at CI size on every backend: it
 # exits non-zero if a message was lost or duplicated. Full size (1,000 threads of 200
 # messages, 64 at a time) is in docs/benchmarks.md.
-echo "== soak (issue 14)"
+echo "== soak"
 soak_dir="$(mktemp -d)"
 cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16
 cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16 --db "sqlite://$soak_dir/soak.db"
 cargo run -q --features postgres --example soak -- --threads 100 --messages 60 --concurrency 16 --db "$KEEL_TEST_POSTGRES_URL"
 rm -rf "$soak_dir"
-# --- keel serve (issue 16) ---
+# --- keel serve ---
 # The server with the official Python and JavaScript SDKs, the chat page in headless
 # Chromium (screenshots under target/serve-tests/), and a small load test (50
 # concurrent streaming runs; docs/benchmarks.md has 200 on a release build). The

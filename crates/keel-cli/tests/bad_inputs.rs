@@ -1,4 +1,4 @@
-//! Every subcommand on a corpus of bad inputs (issue 12): transcripts, configurations,
+//! Every subcommand on a corpus of bad inputs: transcripts, configurations,
 //! database URLs and flags a new user might try. For each input and each subcommand that
 //! takes it: the exit code, no panic, the exact message, and the same verdict and words
 //! from every subcommand. Each run is under a memory limit (`ulimit -v`) and a generous

@@ -1,4 +1,4 @@
-//! A property-driven fuzz target for the transcript reader (issue 12): arbitrary bytes,
+//! A property-driven fuzz target for the transcript reader: arbitrary bytes,
 //! and near-valid transcripts with one thing broken, go through the line reader, the
 //! message parser and the shared check. Nothing may panic, every line number is a real
 //! line, and no message leaks the parser's type names. Runs a fixed number of cases in

@@ -150,7 +150,7 @@ async fn without_session_memory_or_db_no_database_is_needed() {
 
 /// `--session ID`: two replays running at once into one session of one SQLite file, each
 /// with its own connection pool (as two processes would have), both finish and the
-/// session holds every message of both (issue 12).
+/// session holds every message of both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_replays_on_one_session_lose_nothing() {
     use keel_core::store::{ChatHistoryStore, SessionMemoryStore, SessionScope};

@@ -1,4 +1,4 @@
-//! `keel.yaml`: an agent described in YAML, in the stack format of issue 15 (top-level
+//! `keel.yaml`: an agent described in YAML, in the stack format of `keel run` (top-level
 //! `model` and `system_prompt` keys, a `middleware:` list of one-key mappings, outermost
 //! first, `- summarization: {...}` in DeerFlow's schema).
 //!

@@ -1,7 +1,7 @@
 //! One agent step's checkpoint (`put` of one new message after the head) on a thread of
 //! 10 messages and on one of 10,000, for every checkpointer: the in-memory ones, SQLite
 //! (WAL file) and PostgreSQL. A step stores what it changed, so the two sizes should
-//! cost about the same (issue 14's goal: within 2x).
+//! cost about the same (the goal: within 2x).
 //!
 //! ```text
 //! cargo bench -p keel-store --bench checkpoint                              # memory, SQLite

@@ -121,7 +121,7 @@ async fn a_missing_directory_is_a_connect_error() {
     );
 }
 
-/// What a user types for `--db` and what they are told (issue 12).
+/// What a user types for `--db` and what they are told.
 #[tokio::test]
 async fn database_paths_are_checked_and_explained() {
     let dir = tempfile::tempdir().unwrap();

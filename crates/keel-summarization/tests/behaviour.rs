@@ -1,4 +1,4 @@
-//! One test per numbered behaviour of issue 4 (and its pitfalls), driving the middleware
+//! One test per behaviour of transient summarization (and its known pitfalls), driving the middleware
 //! through `wrap_model_call` with a recording terminal.
 
 // Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.

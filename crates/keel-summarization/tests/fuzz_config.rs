@@ -1,4 +1,4 @@
-//! A property-driven fuzz target for the configuration loader (issue 12): arbitrary
+//! A property-driven fuzz target for the configuration loader: arbitrary
 //! text, and documents built from the real keys with extreme values (huge and negative
 //! numbers, non-finite floats, wrong types, deep nesting). Loading never panics, errors
 //! never show the YAML library's API hints, and a configuration that loads also builds
