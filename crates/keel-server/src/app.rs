@@ -15,8 +15,9 @@ use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
-use crate::routes::{assistants, page, runs, system, threads};
+use crate::routes::{assistants, page, runs, store, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
+use crate::store_api::ItemStore;
 
 /// LangGraph's namespace for assistant ids derived from a graph id (uuid5 over the
 /// graph id), so `agent` gets the same assistant id as on LangGraph's server.
@@ -45,6 +46,9 @@ pub struct ServerOptions {
     pub leases: Leases,
     /// Origins and host names served besides loopback ones (see [`crate::origin`]).
     pub origins: OriginPolicy,
+    /// Where Store API items (long-term memory) live; `None` keeps them in memory
+    /// ([`ItemStore::for_store`] puts them in the agent's database).
+    pub items: Option<Arc<ItemStore>>,
 }
 
 impl Default for ServerOptions {
@@ -59,6 +63,7 @@ impl Default for ServerOptions {
             registry: None,
             leases: Leases::Local,
             origins: OriginPolicy::default(),
+            items: None,
         }
     }
 }
@@ -70,6 +75,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     /// The runs.
     pub manager: Arc<RunManager>,
+    /// Store API items (long-term memory across threads).
+    pub items: Arc<ItemStore>,
 }
 
 /// The assistant id the Agent Server derives from a graph id.
@@ -108,7 +115,15 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         options.runs.clone(),
         options.leases.clone(),
     ));
-    let state = AppState { registry, manager };
+    let items = options
+        .items
+        .clone()
+        .unwrap_or_else(|| Arc::new(ItemStore::memory()));
+    let state = AppState {
+        registry,
+        manager,
+        items,
+    };
     let runs_handle = state.manager.clone();
 
     let mut api = Router::new()
@@ -158,7 +173,13 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         )
         .route("/runs", post(runs::stateless_create))
         .route("/runs/stream", post(runs::stateless_stream))
-        .route("/runs/wait", post(runs::stateless_wait));
+        .route("/runs/wait", post(runs::stateless_wait))
+        .route(
+            "/store/items",
+            get(store::get).put(store::put).delete(store::delete),
+        )
+        .route("/store/items/search", post(store::search))
+        .route("/store/namespaces", post(store::namespaces));
     if options.page {
         api = api
             .route("/", get(page::index))

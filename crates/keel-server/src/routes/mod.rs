@@ -3,5 +3,6 @@
 pub mod assistants;
 pub mod page;
 pub mod runs;
+pub mod store;
 pub mod system;
 pub mod threads;
