@@ -332,6 +332,48 @@ async def threads_are_scoped_to_their_owner():
 
 
 @test
+async def store_items_are_long_term_memory_per_owner():
+    alice, bob = client(AUTH_URL, ALICE), client(AUTH_URL, BOB)
+    await alice.store.put_item(["prefs", "u1"], key="theme", value={"color": "teal", "size": 2})
+    await alice.store.put_item(["prefs", "u1", "deep"], key="font", value={"size": 3})
+    await alice.store.put_item(["notes"], key="n1", value={"size": 2}, ttl=60)
+    item = await alice.store.get_item(["prefs", "u1"], key="theme")
+    assert item["namespace"] == ["prefs", "u1"] and item["key"] == "theme", item
+    assert item["value"] == {"color": "teal", "size": 2}, item
+    assert item["created_at"] and item["updated_at"], item
+    assert await alice.store.get_item(["prefs", "u1"], key="missing") is None
+
+    found = await alice.store.search_items(["prefs"])
+    assert [i["key"] for i in found["items"]] == ["theme", "font"], found
+    found = await alice.store.search_items(["prefs"], filter={"size": 2}, query="ignored without an index")
+    assert [i["key"] for i in found["items"]] == ["theme"], found
+    found = await alice.store.search_items([], filter={"size": {"$gte": 2}}, limit=2, offset=1)
+    assert [i["key"] for i in found["items"]] == ["font", "n1"], found
+
+    listed = await alice.store.list_namespaces()
+    assert listed["namespaces"] == [["notes"], ["prefs", "u1"], ["prefs", "u1", "deep"]], listed
+    listed = await alice.store.list_namespaces(prefix=["prefs"], max_depth=2)
+    assert listed["namespaces"] == [["prefs", "u1"]], listed
+
+    # Bob has a store of his own: nothing of alice's is visible or reachable.
+    assert await bob.store.get_item(["prefs", "u1"], key="theme") is None
+    assert (await bob.store.search_items([]))["items"] == []
+    assert (await bob.store.list_namespaces())["namespaces"] == []
+    await bob.store.delete_item(["prefs", "u1"], key="theme")
+    assert (await alice.store.get_item(["prefs", "u1"], key="theme"))["value"]["color"] == "teal"
+
+    await alice.store.delete_item(["prefs", "u1"], key="theme")
+    assert await alice.store.get_item(["prefs", "u1"], key="theme") is None
+
+    # Bad input is refused with the field named.
+    try:
+        await alice.store.put_item(["prefs"], key="", value={})
+        raise AssertionError("an empty key was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "key" in e.response.json()["detail"], e.response.text
+
+
+@test
 async def stateless_runs_and_deletion():
     c = client()
     result = await c.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "no thread"}]})
