@@ -15,7 +15,7 @@ use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
-use crate::routes::{assistants, page, runs, store, system, threads};
+use crate::routes::{assistants, page, protocol, runs, store, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
 use crate::store_api::ItemStore;
 
@@ -158,6 +158,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
             post(runs::create_stream),
         )
         .route("/threads/{thread_id}/runs/wait", post(runs::create_wait))
+        .route("/threads/{thread_id}/commands", post(protocol::command))
+        .route(
+            "/threads/{thread_id}/stream/events",
+            post(protocol::stream_events),
+        )
         .route(
             "/threads/{thread_id}/runs/{run_id}",
             get(runs::get_one).delete(runs::delete),

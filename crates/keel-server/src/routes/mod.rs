@@ -2,6 +2,7 @@
 
 pub mod assistants;
 pub mod page;
+pub mod protocol;
 pub mod runs;
 pub mod store;
 pub mod system;
