@@ -453,6 +453,58 @@ async def an_interrupt_is_streamed_and_a_command_resumes_it():
         assert e.response.status_code == 400 and "no pending interrupt" in e.response.text, e.response.text
 
 
+@test
+async def threads_stream_starts_a_run_and_streams_its_messages_and_values():
+    # langgraph-sdk's thread-centric surface: POST /threads/{id}/commands (run.start)
+    # and POST /threads/{id}/stream/events, on a thread the server creates on first use.
+    c = client()
+    async with c.threads.stream(assistant_id="agent") as thread:
+        started = await thread.run.start(input={"messages": [{"role": "user", "content": "hi"}]})
+        assert set(started) == {"run_id"}, started
+
+        async def messages():
+            streams = [m async for m in thread.messages]
+            return [await m.text for m in streams]
+
+        async def values():
+            return [v async for v in thread.values]
+
+        texts, snapshots = await asyncio.wait_for(asyncio.gather(messages(), values()), 60)
+        assert texts and texts[-1].startswith("You said: hi"), texts
+        assert snapshots[-1]["messages"][-1]["content"] == texts[-1], snapshots[-1]
+        output = await thread.output.with_timeout(60)
+        assert [m["type"] for m in output["messages"]] == ["human", "ai"], output
+        tid = thread.thread_id
+    # The same thread through the REST API.
+    assert (await c.threads.get(tid))["status"] == "idle"
+    assert len((await c.threads.get_state(tid))["values"]["messages"]) == 2
+
+
+@test
+async def threads_stream_surfaces_an_interrupt_and_run_respond_resumes_it():
+    if REVIEW_URL is None:
+        raise AssertionError("no keel serve URL with human_in_the_loop given")
+    c = client(REVIEW_URL)
+    async with c.threads.stream(assistant_id="agent") as thread:
+        await thread.run.start(input={"messages": [{"role": "user", "content": "echo hello"}]})
+        for _ in range(300):
+            if thread.interrupted:
+                break
+            await asyncio.sleep(0.1)
+        assert thread.interrupted, "no input.requested arrived"
+        [pending] = thread.interrupts
+        assert pending["namespace"] == [], pending
+        assert pending["value"]["action_requests"][0]["args"] == {"query": "echo hello"}, pending
+        state = await c.threads.get_state(thread.thread_id)
+        assert state["tasks"][0]["interrupts"][0]["id"] == pending["interrupt_id"], state["tasks"]
+        answered = await thread.run.respond({"decisions": [{"type": "approve"}]})
+        assert answered == {}, answered
+        output = await thread.output.with_timeout(60)
+        tool = [m for m in output["messages"] if m["type"] == "tool"]
+        assert tool and "echo hello" in tool[-1]["content"], output["messages"]
+        assert output["messages"][-1]["type"] == "ai", output["messages"][-1]
+
+
 async def main():
     passed = failed = 0
     for fn in TESTS:
