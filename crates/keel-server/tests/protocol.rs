@@ -333,14 +333,10 @@ async fn input_respond_answers_the_pending_interrupt() {
         "{data}"
     );
     assert_eq!(data["payload"], data["value"]);
-    let started = seen
-        .iter()
-        .find(|(_, _, d)| d["params"]["data"]["event"] == "tool-started")
-        .unwrap();
-    assert_eq!(started.2["params"]["data"]["tool_name"], "echo");
-    assert_eq!(
-        started.2["params"]["data"]["input"],
-        json!({"query": "ping"})
+    // Nothing ran yet: the call starts once it is approved.
+    assert!(
+        seen.iter().all(|(_, _, d)| d["method"] != "tools"),
+        "{seen:#?}"
     );
     // Values carry no `__interrupt__`: it is the input channel's.
     assert!(
@@ -386,6 +382,15 @@ async fn input_respond_answers_the_pending_interrupt() {
         json!({"type": "success", "id": 7, "result": {}, "meta": {"applied_through_seq": 0}})
     );
     let seen = stream.until(lifecycle("completed")).await;
+    let started = seen
+        .iter()
+        .find(|(_, _, d)| d["params"]["data"]["event"] == "tool-started")
+        .unwrap();
+    assert_eq!(started.2["params"]["data"]["tool_name"], "echo");
+    assert_eq!(
+        started.2["params"]["data"]["input"],
+        json!({"query": "ping"})
+    );
     let finished = seen
         .iter()
         .find(|(_, _, d)| d["params"]["data"]["event"] == "tool-finished")
@@ -393,6 +398,12 @@ async fn input_respond_answers_the_pending_interrupt() {
     assert_eq!(
         finished.2["params"]["data"]["tool_call_id"],
         started.2["params"]["data"]["tool_call_id"]
+    );
+    // The tool's result also reaches the messages channel, as a `tool` message.
+    assert!(
+        seen.iter()
+            .any(|(_, _, d)| d["params"]["data"]["event"] == "message-start"
+                && d["params"]["data"]["role"] == "tool")
     );
     let last_values = seen.iter().rev().find(|(e, _, _)| e == "values").unwrap();
     let messages = last_values.2["params"]["data"]["messages"]
@@ -490,10 +501,7 @@ async fn every_other_method_and_bad_envelopes_get_protocol_errors() {
     for (filter, needle) in [
         (json!({}), "channels is required"),
         (json!({"channels": []}), "channels is required"),
-        (
-            json!({"channels": ["bogus"]}),
-            "the unsupported entry",
-        ),
+        (json!({"channels": ["bogus"]}), "the unsupported entry"),
         (
             json!({"channels": ["values"], "since": -1}),
             "since must be a whole number",

@@ -23,7 +23,7 @@
 //! `custom`. Keel has no subgraphs: every event is in the root namespace `[]`; the
 //! `tasks` and `checkpoints` channels are accepted and carry nothing.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -673,6 +673,9 @@ struct Mapper {
     open: Option<OpenMessage>,
     interrupts: HashSet<String>,
     terminal: bool,
+    /// Tool calls the model asked for, by id: name and arguments (a resumed run runs
+    /// the calls of a message an earlier run wrote).
+    calls: HashMap<String, (Value, Value)>,
 }
 
 impl Mapper {
@@ -686,6 +689,7 @@ impl Mapper {
             )),
             "values" => {
                 let mut values = data;
+                self.remember_calls(&values);
                 if let Some(list) = values
                     .as_object_mut()
                     .and_then(|o| o.remove(keel_core::state::INTERRUPT_KEY))
@@ -704,12 +708,10 @@ impl Mapper {
                     if node == "model" {
                         self.finish_message(out);
                     }
-                    let node_name: Option<&'static str> = match node.as_str() {
-                        "model" => Some("model"),
-                        "tools" => Some("tools"),
-                        _ => None,
-                    };
-                    tools_of(&node, &delta, node_name, out);
+                    self.remember_calls(&delta);
+                    if node == "tools" {
+                        self.tools_of(&delta, out);
+                    }
                     out.push(("updates", json!({"node": node, "values": delta}), None));
                 }
             }
@@ -719,7 +721,12 @@ impl Mapper {
                     Some("AIMessageChunk") => self.chunk(chunk, out),
                     Some("ai") => {
                         self.finish_message(out);
-                        whole_message(chunk, out);
+                        whole_message(chunk, "ai", out);
+                    }
+                    // Tool results, whole, as LangGraph's server sends them (role "tool").
+                    Some("tool") => {
+                        self.finish_message(out);
+                        whole_message(chunk, "tool", out);
                     }
                     _ => {}
                 }
@@ -760,6 +767,52 @@ impl Mapper {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Notes the tool calls of the AI messages in a state or an update.
+    fn remember_calls(&mut self, values: &Value) {
+        for message in values["messages"].as_array().into_iter().flatten() {
+            for call in message["tool_calls"].as_array().into_iter().flatten() {
+                if let Some(id) = call["id"].as_str() {
+                    self.calls
+                        .insert(id.to_owned(), (call["name"].clone(), call["args"].clone()));
+                }
+            }
+        }
+    }
+
+    /// The `tools` channel's events for the tools node's update: each call's start and
+    /// its end (Keel reports a tool call once it has run, so both come together).
+    fn tools_of(&self, delta: &Value, out: &mut Vec<Mapped>) {
+        for message in delta["messages"].as_array().into_iter().flatten() {
+            if message["type"].as_str() != Some("tool") {
+                continue;
+            }
+            let id = &message["tool_call_id"];
+            let (name, input) = id
+                .as_str()
+                .and_then(|i| self.calls.get(i))
+                .cloned()
+                .unwrap_or((message["name"].clone(), Value::Null));
+            out.push((
+                "tools",
+                json!({"event": "tool-started", "tool_call_id": id, "tool_name": name, "input": input}),
+                Some("tools"),
+            ));
+            if message["status"].as_str() == Some("error") {
+                out.push((
+                    "tools",
+                    json!({"event": "tool-error", "tool_call_id": id, "message": text_of(&message["content"])}),
+                    Some("tools"),
+                ));
+            } else {
+                out.push((
+                    "tools",
+                    json!({"event": "tool-finished", "tool_call_id": id, "output": message["content"]}),
+                    Some("tools"),
+                ));
+            }
         }
     }
 
@@ -916,7 +969,7 @@ fn text_of(content: &Value) -> String {
 }
 
 /// A message sent whole (not streamed): the same events, one delta per block.
-fn whole_message(message: &Value, out: &mut Vec<Mapped>) {
+fn whole_message(message: &Value, role: &str, out: &mut Vec<Mapped>) {
     let mut m = Mapper {
         open: Some(OpenMessage {
             id: message["id"].as_str().unwrap_or_default().to_owned(),
@@ -925,11 +978,11 @@ fn whole_message(message: &Value, out: &mut Vec<Mapped>) {
         }),
         ..Mapper::default()
     };
-    out.push((
-        "messages",
-        json!({"event": "message-start", "role": "ai", "id": message["id"]}),
-        None,
-    ));
+    let mut start = json!({"event": "message-start", "role": role, "id": message["id"]});
+    if role == "tool" {
+        start["tool_call_id"] = message["tool_call_id"].clone();
+    }
+    out.push(("messages", start, None));
     let mut chunk = json!({"id": message["id"], "content": text_of(&message["content"]), "tool_call_chunks": []});
     let calls: Vec<Value> = message["tool_calls"]
         .as_array()
@@ -941,41 +994,6 @@ fn whole_message(message: &Value, out: &mut Vec<Mapped>) {
     chunk["tool_call_chunks"] = Value::Array(calls);
     m.chunk(&chunk, out);
     m.finish_message(out);
-}
-
-/// The `tools` channel's events in a node's update: a call's start when the model asks
-/// for it, its end when the tools node answers.
-fn tools_of(node: &str, delta: &Value, node_name: Option<&'static str>, out: &mut Vec<Mapped>) {
-    for message in delta["messages"].as_array().into_iter().flatten() {
-        match (node, message["type"].as_str()) {
-            ("model", Some("ai")) => {
-                for call in message["tool_calls"].as_array().into_iter().flatten() {
-                    out.push((
-                        "tools",
-                        json!({"event": "tool-started", "tool_call_id": call["id"], "tool_name": call["name"], "input": call["args"]}),
-                        node_name,
-                    ));
-                }
-            }
-            ("tools", Some("tool")) => {
-                let id = &message["tool_call_id"];
-                if message["status"].as_str() == Some("error") {
-                    out.push((
-                        "tools",
-                        json!({"event": "tool-error", "tool_call_id": id, "message": text_of(&message["content"])}),
-                        node_name,
-                    ));
-                } else {
-                    out.push((
-                        "tools",
-                        json!({"event": "tool-finished", "tool_call_id": id, "output": message["content"]}),
-                        node_name,
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1054,8 +1072,8 @@ mod tests {
                 "messages:content-block-delta",
                 "messages:content-block-finish",
                 "messages:message-finish",
-                "tools:tool-started",
                 "updates",
+                "tools:tool-started",
                 "tools:tool-finished",
                 "updates",
                 "lifecycle:completed",
@@ -1069,7 +1087,12 @@ mod tests {
             out[9].1["content"],
             json!({"type": "tool_call", "id": "t1", "name": "echo", "args": {"q": 1}})
         );
-        assert_eq!(out[12].1["node"], "model");
+        assert_eq!(out[11].1["node"], "model");
+        // A call starts when the tools node reports it, named as the model asked.
+        assert_eq!(
+            out[12].1,
+            json!({"event": "tool-started", "tool_call_id": "t1", "tool_name": "echo", "input": {"q": 1}})
+        );
     }
 
     #[test]
