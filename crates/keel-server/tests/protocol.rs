@@ -399,11 +399,19 @@ async fn input_respond_answers_the_pending_interrupt() {
         finished.2["params"]["data"]["tool_call_id"],
         started.2["params"]["data"]["tool_call_id"]
     );
-    // The tool's result also reaches the messages channel, as a `tool` message.
-    assert!(
+    // The tool's result also reaches the messages channel, as a `tool` message, after
+    // the call's tool events (as langgraph dev orders them), its output the message.
+    let position = |want: &dyn Fn(&Value) -> bool| {
         seen.iter()
-            .any(|(_, _, d)| d["params"]["data"]["event"] == "message-start"
-                && d["params"]["data"]["role"] == "tool")
+            .position(|(_, _, d)| want(&d["params"]["data"]))
+            .unwrap()
+    };
+    let tool_message = position(&|d| d["event"] == "message-start" && d["role"] == "tool");
+    let tool_finished = position(&|d| d["event"] == "tool-finished");
+    assert!(tool_finished < tool_message);
+    assert_eq!(
+        seen[tool_finished].2["params"]["data"]["output"]["type"],
+        "tool"
     );
     let last_values = seen.iter().rev().find(|(e, _, _)| e == "values").unwrap();
     let messages = last_values.2["params"]["data"]["messages"]

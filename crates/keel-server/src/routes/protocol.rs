@@ -676,6 +676,9 @@ struct Mapper {
     /// Tool calls the model asked for, by id: name and arguments (a resumed run runs
     /// the calls of a message an earlier run wrote).
     calls: HashMap<String, (Value, Value)>,
+    /// Tool messages waiting for the tools node's update, which the run logs after them:
+    /// LangGraph's server sends a call's tool events before its message.
+    held: Vec<Value>,
 }
 
 impl Mapper {
@@ -711,6 +714,9 @@ impl Mapper {
                     self.remember_calls(&delta);
                     if node == "tools" {
                         self.tools_of(&delta, out);
+                        for message in std::mem::take(&mut self.held) {
+                            whole_message(&message, "tool", out);
+                        }
                     }
                     out.push(("updates", json!({"node": node, "values": delta}), None));
                 }
@@ -726,7 +732,7 @@ impl Mapper {
                     // Tool results, whole, as LangGraph's server sends them (role "tool").
                     Some("tool") => {
                         self.finish_message(out);
-                        whole_message(chunk, "tool", out);
+                        self.held.push(chunk.clone());
                     }
                     _ => {}
                 }
@@ -751,6 +757,9 @@ impl Mapper {
             }
             "end" => {
                 self.finish_message(out);
+                for message in std::mem::take(&mut self.held) {
+                    whole_message(&message, "tool", out);
+                }
                 if !self.terminal {
                     self.terminal = true;
                     let phase = match data["status"].as_str() {
@@ -783,7 +792,8 @@ impl Mapper {
     }
 
     /// The `tools` channel's events for the tools node's update: each call's start and
-    /// its end (Keel reports a tool call once it has run, so both come together).
+    /// its end (Keel reports a tool call once it has run, so both come together), its
+    /// output the whole tool message, as LangGraph's server sends it.
     fn tools_of(&self, delta: &Value, out: &mut Vec<Mapped>) {
         for message in delta["messages"].as_array().into_iter().flatten() {
             if message["type"].as_str() != Some("tool") {
@@ -809,7 +819,7 @@ impl Mapper {
             } else {
                 out.push((
                     "tools",
-                    json!({"event": "tool-finished", "tool_call_id": id, "output": message["content"]}),
+                    json!({"event": "tool-finished", "tool_call_id": id, "output": message}),
                     Some("tools"),
                 ));
             }
