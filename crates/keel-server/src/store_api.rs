@@ -25,15 +25,21 @@
 //! Limits (refused with a typed [`StoreError::Invalid`] naming the field):
 //! a namespace has 1 to [`MAX_NAMESPACE_DEPTH`] labels of 1 to [`MAX_LABEL_CHARS`]
 //! characters, none containing `.` (the SDKs join labels with dots in `GET
-//! /store/items`) or a control character, and the first is not `langgraph` (reserved by
-//! LangGraph); a key has 1 to [`MAX_KEY_CHARS`] characters and no control character; a
+//! /store/items`) or a control character, none the wildcard `*` of namespace listings,
+//! and the first is not `langgraph` (reserved by LangGraph); a key has 1 to [`MAX_KEY_CHARS`] characters and no control character; a
 //! value is a JSON object of at most [`MAX_VALUE_BYTES`] bytes serialized; a TTL is 1 to
 //! [`MAX_TTL_MINUTES`] minutes. Semantic search (`query`) needs an embedding index, which
 //! this server does not have: as on LangGraph's server without an `index` configured,
 //! the query is ignored and the search filters only.
 //!
-//! Storage: memory, or tables `keel_server_store_items` created on first use next to the
-//! server's other tables in the agent's SQLite or PostgreSQL database.
+//! Storage: memory, or the table `keel_server_store_items` created on first use next to
+//! the server's other tables in the agent's SQLite or PostgreSQL database. A search
+//! reads the owner's rows under the prefix and filters and pages them in the server, and
+//! a namespace listing reads the owner's distinct namespaces: meant for thousands of
+//! items per owner, not millions. Expired items stop being read at once and are deleted
+//! at the next write. To give middleware the same memory as the Store API, build one
+//! store ([`ItemStore::for_store`]), hand it to the middleware and to
+//! [`ServerOptions::items`](crate::ServerOptions::items).
 
 use std::collections::BTreeMap;
 
