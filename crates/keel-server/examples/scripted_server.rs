@@ -47,6 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = scripted::model(pace);
     let store = Store::connect(&database).await?;
     let registry = Registry::for_store(&store).await?;
+    let items = keel_server::store_api::ItemStore::for_store(&store).await?;
     let leases = match &store {
         #[cfg(feature = "postgres")]
         Store::Postgres(_) => Leases::postgres(&database).await?,
@@ -57,6 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         graph_id: stack.name.clone(),
         api_keys: keys,
         registry: Some(Arc::new(registry)),
+        items: Some(Arc::new(items)),
         leases,
         ..ServerOptions::default()
     };

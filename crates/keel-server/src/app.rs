@@ -15,8 +15,9 @@ use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
-use crate::routes::{assistants, page, runs, system, threads};
+use crate::routes::{assistants, page, protocol, runs, store, system, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
+use crate::store_api::ItemStore;
 
 /// LangGraph's namespace for assistant ids derived from a graph id (uuid5 over the
 /// graph id), so `agent` gets the same assistant id as on LangGraph's server.
@@ -52,6 +53,9 @@ pub struct ServerOptions {
     pub leases: Leases,
     /// Origins and host names served besides loopback ones (see [`crate::origin`]).
     pub origins: OriginPolicy,
+    /// Where Store API items (long-term memory) live; `None` keeps them in memory
+    /// ([`ItemStore::for_store`] puts them in the agent's database).
+    pub items: Option<Arc<ItemStore>>,
 }
 
 impl Default for ServerOptions {
@@ -67,6 +71,7 @@ impl Default for ServerOptions {
             registry: None,
             leases: Leases::Local,
             origins: OriginPolicy::default(),
+            items: None,
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct AppState {
     pub manager: Arc<RunManager>,
     /// [`ServerOptions::max_input_messages`].
     pub max_input_messages: usize,
+    /// Store API items (long-term memory across threads).
+    pub items: Arc<ItemStore>,
 }
 
 /// The assistant id the Agent Server derives from a graph id.
@@ -118,10 +125,15 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         options.runs.clone(),
         options.leases.clone(),
     ));
+    let items = options
+        .items
+        .clone()
+        .unwrap_or_else(|| Arc::new(ItemStore::memory()));
     let state = AppState {
         registry,
         manager,
         max_input_messages: options.max_input_messages,
+        items,
     };
     let runs_handle = state.manager.clone();
 
@@ -157,6 +169,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
             post(runs::create_stream),
         )
         .route("/threads/{thread_id}/runs/wait", post(runs::create_wait))
+        .route("/threads/{thread_id}/commands", post(protocol::command))
+        .route(
+            "/threads/{thread_id}/stream/events",
+            post(protocol::stream_events),
+        )
         .route(
             "/threads/{thread_id}/runs/{run_id}",
             get(runs::get_one).delete(runs::delete),
@@ -172,7 +189,13 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         )
         .route("/runs", post(runs::stateless_create))
         .route("/runs/stream", post(runs::stateless_stream))
-        .route("/runs/wait", post(runs::stateless_wait));
+        .route("/runs/wait", post(runs::stateless_wait))
+        .route(
+            "/store/items",
+            get(store::get).put(store::put).delete(store::delete),
+        )
+        .route("/store/items/search", post(store::search))
+        .route("/store/namespaces", post(store::namespaces));
     if options.page {
         api = api
             .route("/", get(page::index))

@@ -51,6 +51,7 @@ pub mod origin;
 pub mod registry;
 pub mod routes;
 pub mod runs;
+pub mod store_api;
 pub mod time;
 pub mod wire;
 

@@ -30,6 +30,7 @@ use crate::config::{StackConfig, StackError};
 use crate::lease::Leases;
 use crate::registry::Registry;
 use crate::runs::RunManager;
+use crate::store_api::ItemStore;
 
 /// What `keel serve` needs.
 #[derive(Clone, Debug)]
@@ -142,6 +143,12 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
             url: redact(&options.database),
             message: e.to_string(),
         })?;
+    let items = ItemStore::for_store(&store)
+        .await
+        .map_err(|e| ServeError::Database {
+            url: redact(&options.database),
+            message: e.to_string(),
+        })?;
     // One process owns a SQLite database: what it left running before is over.
     if !registry.is_shared() {
         match registry.recover_after_restart().await {
@@ -186,6 +193,7 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         max_input_messages: options.max_input_messages,
         origins: options.origins.clone(),
         registry: Some(Arc::new(registry)),
+        items: Some(Arc::new(items)),
         leases,
         ..ServerOptions::default()
     };

@@ -2,6 +2,8 @@
 
 pub mod assistants;
 pub mod page;
+pub mod protocol;
 pub mod runs;
+pub mod store;
 pub mod system;
 pub mod threads;

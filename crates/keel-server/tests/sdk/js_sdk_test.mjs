@@ -150,5 +150,56 @@ await test("an interrupt reaches the stream and a command resumes it", async () 
   assert(state.next.length === 0 && state.tasks.length === 0, JSON.stringify(state));
 });
 
+await test("threads.stream starts a run and streams its messages (protocol v2)", async () => {
+  // POST /threads/{id}/commands (run.start) and POST /threads/{id}/stream/events.
+  const thread = client.threads.stream({ assistantId: "agent" });
+  try {
+    const started = await thread.run.start({ input: user("hi from js") });
+    assert(typeof started.run_id === "string", JSON.stringify(started));
+    const texts = [];
+    const messages = (async () => {
+      for await (const m of thread.messages) texts.push(await m.text);
+    })();
+    const out = await thread.output;
+    await Promise.race([messages, new Promise((resolve) => setTimeout(resolve, 2000))]);
+    assert(out.messages.map((m) => m.type).join() === "human,ai", JSON.stringify(out));
+    assert(texts.at(-1) === out.messages[1].content, JSON.stringify({ texts, out }));
+  } finally {
+    await thread.close();
+  }
+});
+
+await test("threads.stream surfaces an interrupt and respondInput resumes it", async () => {
+  assert(reviewUrl, "no REVIEW_URL given");
+  const review = new Client({ apiUrl: reviewUrl });
+  const thread = review.threads.stream({ assistantId: "agent" });
+  try {
+    await thread.run.start({ input: user("echo from v2") });
+    for (let i = 0; i < 300 && thread.interrupts.length === 0; i += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert(thread.interrupts.length === 1, "no input.requested arrived");
+    const [pending] = thread.interrupts;
+    assert(pending.payload.action_requests[0].args.query === "echo from v2", JSON.stringify(pending));
+    await thread.respondInput({
+      namespace: pending.namespace,
+      interrupt_id: pending.interruptId,
+      response: { decisions: [{ type: "approve" }] },
+    });
+    for (let i = 0; i < 300; i += 1) {
+      const state = await review.threads.getState(thread.threadId);
+      const tool = (state.values.messages ?? []).filter((m) => m.type === "tool");
+      if (tool.length === 1 && state.values.messages.at(-1).type === "ai") {
+        assert(tool[0].content.includes("echo from v2"), JSON.stringify(tool));
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error("the resumed run did not finish");
+  } finally {
+    await thread.close();
+  }
+});
+
 console.log(`${results.passed} passed, ${results.failed} failed`);
 process.exit(results.failed ? 1 : 0);

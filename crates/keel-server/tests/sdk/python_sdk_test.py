@@ -332,6 +332,48 @@ async def threads_are_scoped_to_their_owner():
 
 
 @test
+async def store_items_are_long_term_memory_per_owner():
+    alice, bob = client(AUTH_URL, ALICE), client(AUTH_URL, BOB)
+    await alice.store.put_item(["prefs", "u1"], key="theme", value={"color": "teal", "size": 2})
+    await alice.store.put_item(["prefs", "u1", "deep"], key="font", value={"size": 3})
+    await alice.store.put_item(["notes"], key="n1", value={"size": 2}, ttl=60)
+    item = await alice.store.get_item(["prefs", "u1"], key="theme")
+    assert item["namespace"] == ["prefs", "u1"] and item["key"] == "theme", item
+    assert item["value"] == {"color": "teal", "size": 2}, item
+    assert item["created_at"] and item["updated_at"], item
+    assert await alice.store.get_item(["prefs", "u1"], key="missing") is None
+
+    found = await alice.store.search_items(["prefs"])
+    assert [i["key"] for i in found["items"]] == ["theme", "font"], found
+    found = await alice.store.search_items(["prefs"], filter={"size": 2}, query="ignored without an index")
+    assert [i["key"] for i in found["items"]] == ["theme"], found
+    found = await alice.store.search_items([], filter={"size": {"$gte": 2}}, limit=2, offset=1)
+    assert [i["key"] for i in found["items"]] == ["font", "n1"], found
+
+    listed = await alice.store.list_namespaces()
+    assert listed["namespaces"] == [["notes"], ["prefs", "u1"], ["prefs", "u1", "deep"]], listed
+    listed = await alice.store.list_namespaces(prefix=["prefs"], max_depth=2)
+    assert listed["namespaces"] == [["prefs", "u1"]], listed
+
+    # Bob has a store of his own: nothing of alice's is visible or reachable.
+    assert await bob.store.get_item(["prefs", "u1"], key="theme") is None
+    assert (await bob.store.search_items([]))["items"] == []
+    assert (await bob.store.list_namespaces())["namespaces"] == []
+    await bob.store.delete_item(["prefs", "u1"], key="theme")
+    assert (await alice.store.get_item(["prefs", "u1"], key="theme"))["value"]["color"] == "teal"
+
+    await alice.store.delete_item(["prefs", "u1"], key="theme")
+    assert await alice.store.get_item(["prefs", "u1"], key="theme") is None
+
+    # Bad input is refused with the field named.
+    try:
+        await alice.store.put_item(["prefs"], key="", value={})
+        raise AssertionError("an empty key was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "key" in e.response.json()["detail"], e.response.text
+
+
+@test
 async def stateless_runs_and_deletion():
     c = client()
     result = await c.runs.wait(None, "agent", input={"messages": [{"role": "user", "content": "no thread"}]})
@@ -409,6 +451,55 @@ async def an_interrupt_is_streamed_and_a_command_resumes_it():
         raise AssertionError("a resume with nothing pending was accepted")
     except httpx.HTTPStatusError as e:
         assert e.response.status_code == 400 and "no pending interrupt" in e.response.text, e.response.text
+
+
+@test
+async def threads_stream_starts_a_run_and_streams_its_messages():
+    # langgraph-sdk's thread-centric surface: POST /threads/{id}/commands (run.start)
+    # and POST /threads/{id}/stream/events, on a thread the server creates on first use.
+    c = client()
+    async with c.threads.stream(assistant_id="agent") as thread:
+        started = await thread.run.start(input={"messages": [{"role": "user", "content": "hi"}]})
+        assert set(started) == {"run_id"}, started
+
+        # One projection at a time: two opened together race in the SDK (the shared
+        # stream it replaces can be closed before its headers arrive, and its `ready`
+        # then never resolves).
+        streams = await asyncio.wait_for(collect(thread.messages), 60)
+        texts = [await m.text for m in streams]
+        assert texts and texts[-1].startswith("You said: hi"), texts
+        output = await thread.output.with_timeout(60)
+        assert [m["type"] for m in output["messages"]] == ["human", "ai"], output
+        assert output["messages"][-1]["content"] == texts[-1], output
+        tid = thread.thread_id
+    # The same thread through the REST API.
+    assert (await c.threads.get(tid))["status"] == "idle"
+    assert len((await c.threads.get_state(tid))["values"]["messages"]) == 2
+
+
+@test
+async def threads_stream_surfaces_an_interrupt_and_run_respond_resumes_it():
+    if REVIEW_URL is None:
+        raise AssertionError("no keel serve URL with human_in_the_loop given")
+    c = client(REVIEW_URL)
+    async with c.threads.stream(assistant_id="agent") as thread:
+        await thread.run.start(input={"messages": [{"role": "user", "content": "echo hello"}]})
+        for _ in range(300):
+            if thread.interrupted:
+                break
+            await asyncio.sleep(0.1)
+        assert thread.interrupted, "no input.requested arrived"
+        [pending] = thread.interrupts
+        assert pending["namespace"] == [], pending
+        assert pending["value"]["action_requests"][0]["args"] == {"query": "echo hello"}, pending
+        state = await c.threads.get_state(thread.thread_id)
+        assert state["tasks"][0]["interrupts"][0]["id"] == pending["interrupt_id"], state["tasks"]
+        answered = await thread.run.respond({"decisions": [{"type": "approve"}]})
+        assert answered == {}, answered
+        output = await thread.output.with_timeout(60)
+        tool = [m for m in output["messages"] if m["type"] == "tool"]
+        assert tool and "echo hello" in tool[-1]["content"], output["messages"]
+        assert output["messages"][-1]["type"] == "ai", output["messages"][-1]
 
 
 async def main():
