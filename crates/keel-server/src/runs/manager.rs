@@ -887,12 +887,6 @@ impl RunManager {
             }
             Ending::Cancelled(action) => self.finalize(&live, cancel_final(action)).await,
         };
-        push_json(
-            &live.log,
-            "end",
-            &json!({"run_id": live.run_id, "status": status}),
-        );
-        live.log.close();
         let next = {
             let mut state = self.state.lock();
             let next = match state.slots.get_mut(&live.thread_id) {
@@ -911,20 +905,29 @@ impl RunManager {
             }
             next
         };
+        // The thread's status is written before the `end` event: a client that reads
+        // the thread once its stream ended (or its join returned) sees it idle,
+        // interrupted or failed, never still busy.
+        if next.is_none() {
+            let thread_status = if status == "error" {
+                ThreadStatus::Error
+            } else if paused {
+                ThreadStatus::Interrupted
+            } else {
+                ThreadStatus::Idle
+            };
+            self.write_thread_status(&live.thread_id, thread_status)
+                .await;
+        }
+        push_json(
+            &live.log,
+            "end",
+            &json!({"run_id": live.run_id, "status": status}),
+        );
+        live.log.close();
         self.retire(&live.run_id);
-        match next {
-            Some(next) => self.spawn(next),
-            None => {
-                let thread_status = if status == "error" {
-                    ThreadStatus::Error
-                } else if paused {
-                    ThreadStatus::Interrupted
-                } else {
-                    ThreadStatus::Idle
-                };
-                self.write_thread_status(&live.thread_id, thread_status)
-                    .await;
-            }
+        if let Some(next) = next {
+            self.spawn(next);
         }
     }
 
