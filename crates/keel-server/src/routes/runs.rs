@@ -20,7 +20,10 @@ use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
 use crate::registry::{RunRecord, RunStatus, Strategy};
 use crate::routes::assistants;
-use crate::routes::threads::{current_values, delete_thread, find_owned, new_thread, owned};
+use crate::routes::threads::{
+    checkpoint_id, current_values, delete_thread, find_owned, new_thread, owned,
+    parse_checkpoint_id,
+};
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
@@ -51,6 +54,8 @@ pub struct RunBody {
 /// A validated run request.
 struct Parsed {
     run: NewRun,
+    /// The checkpoint the run is asked to start from (`checkpoint` or `checkpoint_id`).
+    from_checkpoint: Option<String>,
     cancel_on_disconnect: bool,
     create_thread: bool,
     delete_on_completion: bool,
@@ -114,6 +119,85 @@ fn resume_of(
     decisions_from_resume(value).map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
+/// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
+/// object's (LangGraph's `{checkpoint_id, checkpoint_ns, checkpoint_map}`, what
+/// agent-chat-ui's `useStream` sends with every message). `None`: the thread's head.
+fn checkpoint_of(
+    checkpoint: &Option<Value>,
+    checkpoint_id: &Option<Value>,
+) -> Result<Option<String>, ApiError> {
+    let id_of = |field: &str, v: &Value| match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(ApiError::Invalid(format!(
+            "{field} must be a checkpoint id string, not {}",
+            kind(other)
+        ))),
+    };
+    let from_object = match checkpoint {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(fields)) => {
+            match fields.get("checkpoint_ns") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(ns)) if ns.is_empty() => {}
+                Some(other) => {
+                    return Err(ApiError::Invalid(format!(
+                        "checkpoint.checkpoint_ns {other} is not supported: this agent has no subgraphs, so its only namespace is \"\""
+                    )));
+                }
+            }
+            match fields.get("checkpoint_id") {
+                None => None,
+                Some(v) => id_of("checkpoint.checkpoint_id", v)?,
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "checkpoint must be an object like {{\"checkpoint_id\": ...}}, not {}",
+                kind(other)
+            )));
+        }
+    };
+    let from_field = match checkpoint_id {
+        None => None,
+        Some(v) => id_of("checkpoint_id", v)?,
+    };
+    match (from_object, from_field) {
+        (Some(a), Some(b)) if a != b => Err(ApiError::Invalid(format!(
+            "checkpoint.checkpoint_id {a:?} and checkpoint_id {b:?} name different checkpoints"
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// A run may start from the thread's head only (forking from an earlier checkpoint is
+/// not supported): naming the head, as LangGraph clients do on every message, is the
+/// same as naming none.
+async fn check_from_head(app: &AppState, thread_id: &str, id: &str) -> Result<(), ApiError> {
+    let wanted = parse_checkpoint_id(id)?;
+    let head = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?
+        .map(|cp| cp.seq);
+    match head {
+        Some(seq) if seq == wanted => Ok(()),
+        Some(seq) if wanted < seq => Err(ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is an earlier checkpoint of thread {}; starting from an earlier checkpoint (a fork) is not supported, runs continue from its latest checkpoint {:?}",
+            public_thread_id(thread_id),
+            checkpoint_id(seq)
+        ))),
+        Some(_) | None => Err(ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is not a checkpoint of thread {}",
+            public_thread_id(thread_id)
+        ))),
+    }
+}
+
 fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
     let assistant = body
         .assistant_id
@@ -139,9 +223,11 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             "webhook is not supported by this server".into(),
         ));
     }
-    if present(&body.checkpoint) || present(&body.checkpoint_id) {
+    let from_checkpoint = checkpoint_of(&body.checkpoint, &body.checkpoint_id)?;
+    if from_checkpoint.is_some() && stateless {
         return Err(ApiError::Invalid(
-            "starting from an earlier checkpoint is not supported; runs continue from the thread's latest state".into(),
+            "checkpoint: a stateless run has a fresh thread, with no checkpoint to start from"
+                .into(),
         ));
     }
     if present(&body.after_seconds) {
@@ -229,6 +315,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         "on_disconnect": if cancel_on_disconnect { "cancel" } else { "continue" },
     });
     Ok(Parsed {
+        from_checkpoint,
         run: NewRun {
             input,
             resume,
@@ -277,6 +364,9 @@ async fn start(
             None => return Err(ApiError::thread(&id)),
         },
     };
+    if let Some(id) = &parsed.from_checkpoint {
+        check_from_head(app, &thread_id, id).await?;
+    }
     match &parsed.run.resume {
         Some(decisions) => check_resume(app, &thread_id, decisions).await?,
         None => check_not_paused(app, &thread_id).await?,

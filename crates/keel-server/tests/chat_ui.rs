@@ -1,0 +1,202 @@
+//! The requests LangGraph's agent-chat-ui sends (its `useStream` hook with
+//! `fetchStateHistory: true`, from `@langchain/langgraph-sdk/react`), answered as the
+//! LangGraph Agent Server answers them: every message names the thread's head
+//! checkpoint, the thread list searches by `graph_id`/`assistant_id` metadata, a resume
+//! carries `input: {}`, "Mark as resolved" sends `command: {goto: "__end__"}`, and typing
+//! during a review answers the pending calls with tool messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+mod common;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use common::json;
+use keel_core::message::{Message, MessageBody, ToolCall};
+use keel_server::config::StackConfig;
+use keel_server::router;
+use keel_store::Store;
+use keel_testkit::ScriptedModel;
+use serde_json::{Value, json};
+
+/// Calls `echo` (reviewed) once per user message, then reports what the tool said.
+/// Every request the model sees is recorded, to check no orphan call reaches it.
+fn app_with(seen: Arc<parking_lot::Mutex<Vec<Vec<Message>>>>) -> Router {
+    let model = ScriptedModel::from_fn(move |request| {
+        seen.lock().push(request.messages.clone());
+        let last = request.messages.last().unwrap();
+        Ok(match last.body() {
+            MessageBody::Tool(_) => Message::ai(format!("tool said {}", last.text())),
+            _ => Message::ai("").with_tool_calls(vec![ToolCall::new(
+                format!("call-{}", request.messages.len()),
+                "echo",
+                json!({"query": last.text()}),
+            )]),
+        })
+    });
+    let stack = StackConfig::from_yaml_str(
+        "tools: [echo]\nmiddleware:\n  - human_in_the_loop: {interrupt_on: {echo: {allowed_decisions: [approve, reject, edit]}}}\n",
+    )
+    .unwrap();
+    let agent = stack
+        .build_with_model(Arc::new(Store::memory()), Arc::new(model), false)
+        .unwrap();
+    router(agent)
+}
+
+fn app() -> Router {
+    app_with(Arc::default())
+}
+
+async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, String) {
+    common::call(app, method, path, None, body).await
+}
+
+async fn thread(app: &Router) -> String {
+    let (status, body) = call(app, "POST", "/threads", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    json(&body)["thread_id"].as_str().unwrap().to_owned()
+}
+
+/// A streamed run as agent-chat-ui starts it; returns the status, the events and the body.
+async fn stream(
+    app: &Router,
+    thread: &str,
+    body: Value,
+) -> (StatusCode, Vec<(String, Value)>, String) {
+    let (status, text) = call(
+        app,
+        "POST",
+        &format!("/threads/{thread}/runs/stream"),
+        Some(body),
+    )
+    .await;
+    let events = common::events(&text)
+        .into_iter()
+        .map(|(event, _, data)| (event, data))
+        .collect();
+    (status, events, text)
+}
+
+/// agent-chat-ui's request body around `fields` (input or command, checkpoint).
+fn ui_body(fields: Value) -> Value {
+    let mut body = json!({
+        "assistant_id": "agent",
+        "stream_mode": ["values", "messages-tuple", "updates", "custom"],
+        "stream_subgraphs": true,
+        "stream_resumable": true,
+        "on_disconnect": "continue",
+        "context": {},
+        "config": {},
+        "metadata": {},
+    });
+    for (k, v) in fields.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+fn human(text: &str) -> Value {
+    json!({"messages": [{"type": "human", "content": text}]})
+}
+
+/// The thread's state (`GET /threads/{id}/state`).
+async fn state(app: &Router, t: &str) -> Value {
+    let (status, body) = call(app, "GET", &format!("/threads/{t}/state"), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    json(&body)
+}
+
+/// The head checkpoint as `useStream` sends it: the newest history entry's.
+async fn head(app: &Router, t: &str) -> Value {
+    let (status, body) = call(
+        app,
+        "POST",
+        &format!("/threads/{t}/history"),
+        Some(json!({"limit": 10})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let cp = json(&body)[0]["checkpoint"].clone();
+    json!({"checkpoint_id": cp["checkpoint_id"], "checkpoint_ns": "", "checkpoint_map": null})
+}
+
+fn status_of(events: &[(String, Value)]) -> Value {
+    events.last().unwrap().1["status"].clone()
+}
+
+#[tokio::test]
+async fn a_run_naming_the_head_checkpoint_is_accepted_and_an_earlier_one_is_refused() {
+    let app = app();
+    let t = thread(&app).await;
+    let (status, events, text) = stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success");
+    // Approve the pending call, naming the head as the UI does.
+    let cp = head(&app, &t).await;
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"input": null, "command": {"resume": {"decisions": [{"type": "approve"}]}}, "checkpoint": cp})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    // The next message, again from the head (also as a bare `checkpoint_id`).
+    let cp = head(&app, &t).await;
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"input": human("two"), "checkpoint": cp.clone(), "checkpoint_id": cp["checkpoint_id"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert_eq!(
+        state(&app, &t).await["values"]["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+
+    // An earlier checkpoint (a fork) is refused, saying so.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs/stream"),
+        Some(ui_body(json!({"input": human("three"), "checkpoint": cp}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("earlier checkpoint"), "{body}");
+    // A checkpoint the thread never had, or of another namespace.
+    for (checkpoint, expect) in [
+        (
+            json!({"checkpoint_id": "00000000-0000-4000-8000-0000000003e7"}),
+            "is not a checkpoint of thread",
+        ),
+        (
+            json!({"checkpoint_id": "nope"}),
+            "not one this server issued",
+        ),
+        (
+            json!({"checkpoint_id": null, "checkpoint_ns": "sub"}),
+            "checkpoint_ns",
+        ),
+        (json!("latest"), "checkpoint must be an object"),
+    ] {
+        let (status, body) = call(
+            &app,
+            "POST",
+            &format!("/threads/{t}/runs"),
+            Some(ui_body(
+                json!({"input": human("x"), "checkpoint": checkpoint}),
+            )),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body.contains(expect), "{expect}: {body}");
+    }
+}
