@@ -200,3 +200,71 @@ async fn a_run_naming_the_head_checkpoint_is_accepted_and_an_earlier_one_is_refu
         assert!(body.contains(expect), "{expect}: {body}");
     }
 }
+
+#[tokio::test]
+async fn a_run_tags_its_thread_with_the_graph_and_assistant_so_the_thread_list_finds_it() {
+    let app = app();
+    let (_, body) = call(&app, "GET", "/assistants/agent", None).await;
+    let assistant_id = json(&body)["assistant_id"].as_str().unwrap().to_owned();
+    // A thread with keys of its own, one of them overwritten as LangGraph does.
+    let (_, body) = call(
+        &app,
+        "POST",
+        "/threads",
+        Some(json!({"metadata": {"graph_id": "mine", "topic": "x"}})),
+    )
+    .await;
+    let t = json(&body)["thread_id"].as_str().unwrap().to_owned();
+    let untouched = thread(&app).await;
+    let search = |metadata: Value| {
+        let app = app.clone();
+        async move {
+            let (status, body) = call(
+                &app,
+                "POST",
+                "/threads/search",
+                Some(json!({"metadata": metadata, "limit": 100})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            json(&body)
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["thread_id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(search(json!({"graph_id": "agent"})).await.is_empty());
+
+    let (status, _, text) = stream(&app, &t, ui_body(json!({"input": human("hi")}))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(search(json!({"graph_id": "agent"})).await, vec![t.clone()]);
+    assert_eq!(
+        search(json!({"assistant_id": assistant_id})).await,
+        vec![t.clone()]
+    );
+    let (_, body) = call(&app, "GET", &format!("/threads/{t}"), None).await;
+    assert_eq!(
+        json(&body)["metadata"],
+        json!({"graph_id": "agent", "assistant_id": assistant_id, "topic": "x"})
+    );
+    let (_, body) = call(&app, "GET", &format!("/threads/{untouched}"), None).await;
+    assert_eq!(json(&body)["metadata"], json!({}));
+
+    // A thread a run creates (`if_not_exists: create`) is tagged from the start.
+    let id = "6a1f2c8e-4a6b-4f3e-9d51-0c7f8e2b1a90";
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        Some(json!({"assistant_id": "agent", "input": human("hi"), "if_not_exists": "create"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mut found = search(json!({"graph_id": "agent"})).await;
+    found.sort();
+    let mut expected = vec![t, id.to_owned()];
+    expected.sort();
+    assert_eq!(found, expected);
+}

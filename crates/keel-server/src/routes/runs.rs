@@ -18,7 +18,7 @@ use crate::app::AppState;
 use crate::auth::{Owner, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
-use crate::registry::{RunRecord, RunStatus, Strategy};
+use crate::registry::{RunRecord, RunStatus, Strategy, ThreadRecord};
 use crate::routes::assistants;
 use crate::routes::threads::{
     checkpoint_id, current_values, delete_thread, find_owned, new_thread, owned,
@@ -340,7 +340,11 @@ async fn start(
     let stateless = thread_id.is_none();
     let parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
-        None => new_thread(app, owner, None, Map::new()).await?.thread_id,
+        None => {
+            new_thread(app, owner, None, run_metadata(app))
+                .await?
+                .thread_id
+        }
         Some(id) => match find_owned(app, owner, &id).await? {
             Some(thread) => {
                 // Another process sharing the database may be running it.
@@ -352,12 +356,13 @@ async fn start(
                         "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
                     )));
                 }
+                tag_thread(app, owner, &thread).await?;
                 thread.thread_id
             }
             // The id is looked up in the caller's own namespace only: whether another
             // owner uses it is neither checked nor told.
             None if parsed.create_thread => {
-                new_thread(app, owner, Some(id), Map::new())
+                new_thread(app, owner, Some(id), run_metadata(app))
                     .await?
                     .thread_id
             }
@@ -383,6 +388,33 @@ async fn start(
         });
     }
     Ok((record, live, parsed.cancel_on_disconnect))
+}
+
+/// The metadata a run writes on its thread, as LangGraph's Agent Server does: the
+/// assistant's `graph_id` and `assistant_id` (replacing any the thread had). Clients list
+/// an assistant's threads by searching on them (agent-chat-ui's thread list).
+fn run_metadata(app: &AppState) -> Map<String, Value> {
+    let info = app.manager.assistant();
+    let mut metadata = Map::new();
+    metadata.insert("graph_id".into(), Value::String(info.graph_id.clone()));
+    metadata.insert(
+        "assistant_id".into(),
+        Value::String(info.assistant_id.clone()),
+    );
+    metadata
+}
+
+/// Writes [`run_metadata`] on the thread, when it does not hold it yet.
+async fn tag_thread(app: &AppState, owner: &Owner, thread: &ThreadRecord) -> Result<(), ApiError> {
+    let tags = run_metadata(app);
+    if tags.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
+        return Ok(());
+    }
+    app.registry
+        .update_thread(&owner.0, &thread.thread_id, |t| t.metadata.extend(tags))
+        .await
+        .map_err(|e| ApiError::storage("updating the thread's metadata", e))?;
+    Ok(())
 }
 
 /// What a thread waits for, as far as a new run is concerned.
