@@ -268,3 +268,127 @@ async fn a_run_tags_its_thread_with_the_graph_and_assistant_so_the_thread_list_f
     expected.sort();
     assert_eq!(found, expected);
 }
+
+/// Every call of every AI message in `messages` has a result right after it.
+fn no_orphans(messages: &[Message]) {
+    let dangling =
+        keel_core::dangling::dangling_tool_calls(messages, keel_core::dangling::Pending::Patch);
+    assert!(
+        dangling.is_empty(),
+        "orphan calls reach the model: {dangling:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_resume_beside_an_empty_input_is_accepted_and_messages_beside_one_are_refused() {
+    let app = app();
+    let t = thread(&app).await;
+    stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    // Messages beside a command would be lost (LangGraph drops them): refused.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        Some(ui_body(json!({"input": human("lost"), "command": {"resume": {"decisions": [{"type": "approve"}]}}}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("input beside command"), "{body}");
+    // agent-chat-ui's decision: `input: {}` beside the command.
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"input": {}, "command": {"resume": {"decisions": [{"type": "reject", "message": "no"}]}}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    let messages = state(&app, &t).await["values"]["messages"].clone();
+    assert_eq!(
+        messages[3]["content"],
+        "tool said User rejected the tool call for `echo` with reason: no"
+    );
+}
+
+#[tokio::test]
+async fn mark_as_resolved_ends_the_review_without_running_the_model() {
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let app = app_with(seen.clone());
+    let t = thread(&app).await;
+    stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    assert_eq!(state(&app, &t).await["next"].as_array().unwrap().len(), 1);
+    let calls = seen.lock().len();
+
+    // "Mark as resolved": agent-chat-ui's `submit({}, {command: {goto: END}})`.
+    let cp = head(&app, &t).await;
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"input": {}, "command": {"goto": "__end__"}, "checkpoint": cp})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert_eq!(seen.lock().len(), calls, "the model was not called");
+    // The values event shows the call answered and no interrupt.
+    let (_, values) = events.iter().rev().find(|(e, _)| e == "values").unwrap();
+    assert!(values.get("__interrupt__").is_none(), "{values}");
+    let result = values["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(result["type"], "tool");
+    assert_eq!(result["tool_call_id"], "call-1");
+    assert_eq!(result["status"], "error");
+    assert!(
+        result["content"].as_str().unwrap().contains("was not run"),
+        "{result}"
+    );
+    let state = state(&app, &t).await;
+    assert_eq!(state["next"], json!([]), "{state}");
+    assert_eq!(state["interrupts"], json!([]));
+    assert_eq!(state["values"]["messages"].as_array().unwrap().len(), 3);
+    let (_, body) = call(&app, "GET", &format!("/threads/{t}"), None).await;
+    assert_eq!(json(&body)["status"], "idle", "{body}");
+    assert_eq!(json(&body)["interrupts"], json!({}));
+
+    // Nothing pending now: another goto is refused, as a resume is.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        Some(ui_body(json!({"command": {"goto": "__end__"}}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("no pending interrupt"), "{body}");
+
+    // The next message runs, and the model sees every call answered.
+    let (status, events, text) = stream(&app, &t, ui_body(json!({"input": human("two")}))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    let last = seen.lock().last().unwrap().clone();
+    no_orphans(&last);
+
+    // Other commands are refused, naming what is not supported.
+    for (command, expect) in [
+        (json!({"goto": "model"}), "command.goto"),
+        (
+            json!({"goto": "__end__", "resume": {"decisions": []}}),
+            "not both",
+        ),
+        (
+            json!({"update": {"messages": [{"type": "human", "content": "x"}]}}),
+            "command.update is not supported",
+        ),
+        (json!({"send": 1}), "command.send is not supported"),
+        (json!({}), "command needs resume"),
+    ] {
+        let (status, body) = call(
+            &app,
+            "POST",
+            &format!("/threads/{t}/runs"),
+            Some(ui_body(json!({"command": command}))),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body.contains(expect), "{expect}: {body}");
+    }
+}

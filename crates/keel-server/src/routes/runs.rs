@@ -24,7 +24,7 @@ use crate::routes::threads::{
     checkpoint_id, current_values, delete_thread, find_owned, new_thread, owned,
     parse_checkpoint_id,
 };
-use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
+use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, ReviewAnswer, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
 
@@ -70,45 +70,102 @@ fn present(v: &Option<Value>) -> bool {
     }
 }
 
-/// The decisions of a `command: {resume: ...}`: LangChain's `{"decisions": [...]}`, a
-/// bare list, or either keyed by the interrupt's id (LangGraph's form for several
-/// interrupts). Whether they answer the thread's pending interrupt is checked once the
-/// thread is known.
-fn resume_of(
+/// True when `input` carries something to add: not absent, `null`, `{}` or
+/// `{"messages": []}` (what clients send beside a `command`).
+fn has_input(input: &Option<Value>) -> bool {
+    match input {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(fields)) => fields.iter().any(|(k, v)| {
+            k != "messages" || !(v.is_null() || v.as_array().is_some_and(Vec::is_empty))
+        }),
+        Some(_) => true,
+    }
+}
+
+/// What a `command` asks of the thread's pending review: `{resume: ...}` (decisions:
+/// LangChain's `{"decisions": [...]}`, a bare list, or either keyed by the interrupt's
+/// id, LangGraph's form for several interrupts) or `{goto: "__end__"}` (end the review
+/// without running anything). Whether it fits the thread's pending interrupt is checked
+/// once the thread is known.
+fn command_of(
     app: &AppState,
     command: &Value,
     input: &Option<Value>,
     stateless: bool,
-) -> Result<Vec<Decision>, ApiError> {
+) -> Result<ReviewAnswer, ApiError> {
     let Value::Object(fields) = command else {
         return Err(ApiError::Invalid(format!(
             "command must be an object like {{\"resume\": ...}}, not {}",
             kind(command)
         )));
     };
-    if let Some(key) = fields.keys().find(|k| k.as_str() != "resume") {
+    if let Some(key) = fields
+        .keys()
+        .find(|k| !matches!(k.as_str(), "resume" | "goto" | "update"))
+    {
         return Err(ApiError::Invalid(format!(
-            "command.{key} is not supported; command supports only resume"
+            "command.{key} is not supported; command supports resume and goto \"__end__\""
         )));
     }
-    let Some(value) = fields.get("resume") else {
+    if fields.get("update").is_some_and(|v| !v.is_null()) {
         return Err(ApiError::Invalid(
-            "command needs resume, the answer to the thread's pending interrupt".into(),
+            "command.update is not supported: this agent's state changes through its messages; send them as input in a run of their own".into(),
         ));
-    };
-    if present(input) {
-        return Err(ApiError::Invalid("send input or command, not both".into()));
     }
-    if stateless {
+    let resume = fields.get("resume").filter(|v| !v.is_null());
+    let goto = fields.get("goto").filter(|v| !v.is_null());
+    let answer = match (resume, goto) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::Invalid(
+                "send command.resume or command.goto, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::Invalid(
+                "command needs resume (the answer to the thread's pending interrupt) or goto \"__end__\"".into(),
+            ));
+        }
+        (None, Some(goto)) => {
+            // LangGraph's `Command(goto=END)`: a node name, or a list of them.
+            let end = match goto {
+                Value::String(node) => node == "__end__",
+                Value::Array(nodes) => nodes.len() == 1 && nodes[0] == "__end__",
+                _ => false,
+            };
+            if !end {
+                return Err(ApiError::Invalid(format!(
+                    "command.goto {goto} is not supported: a Keel agent's steps are not addressable nodes; only \"__end__\" (end the pending review without running anything) is"
+                )));
+            }
+            None
+        }
+        (Some(value), None) => Some(value),
+    };
+    // LangGraph ignores input beside a command; clients send `{}` there. Messages would
+    // be lost, so those are refused instead.
+    if has_input(input) {
         return Err(ApiError::Invalid(
-            "command.resume needs a thread: a stateless run has no interrupt to resume".into(),
+            "input beside command: a command run takes no input (LangGraph ignores it); send the messages in a run of their own".into(),
         ));
+    }
+    let what = if answer.is_some() {
+        "command.resume"
+    } else {
+        "command.goto"
+    };
+    if stateless {
+        return Err(ApiError::Invalid(format!(
+            "{what} needs a thread: a stateless run has no interrupt to answer"
+        )));
     }
     if !has_review_middleware(app) {
-        return Err(ApiError::BadRequest(
-            "command.resume: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision".into(),
-        ));
+        return Err(ApiError::BadRequest(format!(
+            "{what}: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision"
+        )));
     }
+    let Some(value) = answer else {
+        return Ok(ReviewAnswer::Resolve);
+    };
     // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
     let value = match value {
         Value::Object(m) if !m.contains_key("decisions") && m.len() == 1 => {
@@ -116,7 +173,9 @@ fn resume_of(
         }
         other => other,
     };
-    decisions_from_resume(value).map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+    decisions_from_resume(value)
+        .map(ReviewAnswer::Decide)
+        .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
 /// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
@@ -237,10 +296,12 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     }
     let resume = match &body.command {
         None | Some(Value::Null) => None,
-        Some(command) => Some(resume_of(app, command, &body.input, stateless)?),
+        Some(command) => Some(command_of(app, command, &body.input, stateless)?),
     };
     let input = match &body.input {
         None | Some(Value::Null) => Vec::new(),
+        // Ignored beside a command (nothing in it, checked above).
+        Some(_) if resume.is_some() => Vec::new(),
         Some(Value::Object(fields)) => {
             let mut messages = Vec::new();
             for (key, value) in fields {
@@ -373,7 +434,10 @@ async fn start(
         check_from_head(app, &thread_id, id).await?;
     }
     match &parsed.run.resume {
-        Some(decisions) => check_resume(app, &thread_id, decisions).await?,
+        Some(ReviewAnswer::Decide(decisions)) => {
+            check_resume(app, &thread_id, Some(decisions)).await?
+        }
+        Some(ReviewAnswer::Resolve) => check_resume(app, &thread_id, None).await?,
         None => check_not_paused(app, &thread_id).await?,
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
@@ -443,19 +507,27 @@ async fn review(app: &AppState, thread_id: &str) -> Result<Review, ApiError> {
 }
 
 /// A resume on an idle thread must answer its pending interrupt: one allowed decision
-/// per paused call.
+/// per paused call. A `goto "__end__"` (`decisions: None`) needs one pending too.
 async fn check_resume(
     app: &AppState,
     thread_id: &str,
-    decisions: &[Decision],
+    decisions: Option<&[Decision]>,
 ) -> Result<(), ApiError> {
+    let what = if decisions.is_some() {
+        "command.resume"
+    } else {
+        "command.goto"
+    };
     match review(app, thread_id).await? {
         Review::Busy => Ok(()),
-        Review::Pending(pending) => pending
-            .check(decisions)
-            .map_err(|e| ApiError::Invalid(format!("command.resume: {e}"))),
+        Review::Pending(pending) => match decisions {
+            Some(decisions) => pending
+                .check(decisions)
+                .map_err(|e| ApiError::Invalid(format!("{what}: {e}"))),
+            None => Ok(()),
+        },
         Review::None => Err(ApiError::BadRequest(format!(
-            "command.resume: thread {} has no pending interrupt to resume",
+            "{what}: thread {} has no pending interrupt to resume",
             public_thread_id(thread_id)
         ))),
     }

@@ -142,7 +142,7 @@ impl LiveRun {
 struct Queued {
     live: Arc<LiveRun>,
     input: Vec<Message>,
-    resume: Option<Vec<Decision>>,
+    resume: Option<ReviewAnswer>,
 }
 
 /// What [`RunManager::admit`] decided.
@@ -206,9 +206,10 @@ const FOLLOW_ORPHAN_CHECKS: u32 = 5;
 pub struct NewRun {
     /// Messages appended to the thread.
     pub input: Vec<Message>,
-    /// Decisions answering the thread's pending interrupt (`command: {resume: ...}`),
-    /// recorded when the run starts; the input is then empty.
-    pub resume: Option<Vec<Decision>>,
+    /// The answer to the thread's pending interrupt (`command: {resume: ...}` or
+    /// `command: {goto: "__end__"}`), applied when the run starts; the input is then
+    /// empty.
+    pub resume: Option<ReviewAnswer>,
     /// Protocol modes streamed.
     pub modes: ModeSet,
     /// Client metadata.
@@ -217,6 +218,17 @@ pub struct NewRun {
     pub strategy: Strategy,
     /// The request's arguments, echoed in the run's `kwargs`.
     pub kwargs: Value,
+}
+
+/// How a run answers the thread's pending human-in-the-loop review.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReviewAnswer {
+    /// One decision per paused call (`command: {resume: {decisions: [...]}}`): recorded,
+    /// then the agent runs and applies them.
+    Decide(Vec<Decision>),
+    /// `command: {goto: "__end__"}`: the review ends with no tool and no model run
+    /// ([`HumanInTheLoop::resolve`]); the run ends there.
+    Resolve,
 }
 
 /// Starts, queues, cancels and tracks runs.
@@ -374,7 +386,7 @@ impl RunManager {
         thread_id: &str,
         live: &Arc<LiveRun>,
         input: Vec<Message>,
-        resume: Option<Vec<Decision>>,
+        resume: Option<ReviewAnswer>,
         strategy: Strategy,
     ) -> Result<Admitted, ApiError> {
         let run_id = live.run_id.clone();
@@ -963,7 +975,7 @@ impl RunManager {
         &self,
         live: &LiveRun,
         input: Vec<Message>,
-        resume: Option<Vec<Decision>>,
+        resume: Option<ReviewAnswer>,
         cancel: &mut watch::Receiver<Option<CancelAction>>,
     ) -> Ending {
         // Wait for a running slot, unless cancelled first.
@@ -1006,20 +1018,36 @@ impl RunManager {
                 }));
             }
         };
-        // A resume records its decisions under the lease, so the run applies them.
-        if let Some(decisions) = resume
-            && let Err(e) =
-                HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
-        {
-            lease.release().await;
-            return Ending::Done(Err(match e {
+        let resume_failed = |e: ResumeError| {
+            Ending::Done(Err(match e {
                 ResumeError::Agent(e) => e,
                 other => AgentError::Middleware(MiddlewareError {
                     middleware: "HumanInTheLoopMiddleware".into(),
                     hook: "resume",
                     message: other.to_string(),
                 }),
-            }));
+            }))
+        };
+        match resume {
+            // A resume records its decisions under the lease, so the run applies them.
+            Some(ReviewAnswer::Decide(decisions)) => {
+                if let Err(e) =
+                    HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
+                {
+                    lease.release().await;
+                    return resume_failed(e);
+                }
+            }
+            // Ending the review is the whole run: one checkpoint, under the lease.
+            Some(ReviewAnswer::Resolve) => {
+                let ending = match self.resolve(live).await {
+                    Ok(ending) => ending,
+                    Err(e) => resume_failed(e),
+                };
+                lease.release().await;
+                return ending;
+            }
+            None => {}
         }
         let mut translator = Translator::new(live.modes, self.context(live));
         let mut out = Vec::new();
@@ -1054,6 +1082,40 @@ impl RunManager {
         }
         lease.release().await;
         ending
+    }
+}
+
+impl RunManager {
+    /// Ends the thread's pending review ([`HumanInTheLoop::resolve`]) and streams what
+    /// that step changed, as a node's update and the state after it.
+    async fn resolve(&self, live: &LiveRun) -> Result<Ending, ResumeError> {
+        let update = HumanInTheLoop::resolve(&self.agent, &live.thread_id, &live.run_id).await?;
+        let state = self.agent.state(&live.thread_id).await?.unwrap_or_default();
+        let mut translator = Translator::new(live.modes, self.context(live));
+        let mut out = Vec::new();
+        translator.start(json!({"messages": []}), &mut out);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Updates {
+                node: "HumanInTheLoopMiddleware.resolve".into(),
+                update,
+            },
+            &mut out,
+        );
+        let state = Arc::new(state);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Values {
+                state: state.clone(),
+            },
+            &mut out,
+        );
+        for (mode, event, data) in out {
+            push_mode(&live.log, event, &data, mode);
+        }
+        Ok(Ending::Done(Ok(keel_agent::RunOutput {
+            state: Arc::unwrap_or_clone(state),
+            run_id: live.run_id.clone(),
+            model_steps: 0,
+        })))
     }
 }
 
