@@ -392,3 +392,80 @@ async fn mark_as_resolved_ends_the_review_without_running_the_model() {
         assert!(body.contains(expect), "{expect}: {body}");
     }
 }
+
+#[tokio::test]
+async fn typing_during_a_review_answers_the_paused_calls_and_runs_the_new_message() {
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let app = app_with(seen.clone());
+
+    // agent-chat-ui: a tool message per paused call, then the user's new message.
+    let t = thread(&app).await;
+    stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    let cp = head(&app, &t).await;
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"checkpoint": cp, "input": {"messages": [
+            {"type": "tool", "tool_call_id": "call-1", "name": "echo", "content": "Cancelled by user"},
+            {"type": "human", "content": "two"},
+        ]}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    let model_saw = seen.lock().last().unwrap().clone();
+    no_orphans(&model_saw);
+    assert_eq!(model_saw.last().unwrap().text(), "two");
+    let st = state(&app, &t).await;
+    let messages = st["values"]["messages"].as_array().unwrap();
+    let kinds: Vec<_> = messages.iter().map(|m| m["type"].clone()).collect();
+    assert_eq!(kinds, ["human", "ai", "tool", "human", "ai"], "{st}");
+    assert_eq!(messages[2]["content"], "Cancelled by user");
+    // The new message's call is the one waiting now.
+    assert_eq!(
+        st["interrupts"][0]["value"]["action_requests"][0]["args"],
+        json!({"query": "two"})
+    );
+
+    // A plain new message (LangGraph takes it too): the paused call gets Keel's
+    // "cancelled" result, so the model never sees it unanswered.
+    let (status, events, text) = stream(&app, &t, ui_body(json!({"input": human("three")}))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    let model_saw = seen.lock().last().unwrap().clone();
+    no_orphans(&model_saw);
+    let st = state(&app, &t).await;
+    let messages = st["values"]["messages"].as_array().unwrap();
+    assert_eq!(messages[5]["type"], "tool", "{st}");
+    assert_eq!(messages[5]["tool_call_id"], "call-4");
+    assert!(
+        messages[5]["content"]
+            .as_str()
+            .unwrap()
+            .contains("was cancelled"),
+        "{st}"
+    );
+    assert_eq!(messages[6]["content"], "three");
+
+    // Results for calls that are not paused, or after the new message, are refused.
+    for (input, expect) in [
+        (
+            json!({"messages": [{"type": "tool", "tool_call_id": "call-1", "content": "x"}, {"type": "human", "content": "y"}]}),
+            "is not a paused call",
+        ),
+        (
+            json!({"messages": [{"type": "human", "content": "y"}, {"type": "tool", "tool_call_id": "call-7", "content": "x"}]}),
+            "comes before the new messages",
+        ),
+    ] {
+        let (status, body) = call(
+            &app,
+            "POST",
+            &format!("/threads/{t}/runs"),
+            Some(ui_body(json!({"input": input}))),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(body.contains(expect), "{expect}: {body}");
+    }
+}

@@ -12,6 +12,11 @@
 //!   run (an edit replaces the call's name and arguments), rejected and answered ones get
 //!   LangChain's tool results instead. The whole pause lives in the checkpointer, so a
 //!   resume works from another process, after a restart, with a persistent store.
+//! - New input whose tool messages answer every open call of the paused AI message ends
+//!   the review (LangGraph takes new input on a paused thread): `before_agent` clears
+//!   the interrupt and the model reads the new messages. [`HumanInTheLoop::resolve`]
+//!   ends it with no tool and no model run (LangGraph's `Command(goto=END)`), answering
+//!   the open calls with [`resolved_result`].
 //!
 //! With [`InterruptMode::PerCall`] the run pauses once per gated call, in order, each
 //! pause holding one call; the calls run once the last one is decided.
@@ -637,6 +642,15 @@ impl Middleware for HumanInTheLoop {
                     format!("the stored decisions are not valid: {e}"),
                 )
             })?,
+            // New input answered every open call with tool messages (LangGraph takes new
+            // input on a paused thread; the review is then over): the model goes on.
+            None if pending.open_calls(&state.messages).is_empty() => {
+                let mut update = StateUpdate::default();
+                for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
+                    update.values.insert(key.into(), Value::Null);
+                }
+                return Ok(HookOutcome { update, jump: None });
+            }
             None => {
                 return Err(self.fail(
                     "before_agent",

@@ -26,6 +26,7 @@ use crate::routes::threads::{
 };
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, ReviewAnswer, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
+use keel_core::message::Message;
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
 
 /// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
@@ -399,7 +400,7 @@ async fn start(
     body: RunBody,
 ) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
     let stateless = thread_id.is_none();
-    let parsed = parse(app, body, stateless)?;
+    let mut parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
         None => {
             new_thread(app, owner, None, run_metadata(app))
@@ -438,7 +439,10 @@ async fn start(
             check_resume(app, &thread_id, Some(decisions)).await?
         }
         Some(ReviewAnswer::Resolve) => check_resume(app, &thread_id, None).await?,
-        None => check_not_paused(app, &thread_id).await?,
+        None => {
+            let input = std::mem::take(&mut parsed.run.input);
+            parsed.run.input = answer_pending(app, &thread_id, input).await?;
+        }
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
     if parsed.delete_on_completion {
@@ -486,8 +490,8 @@ enum Review {
     /// A run is executing or queued: the next run waits its turn, and the middleware
     /// checks the review when it starts.
     Busy,
-    /// Idle and paused for this review.
-    Pending(Interrupt),
+    /// Idle and paused for this review, with the thread's messages.
+    Pending(Interrupt, Arc<Vec<Message>>),
     /// Idle, nothing to review.
     None,
 }
@@ -503,7 +507,10 @@ async fn review(app: &AppState, thread_id: &str) -> Result<Review, ApiError> {
         .await
         .map_err(|e| ApiError::storage("reading the thread", e))?
         .unwrap_or_default();
-    Ok(Interrupt::of(&state).map_or(Review::None, Review::Pending))
+    Ok(match Interrupt::of(&state) {
+        Some(pending) => Review::Pending(pending, state.messages),
+        None => Review::None,
+    })
 }
 
 /// A resume on an idle thread must answer its pending interrupt: one allowed decision
@@ -520,7 +527,7 @@ async fn check_resume(
     };
     match review(app, thread_id).await? {
         Review::Busy => Ok(()),
-        Review::Pending(pending) => match decisions {
+        Review::Pending(pending, _) => match decisions {
             Some(decisions) => pending
                 .check(decisions)
                 .map_err(|e| ApiError::Invalid(format!("{what}: {e}"))),
@@ -533,16 +540,26 @@ async fn check_resume(
     }
 }
 
-/// New input on an idle thread that waits for a review would fail in the middleware (the
-/// paused calls have no results, which no model accepts): refused here, saying how to
-/// answer the review.
-async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiError> {
+/// New input on an idle thread that waits for a review ends the review, as LangGraph
+/// takes it: the input's leading tool messages answer paused calls (agent-chat-ui sends
+/// one per call, then the user's message), and every call left open gets Keel's
+/// "cancelled" result ([`keel_core::dangling::cancelled_result`]) before the new
+/// messages, so no call without a result reaches the model. A run without input is
+/// refused, saying how to answer the review. Returns the input to run.
+async fn answer_pending(
+    app: &AppState,
+    thread_id: &str,
+    input: Vec<Message>,
+) -> Result<Vec<Message>, ApiError> {
     if !has_review_middleware(app) {
-        return Ok(());
+        return Ok(input);
     }
-    match review(app, thread_id).await? {
-        Review::Pending(pending) => Err(ApiError::Conflict(format!(
-            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, before sending new input",
+    let Review::Pending(pending, messages) = review(app, thread_id).await? else {
+        return Ok(input);
+    };
+    if input.is_empty() {
+        return Err(ApiError::Conflict(format!(
+            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, or send new input",
             public_thread_id(thread_id),
             pending.tool_call_ids.len(),
             pending
@@ -551,9 +568,46 @@ async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiErro
                 .map(|a| a.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))),
-        Review::Busy | Review::None => Ok(()),
+        )));
     }
+    let open = pending.open_calls(&messages);
+    let lead = input.iter().take_while(|m| m.is_tool()).count();
+    for (i, message) in input.iter().enumerate() {
+        let Some(call_id) = message.tool_call_id() else {
+            continue;
+        };
+        if i >= lead {
+            return Err(ApiError::Invalid(format!(
+                "input.messages[{i}]: a tool result comes before the new messages, right after the paused call it answers"
+            )));
+        }
+        if !open.iter().any(|(id, _)| id == call_id) {
+            return Err(ApiError::Invalid(format!(
+                "input.messages[{i}]: tool call {call_id:?} is not a paused call waiting for a result"
+            )));
+        }
+    }
+    let answered: Vec<&str> = input[..lead]
+        .iter()
+        .filter_map(Message::tool_call_id)
+        .collect();
+    let cancelled: Vec<Message> = open
+        .iter()
+        .filter(|(id, _)| !answered.contains(&id.as_str()))
+        .map(|(id, name)| {
+            keel_core::dangling::cancelled_result(&keel_core::dangling::DanglingCall {
+                ai_index: 0,
+                insert_at: 0,
+                call_id: id.clone(),
+                tool_name: name.clone(),
+            })
+        })
+        .collect();
+    let mut input = input;
+    let rest = input.split_off(lead);
+    input.extend(cancelled);
+    input.extend(rest);
+    Ok(input)
 }
 
 fn has_review_middleware(app: &AppState) -> bool {
