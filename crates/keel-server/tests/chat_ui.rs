@@ -469,3 +469,54 @@ async fn typing_during_a_review_answers_the_paused_calls_and_runs_the_new_messag
         assert!(body.contains(expect), "{expect}: {body}");
     }
 }
+
+#[tokio::test]
+async fn graph_internal_stream_modes_and_ui_flags_are_accepted() {
+    let app = app();
+    let t = thread(&app).await;
+    // What useStream sends with onTaskEvent/onCheckpointEvent/onDebugEvent.
+    let mut body = ui_body(json!({"input": human("one")}));
+    body["stream_mode"] = json!(["values", "messages-tuple", "tasks", "checkpoints", "debug"]);
+    body["on_disconnect"] = json!("cancel");
+    body["context"] = json!({"user": "u1"});
+    let (status, events, text) = stream(&app, &t, body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert!(events.iter().any(|(e, _)| e == "values"));
+    assert!(
+        events
+            .iter()
+            .all(|(e, _)| ["metadata", "values", "messages", "end"].contains(&e.as_str())),
+        "{text}"
+    );
+    // Only those modes: no events but the run's own.
+    let mut body = ui_body(json!({"input": {}, "command": {"goto": "__end__"}}));
+    body["stream_mode"] = json!("debug");
+    let (status, events, text) = stream(&app, &t, body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let names: Vec<_> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names, ["metadata", "end"], "{text}");
+    // The run records what was asked.
+    let run_id = events[0].1["run_id"].as_str().unwrap();
+    let (_, body) = call(&app, "GET", &format!("/threads/{t}/runs/{run_id}"), None).await;
+    assert_eq!(
+        json(&body)["kwargs"]["stream_mode"],
+        json!(["debug"]),
+        "{body}"
+    );
+    // Joining with those modes is accepted too.
+    let (status, _) = call(
+        &app,
+        "GET",
+        &format!("/threads/{t}/runs/{run_id}/stream?stream_mode=debug&stream_mode=values"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // Unknown modes still get a clear 422.
+    let mut body = ui_body(json!({"input": human("x")}));
+    body["stream_mode"] = json!(["values", "everything"]);
+    let (status, text) = call(&app, "POST", &format!("/threads/{t}/runs"), Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(text.contains("everything"), "{text}");
+}
