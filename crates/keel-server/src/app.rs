@@ -117,8 +117,15 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         .route("/assistants/search", post(assistants::search))
         .route("/assistants/count", post(assistants::count))
         .route("/assistants/{assistant_id}", get(assistants::get_one))
+        .route("/assistants/{assistant_id}/graph", get(assistants::graph))
+        .route(
+            "/assistants/{assistant_id}/schemas",
+            get(assistants::schemas),
+        )
         .route("/threads", post(threads::create))
         .route("/threads/search", post(threads::search))
+        .route("/threads/count", post(threads::count))
+        .route("/threads/prune", post(threads::prune))
         .route(
             "/threads/{thread_id}",
             get(threads::get_one)

@@ -520,3 +520,74 @@ async fn graph_internal_stream_modes_and_ui_flags_are_accepted() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
     assert!(text.contains("everything"), "{text}");
 }
+
+#[tokio::test]
+async fn threads_count_and_prune_and_the_assistants_graph_and_schemas() {
+    let app = app();
+    let a = thread(&app).await;
+    let b = thread(&app).await;
+    stream(&app, &a, ui_body(json!({"input": human("one")}))).await;
+    let count = |body: Value| {
+        let app = app.clone();
+        async move {
+            let (status, text) = call(&app, "POST", "/threads/count", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            json(&text)
+        }
+    };
+    assert_eq!(count(json!({})).await, 2);
+    assert_eq!(count(json!({"metadata": {"graph_id": "agent"}})).await, 1);
+    assert_eq!(count(json!({"status": "interrupted"})).await, 1);
+    assert_eq!(count(json!({"status": "idle"})).await, 1);
+
+    let (status, text) = call(
+        &app,
+        "POST",
+        "/threads/prune",
+        Some(json!({"thread_ids": [a, "b6c8b1de-0000-4000-8000-000000000000"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(json(&text), json!({"pruned_count": 1}));
+    let (status, _) = call(&app, "GET", &format!("/threads/{a}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(count(json!({})).await, 1);
+    let (status, text) = call(
+        &app,
+        "POST",
+        "/threads/prune",
+        Some(json!({"thread_ids": [b], "strategy": "keep_latest"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{text}");
+    assert!(text.contains("keep_latest"), "{text}");
+
+    for id in ["agent", "not-here"] {
+        let (status, text) = call(&app, "GET", &format!("/assistants/{id}/graph"), None).await;
+        if id == "not-here" {
+            assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+            continue;
+        }
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let graph = json(&text);
+        let nodes: Vec<_> = graph["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(nodes, ["__start__", "model", "tools", "__end__"]);
+        assert_eq!(
+            graph["edges"][0],
+            json!({"source": "__start__", "target": "model"})
+        );
+    }
+    let (status, text) = call(&app, "GET", "/assistants/agent/schemas", None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let schemas = json(&text);
+    assert_eq!(schemas["graph_id"], "agent");
+    assert_eq!(
+        schemas["state_schema"]["properties"]["messages"]["type"],
+        "array"
+    );
+}

@@ -93,3 +93,76 @@ pub async fn count(
 ) -> Json<Value> {
     Json(json!(usize::from(found(&app, &body))))
 }
+
+fn named(app: &AppState, id: String) -> Result<&AssistantInfo, ApiError> {
+    let info = app.manager.assistant();
+    if matches(info, &id) {
+        Ok(info)
+    } else {
+        Err(ApiError::NotFound {
+            what: "Assistant",
+            id,
+        })
+    }
+}
+
+/// `GET /assistants/{assistant_id}/graph`: the agent's loop in LangGraph's drawable
+/// form, as LangGraph draws a `create_agent` graph (middleware hooks run inside the
+/// `model` and `tools` steps here, so they are not nodes of their own).
+pub async fn graph(
+    State(app): State<AppState>,
+    Ids(id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    named(&app, id)?;
+    let node = |id: &str| json!({"id": id, "type": "runnable", "data": {"name": id}});
+    Ok(Json(json!({
+        "nodes": [node("__start__"), node("model"), node("tools"), {"id": "__end__"}],
+        "edges": [
+            {"source": "__start__", "target": "model"},
+            {"source": "model", "target": "tools", "conditional": true},
+            {"source": "model", "target": "__end__", "conditional": true},
+            {"source": "tools", "target": "model"},
+        ],
+    })))
+}
+
+/// `GET /assistants/{assistant_id}/schemas`: the JSON Schemas of the agent's input,
+/// output and state (its messages, in LangChain's serialized form) and of its config
+/// and context (free-form objects).
+pub async fn schemas(
+    State(app): State<AppState>,
+    Ids(id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let info = named(&app, id)?;
+    let state = json!({
+        "title": "AgentState",
+        "type": "object",
+        "properties": {
+            "messages": {
+                "title": "Messages",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["human", "ai", "tool", "system"]},
+                        "content": {},
+                        "id": {"type": "string"},
+                    },
+                    "required": ["content"],
+                    "additionalProperties": true,
+                },
+            },
+        },
+        "required": ["messages"],
+    });
+    let object =
+        |title: &str| json!({"title": title, "type": "object", "additionalProperties": true});
+    Ok(Json(json!({
+        "graph_id": info.graph_id,
+        "input_schema": state,
+        "output_schema": state,
+        "state_schema": state,
+        "config_schema": object("Config"),
+        "context_schema": object("Context"),
+    })))
+}
