@@ -15,7 +15,7 @@ use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
-use crate::routes::{assistants, page, runs, system, threads};
+use crate::routes::{assistants, page, runs, system, thread_stream, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
 
 /// LangGraph's namespace for assistant ids derived from a graph id (uuid5 over the
@@ -133,6 +133,7 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
                 .delete(threads::delete),
         )
         .route("/threads/{thread_id}/state", get(threads::state))
+        .route("/threads/{thread_id}/stream", get(thread_stream::join))
         .route(
             "/threads/{thread_id}/state/{checkpoint_id}",
             get(threads::state_at),

@@ -591,3 +591,107 @@ async fn threads_count_and_prune_and_the_assistants_graph_and_schemas() {
         "array"
     );
 }
+
+/// Reads an endless SSE body until `runs_done` runs have ended; `(event, id, data)`.
+async fn read_thread_stream(
+    body: axum::body::Body,
+    runs_done: usize,
+) -> Vec<(String, String, Value)> {
+    use futures::StreamExt;
+    let mut data = body.into_data_stream();
+    let mut text = String::new();
+    let read = async {
+        while text.matches("\"run_done\"").count() < runs_done {
+            let chunk = data.next().await.unwrap().unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the thread stream told every run's end");
+    text.split("\n\n")
+        .filter_map(|block| {
+            let (mut event, mut id, mut data) = (None, None, String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    event = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_owned());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data.push_str(v);
+                }
+            }
+            Some((event?, id?, serde_json::from_str(&data).ok()?))
+        })
+        .collect()
+}
+
+async fn open_thread_stream(
+    app: &Router,
+    t: &str,
+    last_event_id: Option<&str>,
+) -> axum::body::Body {
+    use tower::ServiceExt;
+    let mut request =
+        axum::http::Request::builder().uri(format!("/threads/{t}/stream?stream_mode=values"));
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body()
+}
+
+#[tokio::test]
+async fn the_thread_stream_sends_every_later_run_and_resumes_after_last_event_id() {
+    let app = app();
+    let t = thread(&app).await;
+    let (_, events, _) = stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    let first_run = events[0].1["run_id"].as_str().unwrap().to_owned();
+    let body = open_thread_stream(&app, &t, None).await;
+    // A run that ends at once ("Mark as resolved"), then a model run.
+    let (_, events, _) = stream(&app, &t, ui_body(json!({"command": {"goto": "__end__"}}))).await;
+    let second = events[0].1["run_id"].as_str().unwrap().to_owned();
+    let (_, events, _) = stream(&app, &t, ui_body(json!({"input": human("two")}))).await;
+    let third = events[0].1["run_id"].as_str().unwrap().to_owned();
+    let seen = read_thread_stream(body, 2).await;
+    assert!(
+        !seen.iter().any(|(_, id, _)| id.starts_with(&first_run)),
+        "{seen:?}"
+    );
+    let done: Vec<_> = seen
+        .iter()
+        .filter(|(e, _, d)| e == "metadata" && d["status"] == "run_done")
+        .map(|(_, _, d)| d["run_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(done, [second.clone(), third.clone()]);
+    // Only the modes asked for, plus the runs' own events.
+    assert!(
+        seen.iter()
+            .all(|(e, _, _)| e == "metadata" || e == "values"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(e, id, _)| e == "values" && id.starts_with(&third))
+    );
+    assert_eq!(seen[0].1, format!("{second}:0"));
+
+    // Reconnecting after the second run's first event: the rest, in order.
+    let body = open_thread_stream(&app, &t, Some(&seen[0].1)).await;
+    let again = read_thread_stream(body, 2).await;
+    assert_eq!(again, seen[1..].to_vec());
+
+    let (status, body) = call(
+        &app,
+        "GET",
+        "/threads/7d0c2a4e-0000-4000-8000-000000000000/stream",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}

@@ -4,4 +4,5 @@ pub mod assistants;
 pub mod page;
 pub mod runs;
 pub mod system;
+pub mod thread_stream;
 pub mod threads;

@@ -298,6 +298,21 @@ impl RunManager {
         self.state.lock().live.get(run_id).cloned()
     }
 
+    /// The thread's runs whose logs are kept here (running, queued, recently finished),
+    /// oldest first (run ids are time-ordered).
+    pub fn thread_runs(&self, thread_id: &str) -> Vec<Arc<LiveRun>> {
+        let mut runs: Vec<Arc<LiveRun>> = self
+            .state
+            .lock()
+            .live
+            .values()
+            .filter(|live| live.thread_id == thread_id)
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        runs
+    }
+
     /// True while the thread has a run executing or queued here, or (on a shared
     /// database) while another process runs it.
     pub async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {

@@ -281,7 +281,7 @@ async def bad_input_gets_the_error_shape():
         cases = [
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": 3}}, 422),
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": [{"type": "robot"}]}}, 422),
-            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "stream_mode": "debug"}, 422),
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "stream_mode": "tools"}, 422),
             ("/threads/" + tid + "/runs", {"assistant_id": "nope"}, 404),
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "command": {"resume": "yes"}}, 400),
             ("/threads/missing/runs", {"assistant_id": "agent"}, 404),
