@@ -188,7 +188,13 @@ await test("agent-chat-ui's useStream requests work", async () => {
   await submit(tid, {}, { command: { goto: "__end__" } });
   state = await review.threads.getState(tid);
   assert(state.next.length === 0 && state.interrupts.length === 0, JSON.stringify(state));
-  assert((await review.threads.get(tid)).status === "idle");
+  // The thread's status is written just after the run's stream ends.
+  let status;
+  for (let i = 0; i < 50 && status !== "idle"; i += 1) {
+    status = (await review.threads.get(tid)).status;
+    if (status !== "idle") await new Promise((r) => setTimeout(r, 50));
+  }
+  assert(status === "idle", status);
   // Typing during a review: a tool message per paused call, then the new message.
   await submit(tid, { messages: [{ type: "human", content: "echo third" }] });
   state = await review.threads.getState(tid);

@@ -426,6 +426,15 @@ async def agent_chat_ui_requests_work():
         cp = latest["checkpoint"]
         return {"checkpoint_id": cp["checkpoint_id"], "checkpoint_ns": "", "checkpoint_map": None}
 
+    async def status(tid, want):
+        # The thread's status is written just after the run's stream ends.
+        for _ in range(50):
+            got = (await c.threads.get(tid))["status"]
+            if got == want:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"thread status {got}, not {want}")
+
     async def run(tid, **kwargs):
         parts = await collect(c.runs.stream(tid, "agent", **ui, **kwargs))
         assert not [p for p in parts if p.event == "error"], parts
@@ -439,7 +448,8 @@ async def agent_chat_ui_requests_work():
     assistant_id = (await c.assistants.get("agent"))["assistant_id"]
     listed = await c.threads.search(metadata={"assistant_id": assistant_id}, limit=100)
     assert tid in [t["thread_id"] for t in listed], listed
-    assert await c.threads.count(metadata={"graph_id": "agent"}) >= 1
+    counted = await c.threads.count(metadata={"graph_id": "agent"})
+    assert counted >= 1, counted
 
     # A decision from the head checkpoint, beside input {}.
     await run(tid, input={}, command={"resume": {"decisions": [{"type": "approve"}]}},
@@ -450,12 +460,12 @@ async def agent_chat_ui_requests_work():
     # The next message from the head; paused again, then "Mark as resolved".
     await run(tid, input={"messages": [{"type": "human", "content": "echo two"}]},
               checkpoint=await head(tid))
-    assert (await c.threads.get(tid))["status"] == "interrupted"
+    await status(tid, "interrupted")
     await run(tid, input={}, command={"goto": "__end__"}, checkpoint=await head(tid))
     state = await c.threads.get_state(tid)
     assert state["next"] == [] and state["interrupts"] == [], state
     assert state["values"]["messages"][-1]["type"] == "tool", state["values"]["messages"][-1]
-    assert (await c.threads.get(tid))["status"] == "idle"
+    await status(tid, "idle")
 
     # Typing during a review: a tool message per paused call, then the new message.
     await run(tid, input={"messages": [{"type": "human", "content": "echo three"}]},
