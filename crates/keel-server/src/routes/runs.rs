@@ -455,7 +455,7 @@ async fn start(
                         "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
                     )));
                 }
-                tag_thread(app, owner, &thread).await?;
+                tag_thread(app, owner, &thread).await;
                 thread.thread_id
             }
             // The id is looked up in the caller's own namespace only: whether another
@@ -509,17 +509,24 @@ fn run_metadata(app: &AppState) -> Map<String, Value> {
     metadata
 }
 
-/// Writes [`run_metadata`] on the thread, when it does not hold it yet.
-async fn tag_thread(app: &AppState, owner: &Owner, thread: &ThreadRecord) -> Result<(), ApiError> {
+/// Writes [`run_metadata`] on the thread, when it does not hold it yet. Best effort, as
+/// the thread's status is: a failed write is logged and the run goes on (the next run
+/// tries again).
+async fn tag_thread(app: &AppState, owner: &Owner, thread: &ThreadRecord) {
     let tags = run_metadata(app);
     if tags.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
-        return Ok(());
+        return;
     }
-    app.registry
+    if let Err(e) = app
+        .registry
         .update_thread(&owner.0, &thread.thread_id, |t| t.metadata.extend(tags))
         .await
-        .map_err(|e| ApiError::storage("updating the thread's metadata", e))?;
-    Ok(())
+    {
+        tracing::warn!(
+            thread_id = %public_thread_id(&thread.thread_id),
+            "could not write graph_id and assistant_id into the thread's metadata: {e}"
+        );
+    }
 }
 
 /// What a thread waits for, as far as a new run is concerned.
