@@ -686,6 +686,12 @@ async fn the_thread_stream_sends_every_later_run_and_resumes_after_last_event_id
     let again = read_thread_stream(body, 2).await;
     assert_eq!(again, seen[1..].to_vec());
 
+    // `-1`: from the oldest run still kept, the first one.
+    let body = open_thread_stream(&app, &t, Some("-1")).await;
+    let all = read_thread_stream(body, 3).await;
+    assert!(all[0].1.starts_with(&first_run), "{all:?}");
+    assert_eq!(all[all.len() - seen.len()..], seen[..]);
+
     let (status, body) = call(
         &app,
         "GET",
@@ -694,4 +700,29 @@ async fn the_thread_stream_sends_every_later_run_and_resumes_after_last_event_id
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+#[tokio::test]
+async fn joining_a_run_with_last_event_id_minus_one_replays_it_from_the_start() {
+    let app = app();
+    let t = thread(&app).await;
+    let (_, events, _) = stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    let run_id = events[0].1["run_id"].as_str().unwrap().to_owned();
+    // useStream's joinStream sends `Last-Event-ID: -1` unless it has seen an event.
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .uri(format!("/threads/{t}/runs/{run_id}/stream"))
+        .header("last-event-id", "-1")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 24)
+        .await
+        .unwrap();
+    let replayed: Vec<(String, Value)> = common::events(std::str::from_utf8(&bytes).unwrap())
+        .into_iter()
+        .map(|(event, _, data)| (event, data))
+        .collect();
+    assert_eq!(replayed, events);
 }

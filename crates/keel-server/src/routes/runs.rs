@@ -909,7 +909,8 @@ pub async fn join_stream(
         None => 0,
         Some(v) => {
             let text = v.to_str().unwrap_or_default().trim();
-            if text.is_empty() {
+            // `-1`: from the first event (what useStream's joinStream sends by default).
+            if text.is_empty() || text == "-1" {
                 0
             } else {
                 // The largest id has no successor: refused, rather than wrapping to 0

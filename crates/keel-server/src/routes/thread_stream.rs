@@ -3,7 +3,8 @@
 //! `metadata {"status": "run_done", "run_id"}`, for as long as the client stays.
 //!
 //! Event ids are `<run id>:<position in the run's log>`, so `Last-Event-ID` resumes
-//! after that event (or after that run, once its events are gone). Runs of this
+//! after that event (or after that run, once its events are gone); `-1` starts with
+//! the oldest run whose events are kept. Runs of this
 //! process are followed; a run executing in another process sharing the database is
 //! not (join it with `GET /threads/{thread_id}/runs/{run_id}/stream`).
 
@@ -42,18 +43,35 @@ struct ThreadSub {
     filter: Option<ModeSet>,
 }
 
-/// Reads `<run id>:<n>`: the run, and the position after that event.
-fn last_event(headers: &HeaderMap) -> Result<Option<(String, u64)>, ApiError> {
+/// Where a subscriber starts.
+enum Start {
+    /// With the runs that start from now on (and the one running).
+    Now,
+    /// With every run whose events are kept (`Last-Event-ID: -1`).
+    Beginning,
+    /// After event `n - 1` of this run.
+    After(String, u64),
+}
+
+/// Reads `Last-Event-ID`: `<run id>:<n>`, or `-1` for the beginning.
+fn last_event(headers: &HeaderMap) -> Result<Start, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
-        return Ok(None);
+        return Ok(Start::Now);
     };
     let text = value.to_str().unwrap_or_default().trim();
     if text.is_empty() {
-        return Ok(None);
+        return Ok(Start::Now);
+    }
+    if text == "-1" {
+        return Ok(Start::Beginning);
     }
     text.rsplit_once(':')
-        .and_then(|(run, n)| Some((run.to_owned(), n.parse::<u64>().ok()?.checked_add(1)?)))
-        .map(Some)
+        .and_then(|(run, n)| {
+            Some(Start::After(
+                run.to_owned(),
+                n.parse::<u64>().ok()?.checked_add(1)?,
+            ))
+        })
         .ok_or_else(|| {
             ApiError::Invalid(format!(
                 "Last-Event-ID {text:?} is not an event id of this thread's stream (<run id>:<n>)"
@@ -83,12 +101,13 @@ pub async fn join(
     };
     let runs = app.manager.thread_runs(&thread.thread_id);
     let (current, after) = match last_event(&headers)? {
-        Some((run_id, from)) => match runs.iter().find(|r| r.run_id == run_id) {
+        Start::After(run_id, from) => match runs.iter().find(|r| r.run_id == run_id) {
             Some(live) => (Some((live.clone(), from)), Some(run_id)),
             None => (None, Some(run_id)),
         },
+        Start::Beginning => (None, None),
         // From now on: the runs already over are not replayed.
-        None => (
+        Start::Now => (
             None,
             runs.iter()
                 .filter(|r| r.log.is_closed())
