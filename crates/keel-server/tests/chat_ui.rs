@@ -576,7 +576,17 @@ async fn threads_count_and_prune_and_the_assistants_graph_and_schemas() {
             .iter()
             .map(|n| n["id"].as_str().unwrap().to_owned())
             .collect();
-        assert_eq!(nodes, ["__start__", "model", "tools", "__end__"]);
+        // This agent reviews `echo`: the review node is the one `next` names.
+        assert_eq!(
+            nodes,
+            [
+                "__start__",
+                "model",
+                "tools",
+                "HumanInTheLoopMiddleware.after_model",
+                "__end__"
+            ]
+        );
         assert_eq!(
             graph["edges"][0],
             json!({"source": "__start__", "target": "model"})
@@ -725,4 +735,28 @@ async fn joining_a_run_with_last_event_id_minus_one_replays_it_from_the_start() 
         .map(|(event, _, data)| (event, data))
         .collect();
     assert_eq!(replayed, events);
+}
+
+#[tokio::test]
+async fn the_graph_of_an_agent_without_reviews_is_model_and_tools() {
+    let model = ScriptedModel::from_fn(|_| Ok(Message::ai("hi")));
+    let agent = StackConfig::from_yaml_str("tools: [echo]\n")
+        .unwrap()
+        .build_with_model(Arc::new(Store::memory()), Arc::new(model), false)
+        .unwrap();
+    let app = router(agent);
+    let (status, text) = call(&app, "GET", "/assistants/agent/graph", None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let graph = json(&text);
+    let nodes: Vec<_> = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(nodes, ["__start__", "model", "tools", "__end__"]);
+    assert_eq!(
+        graph["edges"][1],
+        json!({"source": "model", "target": "tools", "conditional": true})
+    );
 }

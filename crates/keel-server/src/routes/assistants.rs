@@ -107,23 +107,64 @@ fn named(app: &AppState, id: String) -> Result<&AssistantInfo, ApiError> {
 }
 
 /// `GET /assistants/{assistant_id}/graph`: the agent's loop in LangGraph's drawable
-/// form, as LangGraph draws a `create_agent` graph (middleware hooks run inside the
-/// `model` and `tools` steps here, so they are not nodes of their own).
+/// form, as LangGraph draws a `create_agent` graph: `model` and `tools`, and the review
+/// node of `human_in_the_loop` (other middleware hooks run inside those steps here, so
+/// they are not drawn).
 pub async fn graph(
     State(app): State<AppState>,
     Ids(id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
     named(&app, id)?;
     let node = |id: &str| json!({"id": id, "type": "runnable", "data": {"name": id}});
-    Ok(Json(json!({
-        "nodes": [node("__start__"), node("model"), node("tools"), {"id": "__end__"}],
-        "edges": [
-            {"source": "__start__", "target": "model"},
-            {"source": "model", "target": "tools", "conditional": true},
-            {"source": "model", "target": "__end__", "conditional": true},
-            {"source": "tools", "target": "model"},
-        ],
-    })))
+    let edge = |source: &str, target: &str, conditional: bool| {
+        let mut e = json!({"source": source, "target": target});
+        if conditional {
+            e["conditional"] = json!(true);
+        }
+        e
+    };
+    // A review pauses at its own node, the one a paused thread's state names as next.
+    let review = "HumanInTheLoopMiddleware.after_model";
+    let reviewed = app
+        .manager
+        .agent()
+        .middleware_names()
+        .contains(&"HumanInTheLoopMiddleware");
+    let (nodes, edges) = if reviewed {
+        (
+            vec![
+                node("__start__"),
+                node("model"),
+                node("tools"),
+                node(review),
+                json!({"id": "__end__"}),
+            ],
+            vec![
+                edge("__start__", "model", false),
+                edge("model", review, false),
+                edge(review, "tools", true),
+                edge(review, "model", true),
+                edge(review, "__end__", true),
+                edge("tools", "model", false),
+            ],
+        )
+    } else {
+        (
+            vec![
+                node("__start__"),
+                node("model"),
+                node("tools"),
+                json!({"id": "__end__"}),
+            ],
+            vec![
+                edge("__start__", "model", false),
+                edge("model", "tools", true),
+                edge("model", "__end__", true),
+                edge("tools", "model", false),
+            ],
+        )
+    };
+    Ok(Json(json!({"nodes": nodes, "edges": edges})))
 }
 
 /// `GET /assistants/{assistant_id}/schemas`: the JSON Schemas of the agent's input,
