@@ -375,9 +375,10 @@ async fn mark_as_resolved_ends_the_review_without_running_the_model() {
             "not both",
         ),
         (
-            json!({"update": {"messages": [{"type": "human", "content": "x"}]}}),
-            "command.update is not supported",
+            json!({"update": {"messages": [{"type": "human", "content": "x"}]}, "resume": {"decisions": []}}),
+            "not both",
         ),
+        (json!({"update": {"count": 1}}), "command.update.count"),
         (json!({"send": 1}), "command.send is not supported"),
         (json!({}), "command needs resume"),
     ] {
@@ -759,4 +760,55 @@ async fn the_graph_of_an_agent_without_reviews_is_model_and_tools() {
         graph["edges"][1],
         json!({"source": "model", "target": "tools", "conditional": true})
     );
+}
+
+#[tokio::test]
+async fn command_update_writes_messages_as_langgraph_applies_an_update() {
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let app = app_with(seen.clone());
+    let update = |text: &str| json!({"update": {"messages": [{"type": "human", "content": text}]}});
+    // A thread that never ran: the graph runs from its start, as for input.
+    let t = thread(&app).await;
+    let (status, events, text) = stream(&app, &t, ui_body(json!({"command": update("one")}))).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert_eq!(seen.lock().len(), 1);
+    assert_eq!(state(&app, &t).await["next"].as_array().unwrap().len(), 1);
+    // Paused: refused (LangGraph would leave the paused call without a result).
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        Some(ui_body(json!({"command": update("two")}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("waiting for a review"), "{body}");
+    stream(&app, &t, ui_body(json!({"command": {"goto": "__end__"}}))).await;
+    // A thread whose run is over: the messages are written, nothing runs.
+    for command in [update("two"), {
+        let mut c = update("three");
+        c["goto"] = json!("__end__");
+        c
+    }] {
+        let (status, events, text) = stream(&app, &t, ui_body(json!({"command": command}))).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        assert_eq!(status_of(&events), "success", "{text}");
+        assert!(
+            events
+                .iter()
+                .any(|(e, d)| e == "updates" && d.get("update").is_some()),
+            "{text}"
+        );
+    }
+    assert_eq!(seen.lock().len(), 1, "the model ran once");
+    let st = state(&app, &t).await;
+    let messages = st["values"]["messages"].as_array().unwrap();
+    let texts: Vec<_> = messages[messages.len() - 2..]
+        .iter()
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(texts, ["two", "three"], "{st}");
+    assert_eq!(st["next"], json!([]));
+    assert_eq!(st["metadata"]["node"], "update");
 }

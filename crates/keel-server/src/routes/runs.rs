@@ -24,7 +24,7 @@ use crate::routes::threads::{
     checkpoint_id, current_values, delete_thread, find_owned, new_thread, owned,
     parse_checkpoint_id,
 };
-use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, ReviewAnswer, SseEvent, WireMode};
+use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, RunCommand, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
 use keel_core::message::Message;
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
@@ -93,7 +93,7 @@ fn command_of(
     command: &Value,
     input: &Option<Value>,
     stateless: bool,
-) -> Result<ReviewAnswer, ApiError> {
+) -> Result<RunCommand, ApiError> {
     let Value::Object(fields) = command else {
         return Err(ApiError::Invalid(format!(
             "command must be an object like {{\"resume\": ...}}, not {}",
@@ -105,16 +105,66 @@ fn command_of(
         .find(|k| !matches!(k.as_str(), "resume" | "goto" | "update"))
     {
         return Err(ApiError::Invalid(format!(
-            "command.{key} is not supported; command supports resume and goto \"__end__\""
+            "command.{key} is not supported; command supports resume, goto \"__end__\" and update"
         )));
-    }
-    if fields.get("update").is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::Invalid(
-            "command.update is not supported: this agent's state changes through its messages; send them as input in a run of their own".into(),
-        ));
     }
     let resume = fields.get("resume").filter(|v| !v.is_null());
     let goto = fields.get("goto").filter(|v| !v.is_null());
+    // `{update: {messages: [...]}}`, alone or with `goto: "__end__"`: messages written
+    // without running anything.
+    let update = match fields.get("update") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(update)) => {
+            if let Some(key) = update.keys().find(|k| k.as_str() != "messages") {
+                return Err(ApiError::Invalid(format!(
+                    "command.update.{key}: this agent's state takes only messages"
+                )));
+            }
+            let messages = match update.get("messages") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(value) => messages_from_input(value, "command.update.messages")
+                    .map_err(ApiError::Invalid)?,
+            };
+            Some(messages)
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "command.update must be an object like {{\"messages\": [...]}}, not {}",
+                kind(other)
+            )));
+        }
+    };
+    if let Some(messages) = update {
+        if resume.is_some() {
+            return Err(ApiError::Invalid(
+                "send command.update or command.resume, not both".into(),
+            ));
+        }
+        if let Some(goto) = goto
+            && goto != "__end__"
+        {
+            return Err(ApiError::Invalid(format!(
+                "command.goto {goto} is not supported: only \"__end__\" is"
+            )));
+        }
+        if has_input(input) {
+            return Err(ApiError::Invalid(
+                "input beside command: a command run takes no input (LangGraph ignores it); send the messages in command.update or in a run of their own".into(),
+            ));
+        }
+        if messages.is_empty() {
+            return Err(ApiError::Invalid(
+                "command.update.messages is empty: there is nothing to update".into(),
+            ));
+        }
+        if stateless {
+            return Err(ApiError::Invalid(
+                "command.update needs a thread: send the messages as input for a stateless run"
+                    .into(),
+            ));
+        }
+        return Ok(RunCommand::Update(messages));
+    }
     let answer = match (resume, goto) {
         (Some(_), Some(_)) => {
             return Err(ApiError::Invalid(
@@ -165,7 +215,7 @@ fn command_of(
         )));
     }
     let Some(value) = answer else {
-        return Ok(ReviewAnswer::Resolve);
+        return Ok(RunCommand::Resolve);
     };
     // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
     let value = match value {
@@ -175,7 +225,7 @@ fn command_of(
         other => other,
     };
     decisions_from_resume(value)
-        .map(ReviewAnswer::Decide)
+        .map(RunCommand::Decide)
         .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
@@ -472,10 +522,11 @@ async fn start(
         check_from_head(app, &thread_id, id).await?;
     }
     match &parsed.run.resume {
-        Some(ReviewAnswer::Decide(decisions)) => {
+        Some(RunCommand::Decide(decisions)) => {
             check_resume(app, &thread_id, Some(decisions)).await?
         }
-        Some(ReviewAnswer::Resolve) => check_resume(app, &thread_id, None).await?,
+        Some(RunCommand::Resolve) => check_resume(app, &thread_id, None).await?,
+        Some(RunCommand::Update(_)) => check_update(app, &thread_id, &mut parsed.run).await?,
         None => {
             let input = std::mem::take(&mut parsed.run.input);
             parsed.run.input = answer_pending(app, &thread_id, input).await?;
@@ -582,6 +633,36 @@ async fn check_resume(
             public_thread_id(thread_id)
         ))),
     }
+}
+
+/// A `command.update` on an idle thread: refused while a review is pending (LangGraph
+/// would append the messages after the paused calls, leaving them without results,
+/// which providers reject); on a thread that never ran, the messages are the run's
+/// input, as LangGraph then runs the graph from its start.
+async fn check_update(app: &AppState, thread_id: &str, run: &mut NewRun) -> Result<(), ApiError> {
+    let head = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?;
+    if head.is_none() && !app.manager.is_busy(thread_id).await? {
+        if let Some(RunCommand::Update(messages)) = run.resume.take() {
+            run.input = messages;
+        }
+        return Ok(());
+    }
+    if has_review_middleware(app)
+        && let Review::Pending(pending, _) = review(app, thread_id).await?
+    {
+        return Err(ApiError::Conflict(format!(
+            "command.update: thread {} is waiting for a review of {} tool call(s); answer it (command.resume or goto \"__end__\") before updating its messages",
+            public_thread_id(thread_id),
+            pending.tool_call_ids.len()
+        )));
+    }
+    Ok(())
 }
 
 /// New input on an idle thread that waits for a review ends the review, as LangGraph

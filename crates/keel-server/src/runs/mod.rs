@@ -8,6 +8,6 @@ pub mod translate;
 
 pub use log::{EventLog, Next, SseEvent};
 pub use manager::{
-    AssistantInfo, CancelAction, LiveRun, NewRun, ReviewAnswer, RunLimits, RunManager,
+    AssistantInfo, CancelAction, LiveRun, NewRun, RunCommand, RunLimits, RunManager,
 };
 pub use modes::{ModeSet, WireMode};
