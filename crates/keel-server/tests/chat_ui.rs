@@ -812,3 +812,24 @@ async fn command_update_writes_messages_as_langgraph_applies_an_update() {
     assert_eq!(st["next"], json!([]));
     assert_eq!(st["metadata"]["node"], "update");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_wait_answers_with_the_values_before_its_thread_goes() {
+    let model = ScriptedModel::from_fn(|_| Ok(Message::ai("hi")));
+    let agent = StackConfig::from_yaml_str("tools: []\n")
+        .unwrap()
+        .build_with_model(Arc::new(Store::memory()), Arc::new(model), false)
+        .unwrap();
+    let app = router(agent);
+    for _ in 0..200 {
+        let (status, body) = call(
+            &app,
+            "POST",
+            "/runs/wait",
+            Some(json!({"assistant_id": "agent", "input": human("no thread")})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(json(&body)["messages"][1]["content"], "hi", "{body}");
+    }
+}

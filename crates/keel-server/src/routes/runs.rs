@@ -479,13 +479,23 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     })
 }
 
-/// Validates the request, resolves (or creates) the thread, and starts the run.
-async fn start(
+/// Validates the request, resolves (or creates) the thread, and starts the run. For a
+/// run whose thread is deleted when it ends (stateless), also returns a sender: the
+/// thread stays until it is dropped, so the caller can read the run's values first.
+async fn start_keeping(
     app: &AppState,
     owner: &Owner,
     thread_id: Option<String>,
     body: RunBody,
-) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
+) -> Result<
+    (
+        RunRecord,
+        Arc<LiveRun>,
+        bool,
+        Option<tokio::sync::oneshot::Sender<()>>,
+    ),
+    ApiError,
+> {
     let stateless = thread_id.is_none();
     let mut parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
@@ -533,17 +543,34 @@ async fn start(
         }
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
+    let mut keep = None;
     if parsed.delete_on_completion {
         let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
+        let (keep_tx, kept) = tokio::sync::oneshot::channel::<()>();
+        keep = Some(keep_tx);
         tokio::spawn(async move {
             live.log.closed().await;
+            // Until the caller has read what it answers with (its sender dropped).
+            let _ = kept.await;
             // Everything the run stored goes with its thread, as a DELETE would do it.
             if let Err(e) = delete_thread(&app, &owner, &live.thread_id).await {
                 tracing::error!("deleting a stateless run's thread: {e}");
             }
         });
     }
-    Ok((record, live, parsed.cancel_on_disconnect))
+    Ok((record, live, parsed.cancel_on_disconnect, keep))
+}
+
+/// [`start_keeping`], for callers that read nothing of a stateless run's thread once
+/// it ends.
+async fn start(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    body: RunBody,
+) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
+    let (record, live, cancel, _) = start_keeping(app, owner, thread_id, body).await?;
+    Ok((record, live, cancel))
 }
 
 /// The metadata a run writes on its thread, as LangGraph's Agent Server does: the
@@ -853,7 +880,8 @@ pub async fn stateless_wait(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, _) = start(&app, &owner, None, body).await?;
+    // The thread goes once its values are read (dropping `_keep`), not before.
+    let (record, live, _, _keep) = start_keeping(&app, &owner, None, body).await?;
     let values = outcome(&app, Some(live.clone()), &record.thread_id, &record.run_id).await?;
     Ok(with_location(Json(values).into_response(), &record))
 }
