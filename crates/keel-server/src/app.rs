@@ -15,7 +15,7 @@ use crate::extract::BodyLimit;
 use crate::lease::Leases;
 use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
-use crate::routes::{assistants, page, protocol, runs, store, system, threads};
+use crate::routes::{assistants, page, protocol, runs, store, system, thread_stream, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
 use crate::store_api::ItemStore;
 
@@ -143,8 +143,15 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         .route("/assistants/search", post(assistants::search))
         .route("/assistants/count", post(assistants::count))
         .route("/assistants/{assistant_id}", get(assistants::get_one))
+        .route("/assistants/{assistant_id}/graph", get(assistants::graph))
+        .route(
+            "/assistants/{assistant_id}/schemas",
+            get(assistants::schemas),
+        )
         .route("/threads", post(threads::create))
         .route("/threads/search", post(threads::search))
+        .route("/threads/count", post(threads::count))
+        .route("/threads/prune", post(threads::prune))
         .route(
             "/threads/{thread_id}",
             get(threads::get_one)
@@ -152,6 +159,7 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
                 .delete(threads::delete),
         )
         .route("/threads/{thread_id}/state", get(threads::state))
+        .route("/threads/{thread_id}/stream", get(thread_stream::join))
         .route(
             "/threads/{thread_id}/state/{checkpoint_id}",
             get(threads::state_at),

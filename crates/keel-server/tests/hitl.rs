@@ -124,12 +124,13 @@ async fn a_gated_call_pauses_the_run_and_a_resume_runs_it() {
     assert_eq!(state["tasks"][0]["interrupts"][0]["id"], id);
     assert_eq!(state["interrupts"][0]["id"], id);
 
-    // New input while the review is pending is refused, saying how to answer it.
+    // A run without input while the review is pending is refused, saying how to
+    // answer it.
     let (status, body) = call(
         &app,
         "POST",
         &format!("/threads/{t}/runs"),
-        Some(json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "hello?"}]}})),
+        Some(json!({"assistant_id": "agent"})),
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");

@@ -12,6 +12,11 @@
 //!   run (an edit replaces the call's name and arguments), rejected and answered ones get
 //!   LangChain's tool results instead. The whole pause lives in the checkpointer, so a
 //!   resume works from another process, after a restart, with a persistent store.
+//! - New input whose tool messages answer every open call of the paused AI message ends
+//!   the review (LangGraph takes new input on a paused thread): `before_agent` clears
+//!   the interrupt and the model reads the new messages. [`HumanInTheLoop::resolve`]
+//!   ends it with no tool and no model run (LangGraph's `Command(goto=END)`), answering
+//!   the open calls with [`resolved_result`].
 //!
 //! With [`InterruptMode::PerCall`] the run pauses once per gated call, in order, each
 //! pause holding one call; the calls run once the last one is decided.
@@ -178,6 +183,25 @@ impl Interrupt {
             }
         }
         Ok(())
+    }
+
+    /// The calls of the paused AI message that have no result in `messages` yet, as
+    /// `(call id, tool name)`, in order: the gated ones and any others of the same
+    /// message (no tool of a paused message has run). Empty when the message is gone.
+    pub fn open_calls(&self, messages: &[Message]) -> Vec<(String, String)> {
+        let Some(ai) = messages.iter().rposition(|m| m.id() == self.message_id) else {
+            return Vec::new();
+        };
+        let answered: Vec<&str> = messages[ai + 1..]
+            .iter()
+            .filter_map(Message::tool_call_id)
+            .collect();
+        messages[ai]
+            .tool_calls()
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect()
     }
 
     /// The pending interrupt of a state, if any.
@@ -460,6 +484,70 @@ impl HumanInTheLoop {
         Ok(())
     }
 
+    /// Ends the thread's pending review without running any tool or the model
+    /// (LangGraph's `Command(goto=END)` on a paused thread; agent-chat-ui's "Mark as
+    /// resolved"): every call of the paused AI message still without a result gets an
+    /// error result saying it was not run ([`resolved_result`]), so no unanswered call
+    /// ever reaches a model, and the interrupt is cleared. One checkpoint, written with
+    /// compare-and-swap on the head by `run_id`; returns the update it wrote.
+    pub async fn resolve(
+        agent: &Agent,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<StateUpdate, ResumeError> {
+        let checkpoint = |source| AgentError::Checkpoint {
+            thread_id: thread_id.to_owned(),
+            source,
+        };
+        let head = agent
+            .checkpointer()
+            .latest(thread_id)
+            .await
+            .map_err(checkpoint)?;
+        let pending = head.as_ref().and_then(|cp| {
+            cp.values
+                .get(INTERRUPT_KEY)
+                .filter(|v| !v.is_null())
+                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
+        });
+        let (Some(pending), Some(head)) = (pending, head) else {
+            return Err(ResumeError::NothingPending {
+                thread_id: thread_id.to_owned(),
+            });
+        };
+        let results = pending
+            .open_calls(&head.messages)
+            .into_iter()
+            .map(|(id, name)| resolved_result(&id, &name));
+        let mut update = StateUpdate::messages(results);
+        for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
+            update.values.insert(key.into(), Value::Null);
+        }
+        let write = CheckpointWrite {
+            parent: Some(head.seq),
+            run_id: run_id.to_owned(),
+            node: "HumanInTheLoopMiddleware.resolve".into(),
+            update: update.clone(),
+            created_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        };
+        let outcome = agent
+            .checkpointer()
+            .put(thread_id, write)
+            .await
+            .map_err(checkpoint)?;
+        if let PutOutcome::Conflict { head: now } = outcome {
+            return Err(AgentError::Conflict {
+                thread_id: thread_id.to_owned(),
+                parent: Some(head.seq),
+                head: now,
+            }
+            .into());
+        }
+        Ok(update)
+    }
+
     fn fail(&self, hook: &'static str, message: String) -> MiddlewareError {
         MiddlewareError {
             middleware: "HumanInTheLoopMiddleware".into(),
@@ -467,6 +555,23 @@ impl HumanInTheLoop {
             message,
         }
     }
+}
+
+/// The result [`HumanInTheLoop::resolve`] gives a call it ends unrun: an error result
+/// with a deterministic id (`resolved-` + the call id).
+pub fn resolved_result(call_id: &str, tool: &str) -> Message {
+    let mut m = Message::tool(
+        call_id,
+        format!(
+            "Tool call {tool} with id {call_id} was not run: the reviewer marked the request as resolved without approving it. Do not retry it unless the user asks again."
+        ),
+    )
+    .with_name(tool)
+    .with_id(format!("resolved-{call_id}"));
+    if let MessageBody::Tool(t) = m.body_mut() {
+        t.status = ToolStatus::Error;
+    }
+    m
 }
 
 /// LangChain's result for a rejected or answered call.
@@ -537,6 +642,15 @@ impl Middleware for HumanInTheLoop {
                     format!("the stored decisions are not valid: {e}"),
                 )
             })?,
+            // New input answered every open call with tool messages (LangGraph takes new
+            // input on a paused thread; the review is then over): the model goes on.
+            None if pending.open_calls(&state.messages).is_empty() => {
+                let mut update = StateUpdate::default();
+                for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
+                    update.values.insert(key.into(), Value::Null);
+                }
+                return Ok(HookOutcome { update, jump: None });
+            }
             None => {
                 return Err(self.fail(
                     "before_agent",

@@ -266,3 +266,53 @@ async fn per_call_mode_pauses_once_per_gated_call_in_order() {
     assert_eq!(Interrupt::of(&out.state), None);
     assert_eq!(model.calls(), 2);
 }
+
+#[tokio::test]
+async fn input_answering_every_open_call_ends_the_review_and_resolve_ends_it_unrun() {
+    let model = Arc::new(ScriptedModel::new([
+        gated_turn(),
+        Message::ai("ok"),
+        gated_turn(),
+    ]));
+    let agent = agent_on(&model, Arc::new(InMemoryCheckpointer::new()));
+    agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    // Input answering only some of the open calls: still a pending review.
+    let err = agent
+        .invoke("t", vec![Message::tool("s1", "no"), Message::human("next")])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("paused for review"), "{err}");
+    // Every open call answered (gated or not): the review ends and the model goes on.
+    let out = agent
+        .invoke(
+            "t",
+            vec![
+                Message::tool("e1", "no"),
+                Message::tool("f1", "no"),
+                Message::human("next"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.state.messages.last().unwrap().text(), "ok");
+    assert_eq!(Interrupt::of(&out.state), None);
+
+    // Paused again; resolving answers all three calls unrun and clears the interrupt.
+    let out = agent
+        .invoke("t", vec![Message::human("again")])
+        .await
+        .unwrap();
+    let before = out.state.messages.len();
+    let pending = Interrupt::of(&out.state).unwrap();
+    assert_eq!(pending.open_calls(&out.state.messages).len(), 3);
+    let update = HumanInTheLoop::resolve(&agent, "t", "r").await.unwrap();
+    assert_eq!(update.messages.len(), 3);
+    let state = agent.state("t").await.unwrap().unwrap();
+    assert_eq!(Interrupt::of(&state), None);
+    assert_eq!(state.messages.len(), before + 3);
+    assert!(state.messages[before..].iter().all(|m| m.is_tool()));
+    assert!(matches!(
+        HumanInTheLoop::resolve(&agent, "t", "r").await,
+        Err(ResumeError::NothingPending { .. })
+    ));
+}

@@ -93,3 +93,117 @@ pub async fn count(
 ) -> Json<Value> {
     Json(json!(usize::from(found(&app, &body))))
 }
+
+fn named(app: &AppState, id: String) -> Result<&AssistantInfo, ApiError> {
+    let info = app.manager.assistant();
+    if matches(info, &id) {
+        Ok(info)
+    } else {
+        Err(ApiError::NotFound {
+            what: "Assistant",
+            id,
+        })
+    }
+}
+
+/// `GET /assistants/{assistant_id}/graph`: the agent's loop in LangGraph's drawable
+/// form, as LangGraph draws a `create_agent` graph: `model` and `tools`, and the review
+/// node of `human_in_the_loop` (other middleware hooks run inside those steps here, so
+/// they are not drawn).
+pub async fn graph(
+    State(app): State<AppState>,
+    Ids(id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    named(&app, id)?;
+    let node = |id: &str| json!({"id": id, "type": "runnable", "data": {"name": id}});
+    let edge = |source: &str, target: &str, conditional: bool| {
+        let mut e = json!({"source": source, "target": target});
+        if conditional {
+            e["conditional"] = json!(true);
+        }
+        e
+    };
+    // A review pauses at its own node, the one a paused thread's state names as next.
+    let review = "HumanInTheLoopMiddleware.after_model";
+    let reviewed = app
+        .manager
+        .agent()
+        .middleware_names()
+        .contains(&"HumanInTheLoopMiddleware");
+    let (nodes, edges) = if reviewed {
+        (
+            vec![
+                node("__start__"),
+                node("model"),
+                node("tools"),
+                node(review),
+                json!({"id": "__end__"}),
+            ],
+            vec![
+                edge("__start__", "model", false),
+                edge("model", review, false),
+                edge(review, "tools", true),
+                edge(review, "model", true),
+                edge(review, "__end__", true),
+                edge("tools", "model", false),
+            ],
+        )
+    } else {
+        (
+            vec![
+                node("__start__"),
+                node("model"),
+                node("tools"),
+                json!({"id": "__end__"}),
+            ],
+            vec![
+                edge("__start__", "model", false),
+                edge("model", "tools", true),
+                edge("model", "__end__", true),
+                edge("tools", "model", false),
+            ],
+        )
+    };
+    Ok(Json(json!({"nodes": nodes, "edges": edges})))
+}
+
+/// `GET /assistants/{assistant_id}/schemas`: the JSON Schemas of the agent's input,
+/// output and state (its messages, in LangChain's serialized form) and of its config
+/// and context (free-form objects).
+pub async fn schemas(
+    State(app): State<AppState>,
+    Ids(id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let info = named(&app, id)?;
+    let state = json!({
+        "title": "AgentState",
+        "type": "object",
+        "properties": {
+            "messages": {
+                "title": "Messages",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["human", "ai", "tool", "system"]},
+                        "content": {},
+                        "id": {"type": "string"},
+                    },
+                    "required": ["content"],
+                    "additionalProperties": true,
+                },
+            },
+        },
+        "required": ["messages"],
+    });
+    let object =
+        |title: &str| json!({"title": title, "type": "object", "additionalProperties": true});
+    Ok(Json(json!({
+        "graph_id": info.graph_id,
+        "input_schema": state,
+        "output_schema": state,
+        "state_schema": state,
+        "config_schema": object("Config"),
+        "context_schema": object("Context"),
+    })))
+}

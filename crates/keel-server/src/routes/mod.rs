@@ -6,4 +6,5 @@ pub mod protocol;
 pub mod runs;
 pub mod store;
 pub mod system;
+pub mod thread_stream;
 pub mod threads;

@@ -21,11 +21,15 @@ use crate::app::AppState;
 use crate::auth::{Owner, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
-use crate::registry::{RunRecord, RunStatus, Strategy};
+use crate::registry::{RunRecord, RunStatus, Strategy, ThreadRecord};
 use crate::routes::assistants;
-use crate::routes::threads::{current_values, delete_thread, find_owned, new_thread, owned};
-use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, SseEvent, WireMode};
+use crate::routes::threads::{
+    checkpoint_id, current_values, delete_thread, find_owned, new_thread, owned,
+    parse_checkpoint_id,
+};
+use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, RunCommand, SseEvent, WireMode};
 use crate::wire::{kind, messages_from_input};
+use keel_core::message::Message;
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
 
 /// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
@@ -54,6 +58,8 @@ pub struct RunBody {
 /// A validated run request.
 struct Parsed {
     run: NewRun,
+    /// The checkpoint the run is asked to start from (`checkpoint` or `checkpoint_id`).
+    from_checkpoint: Option<String>,
     cancel_on_disconnect: bool,
     create_thread: bool,
     delete_on_completion: bool,
@@ -68,45 +74,152 @@ fn present(v: &Option<Value>) -> bool {
     }
 }
 
-/// The decisions of a `command: {resume: ...}`: LangChain's `{"decisions": [...]}`, a
-/// bare list, or either keyed by the interrupt's id (LangGraph's form for several
-/// interrupts). Whether they answer the thread's pending interrupt is checked once the
-/// thread is known.
-fn resume_of(
+/// True when `input` carries something to add: not absent, `null`, `{}` or
+/// `{"messages": []}` (what clients send beside a `command`).
+fn has_input(input: &Option<Value>) -> bool {
+    match input {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(fields)) => fields.iter().any(|(k, v)| {
+            k != "messages" || !(v.is_null() || v.as_array().is_some_and(Vec::is_empty))
+        }),
+        Some(_) => true,
+    }
+}
+
+/// What a `command` asks of the thread's pending review: `{resume: ...}` (decisions:
+/// LangChain's `{"decisions": [...]}`, a bare list, or either keyed by the interrupt's
+/// id, LangGraph's form for several interrupts) or `{goto: "__end__"}` (end the review
+/// without running anything). Whether it fits the thread's pending interrupt is checked
+/// once the thread is known.
+fn command_of(
     app: &AppState,
     command: &Value,
     input: &Option<Value>,
     stateless: bool,
-) -> Result<Vec<Decision>, ApiError> {
+) -> Result<RunCommand, ApiError> {
     let Value::Object(fields) = command else {
         return Err(ApiError::Invalid(format!(
             "command must be an object like {{\"resume\": ...}}, not {}",
             kind(command)
         )));
     };
-    if let Some(key) = fields.keys().find(|k| k.as_str() != "resume") {
+    if let Some(key) = fields
+        .keys()
+        .find(|k| !matches!(k.as_str(), "resume" | "goto" | "update"))
+    {
         return Err(ApiError::Invalid(format!(
-            "command.{key} is not supported; command supports only resume"
+            "command.{key} is not supported; command supports resume, goto \"__end__\" and update"
         )));
     }
-    let Some(value) = fields.get("resume") else {
-        return Err(ApiError::Invalid(
-            "command needs resume, the answer to the thread's pending interrupt".into(),
-        ));
+    let resume = fields.get("resume").filter(|v| !v.is_null());
+    let goto = fields.get("goto").filter(|v| !v.is_null());
+    // `{update: {messages: [...]}}`, alone or with `goto: "__end__"`: messages written
+    // without running anything.
+    let update = match fields.get("update") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(update)) => {
+            if let Some(key) = update.keys().find(|k| k.as_str() != "messages") {
+                return Err(ApiError::Invalid(format!(
+                    "command.update.{key}: this agent's state takes only messages"
+                )));
+            }
+            let messages = match update.get("messages") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(value) => messages_from_input(value, "command.update.messages")
+                    .map_err(ApiError::Invalid)?,
+            };
+            Some(messages)
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "command.update must be an object like {{\"messages\": [...]}}, not {}",
+                kind(other)
+            )));
+        }
     };
-    if present(input) {
-        return Err(ApiError::Invalid("send input or command, not both".into()));
+    if let Some(messages) = update {
+        if resume.is_some() {
+            return Err(ApiError::Invalid(
+                "send command.update or command.resume, not both".into(),
+            ));
+        }
+        if let Some(goto) = goto
+            && goto != "__end__"
+        {
+            return Err(ApiError::Invalid(format!(
+                "command.goto {goto} is not supported: only \"__end__\" is"
+            )));
+        }
+        if has_input(input) {
+            return Err(ApiError::Invalid(
+                "input beside command: a command run takes no input (LangGraph ignores it); send the messages in command.update or in a run of their own".into(),
+            ));
+        }
+        if messages.is_empty() {
+            return Err(ApiError::Invalid(
+                "command.update.messages is empty: there is nothing to update".into(),
+            ));
+        }
+        if stateless {
+            return Err(ApiError::Invalid(
+                "command.update needs a thread: send the messages as input for a stateless run"
+                    .into(),
+            ));
+        }
+        return Ok(RunCommand::Update(messages));
     }
-    if stateless {
+    let answer = match (resume, goto) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::Invalid(
+                "send command.resume or command.goto, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::Invalid(
+                "command needs resume (the answer to the thread's pending interrupt) or goto \"__end__\"".into(),
+            ));
+        }
+        (None, Some(goto)) => {
+            // LangGraph's `Command(goto=END)`: a node name, or a list of them.
+            let end = match goto {
+                Value::String(node) => node == "__end__",
+                Value::Array(nodes) => nodes.len() == 1 && nodes[0] == "__end__",
+                _ => false,
+            };
+            if !end {
+                return Err(ApiError::Invalid(format!(
+                    "command.goto {goto} is not supported: a Keel agent's steps are not addressable nodes; only \"__end__\" (end the pending review without running anything) is"
+                )));
+            }
+            None
+        }
+        (Some(value), None) => Some(value),
+    };
+    // LangGraph ignores input beside a command; clients send `{}` there. Messages would
+    // be lost, so those are refused instead.
+    if has_input(input) {
         return Err(ApiError::Invalid(
-            "command.resume needs a thread: a stateless run has no interrupt to resume".into(),
+            "input beside command: a command run takes no input (LangGraph ignores it); send the messages in a run of their own".into(),
         ));
+    }
+    let what = if answer.is_some() {
+        "command.resume"
+    } else {
+        "command.goto"
+    };
+    if stateless {
+        return Err(ApiError::Invalid(format!(
+            "{what} needs a thread: a stateless run has no interrupt to answer"
+        )));
     }
     if !has_review_middleware(app) {
-        return Err(ApiError::BadRequest(
-            "command.resume: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision".into(),
-        ));
+        return Err(ApiError::BadRequest(format!(
+            "{what}: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision"
+        )));
     }
+    let Some(value) = answer else {
+        return Ok(RunCommand::Resolve);
+    };
     // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
     let value = match value {
         Value::Object(m) if !m.contains_key("decisions") && m.len() == 1 => {
@@ -114,7 +227,121 @@ fn resume_of(
         }
         other => other,
     };
-    decisions_from_resume(value).map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+    decisions_from_resume(value)
+        .map(RunCommand::Decide)
+        .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+}
+
+/// LangGraph's stream modes for graph internals (`tasks`, `checkpoints`, `debug`), which
+/// Keel accepts and sends no events for (its agent is not a graph of addressable
+/// nodes; `updates` carries each step). `useStream` asks for them when given
+/// `onTaskEvent`, `onCheckpointEvent` or `onDebugEvent`.
+pub const UNSTREAMED_MODES: [&str; 3] = ["tasks", "checkpoints", "debug"];
+
+/// `stream_mode` without the [`UNSTREAMED_MODES`], and those that were there. Asking
+/// only for them streams no mode at all (not the `values` default).
+fn without_unstreamed(stream_mode: Option<Value>) -> (Option<Value>, Vec<&'static str>) {
+    let is_unstreamed = |v: &Value| {
+        v.as_str()
+            .and_then(|name| UNSTREAMED_MODES.into_iter().find(|m| *m == name))
+    };
+    match stream_mode {
+        Some(Value::String(name)) if is_unstreamed(&Value::String(name.clone())).is_some() => {
+            let found = UNSTREAMED_MODES
+                .into_iter()
+                .filter(|m| *m == name)
+                .collect();
+            (Some(json!([])), found)
+        }
+        Some(Value::Array(items)) if items.iter().any(|v| is_unstreamed(v).is_some()) => {
+            let found = items.iter().filter_map(is_unstreamed).collect();
+            let kept: Vec<Value> = items
+                .into_iter()
+                .filter(|v| is_unstreamed(v).is_none())
+                .collect();
+            (Some(Value::Array(kept)), found)
+        }
+        other => (other, Vec::new()),
+    }
+}
+
+/// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
+/// object's (LangGraph's `{checkpoint_id, checkpoint_ns, checkpoint_map}`, what
+/// agent-chat-ui's `useStream` sends with every message). `None`: the thread's head.
+fn checkpoint_of(
+    checkpoint: &Option<Value>,
+    checkpoint_id: &Option<Value>,
+) -> Result<Option<String>, ApiError> {
+    let id_of = |field: &str, v: &Value| match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(ApiError::Invalid(format!(
+            "{field} must be a checkpoint id string, not {}",
+            kind(other)
+        ))),
+    };
+    let from_object = match checkpoint {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(fields)) => {
+            match fields.get("checkpoint_ns") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(ns)) if ns.is_empty() => {}
+                Some(other) => {
+                    return Err(ApiError::Invalid(format!(
+                        "checkpoint.checkpoint_ns {other} is not supported: this agent has no subgraphs, so its only namespace is \"\""
+                    )));
+                }
+            }
+            match fields.get("checkpoint_id") {
+                None => None,
+                Some(v) => id_of("checkpoint.checkpoint_id", v)?,
+            }
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "checkpoint must be an object like {{\"checkpoint_id\": ...}}, not {}",
+                kind(other)
+            )));
+        }
+    };
+    let from_field = match checkpoint_id {
+        None => None,
+        Some(v) => id_of("checkpoint_id", v)?,
+    };
+    match (from_object, from_field) {
+        (Some(a), Some(b)) if a != b => Err(ApiError::Invalid(format!(
+            "checkpoint.checkpoint_id {a:?} and checkpoint_id {b:?} name different checkpoints"
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// A run may start from the thread's head only (forking from an earlier checkpoint is
+/// not supported): naming the head, as LangGraph clients do on every message, is the
+/// same as naming none.
+async fn check_from_head(app: &AppState, thread_id: &str, id: &str) -> Result<(), ApiError> {
+    let wanted = parse_checkpoint_id(id)?;
+    let head = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?
+        .map(|cp| cp.seq);
+    match head {
+        Some(seq) if seq == wanted => Ok(()),
+        Some(seq) if wanted < seq => Err(ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is an earlier checkpoint of thread {}; starting from an earlier checkpoint (a fork) is not supported, runs continue from its latest checkpoint {:?}",
+            public_thread_id(thread_id),
+            checkpoint_id(seq)
+        ))),
+        Some(_) | None => Err(ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is not a checkpoint of thread {}",
+            public_thread_id(thread_id)
+        ))),
+    }
 }
 
 /// Refuses an `input.messages` list longer than the server's cap before any message is
@@ -155,9 +382,11 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             "webhook is not supported by this server".into(),
         ));
     }
-    if present(&body.checkpoint) || present(&body.checkpoint_id) {
+    let from_checkpoint = checkpoint_of(&body.checkpoint, &body.checkpoint_id)?;
+    if from_checkpoint.is_some() && stateless {
         return Err(ApiError::Invalid(
-            "starting from an earlier checkpoint is not supported; runs continue from the thread's latest state".into(),
+            "checkpoint: a stateless run has a fresh thread, with no checkpoint to start from"
+                .into(),
         ));
     }
     if present(&body.after_seconds) {
@@ -167,10 +396,12 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     }
     let resume = match &body.command {
         None | Some(Value::Null) => None,
-        Some(command) => Some(resume_of(app, command, &body.input, stateless)?),
+        Some(command) => Some(command_of(app, command, &body.input, stateless)?),
     };
     let input = match &body.input {
         None | Some(Value::Null) => Vec::new(),
+        // Ignored beside a command (nothing in it, checked above).
+        Some(_) if resume.is_some() => Vec::new(),
         Some(Value::Object(fields)) => {
             let mut messages = Vec::new();
             for (key, value) in fields {
@@ -193,7 +424,11 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             )));
         }
     };
-    let modes = ModeSet::from_json(body.stream_mode.as_ref()).map_err(ApiError::Invalid)?;
+    let (stream_mode, unstreamed) = without_unstreamed(body.stream_mode);
+    let modes = match &stream_mode {
+        Some(Value::Array(kept)) if kept.is_empty() && !unstreamed.is_empty() => ModeSet::of(&[]),
+        _ => ModeSet::from_json(stream_mode.as_ref()).map_err(ApiError::Invalid)?,
+    };
     let metadata = match body.metadata {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -241,11 +476,12 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         "command": body.command,
         "config": body.config.unwrap_or_else(|| json!({})),
         "context": body.context.unwrap_or_else(|| json!({})),
-        "stream_mode": modes.names(),
+        "stream_mode": modes.names().into_iter().chain(unstreamed).collect::<Vec<_>>(),
         "multitask_strategy": strategy.as_str(),
         "on_disconnect": if cancel_on_disconnect { "cancel" } else { "continue" },
     });
     Ok(Parsed {
+        from_checkpoint,
         run: NewRun {
             input,
             resume,
@@ -260,17 +496,31 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     })
 }
 
-/// Validates the request, resolves (or creates) the thread, and starts the run.
-async fn start(
+/// Validates the request, resolves (or creates) the thread, and starts the run. For a
+/// run whose thread is deleted when it ends (stateless), also returns a sender: the
+/// thread stays until it is dropped, so the caller can read the run's values first.
+async fn start_keeping(
     app: &AppState,
     owner: &Owner,
     thread_id: Option<String>,
     body: RunBody,
-) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
+) -> Result<
+    (
+        RunRecord,
+        Arc<LiveRun>,
+        bool,
+        Option<tokio::sync::oneshot::Sender<()>>,
+    ),
+    ApiError,
+> {
     let stateless = thread_id.is_none();
-    let parsed = parse(app, body, stateless)?;
+    let mut parsed = parse(app, body, stateless)?;
     let thread_id = match thread_id {
-        None => new_thread(app, owner, None, Map::new()).await?.thread_id,
+        None => {
+            new_thread(app, owner, None, run_metadata(app))
+                .await?
+                .thread_id
+        }
         Some(id) => match find_owned(app, owner, &id).await? {
             Some(thread) => {
                 // Another process sharing the database may be running it.
@@ -282,34 +532,96 @@ async fn start(
                         "thread {id} is already running a run; wait for it, or use multitask_strategy enqueue"
                     )));
                 }
+                tag_thread(app, owner, &thread).await;
                 thread.thread_id
             }
             // The id is looked up in the caller's own namespace only: whether another
             // owner uses it is neither checked nor told.
             None if parsed.create_thread => {
-                new_thread(app, owner, Some(id), Map::new())
+                new_thread(app, owner, Some(id), run_metadata(app))
                     .await?
                     .thread_id
             }
             None => return Err(ApiError::thread(&id)),
         },
     };
+    if let Some(id) = &parsed.from_checkpoint {
+        check_from_head(app, &thread_id, id).await?;
+    }
     match &parsed.run.resume {
-        Some(decisions) => check_resume(app, &thread_id, decisions).await?,
-        None => check_not_paused(app, &thread_id).await?,
+        Some(RunCommand::Decide(decisions)) => {
+            check_resume(app, &thread_id, Some(decisions)).await?
+        }
+        Some(RunCommand::Resolve) => check_resume(app, &thread_id, None).await?,
+        Some(RunCommand::Update(_)) => check_update(app, &thread_id, &mut parsed.run).await?,
+        None => {
+            let input = std::mem::take(&mut parsed.run.input);
+            parsed.run.input = answer_pending(app, &thread_id, input).await?;
+        }
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
+    let mut keep = None;
     if parsed.delete_on_completion {
         let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
+        let (keep_tx, kept) = tokio::sync::oneshot::channel::<()>();
+        keep = Some(keep_tx);
         tokio::spawn(async move {
             live.log.closed().await;
+            // Until the caller has read what it answers with (its sender dropped).
+            let _ = kept.await;
             // Everything the run stored goes with its thread, as a DELETE would do it.
             if let Err(e) = delete_thread(&app, &owner, &live.thread_id).await {
                 tracing::error!("deleting a stateless run's thread: {e}");
             }
         });
     }
-    Ok((record, live, parsed.cancel_on_disconnect))
+    Ok((record, live, parsed.cancel_on_disconnect, keep))
+}
+
+/// [`start_keeping`], for callers that read nothing of a stateless run's thread once
+/// it ends.
+async fn start(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    body: RunBody,
+) -> Result<(RunRecord, Arc<LiveRun>, bool), ApiError> {
+    let (record, live, cancel, _) = start_keeping(app, owner, thread_id, body).await?;
+    Ok((record, live, cancel))
+}
+
+/// The metadata a run writes on its thread, as LangGraph's Agent Server does: the
+/// assistant's `graph_id` and `assistant_id` (replacing any the thread had). Clients list
+/// an assistant's threads by searching on them (agent-chat-ui's thread list).
+fn run_metadata(app: &AppState) -> Map<String, Value> {
+    let info = app.manager.assistant();
+    let mut metadata = Map::new();
+    metadata.insert("graph_id".into(), Value::String(info.graph_id.clone()));
+    metadata.insert(
+        "assistant_id".into(),
+        Value::String(info.assistant_id.clone()),
+    );
+    metadata
+}
+
+/// Writes [`run_metadata`] on the thread, when it does not hold it yet. Best effort, as
+/// the thread's status is: a failed write is logged and the run goes on (the next run
+/// tries again).
+async fn tag_thread(app: &AppState, owner: &Owner, thread: &ThreadRecord) {
+    let tags = run_metadata(app);
+    if tags.iter().all(|(k, v)| thread.metadata.get(k) == Some(v)) {
+        return;
+    }
+    if let Err(e) = app
+        .registry
+        .update_thread(&owner.0, &thread.thread_id, |t| t.metadata.extend(tags))
+        .await
+    {
+        tracing::warn!(
+            thread_id = %public_thread_id(&thread.thread_id),
+            "could not write graph_id and assistant_id into the thread's metadata: {e}"
+        );
+    }
 }
 
 /// What a thread waits for, as far as a new run is concerned.
@@ -317,8 +629,8 @@ enum Review {
     /// A run is executing or queued: the next run waits its turn, and the middleware
     /// checks the review when it starts.
     Busy,
-    /// Idle and paused for this review.
-    Pending(Interrupt),
+    /// Idle and paused for this review, with the thread's messages.
+    Pending(Interrupt, Arc<Vec<Message>>),
     /// Idle, nothing to review.
     None,
 }
@@ -334,38 +646,89 @@ async fn review(app: &AppState, thread_id: &str) -> Result<Review, ApiError> {
         .await
         .map_err(|e| ApiError::storage("reading the thread", e))?
         .unwrap_or_default();
-    Ok(Interrupt::of(&state).map_or(Review::None, Review::Pending))
+    Ok(match Interrupt::of(&state) {
+        Some(pending) => Review::Pending(pending, state.messages),
+        None => Review::None,
+    })
 }
 
 /// A resume on an idle thread must answer its pending interrupt: one allowed decision
-/// per paused call.
+/// per paused call. A `goto "__end__"` (`decisions: None`) needs one pending too.
 async fn check_resume(
     app: &AppState,
     thread_id: &str,
-    decisions: &[Decision],
+    decisions: Option<&[Decision]>,
 ) -> Result<(), ApiError> {
+    let what = if decisions.is_some() {
+        "command.resume"
+    } else {
+        "command.goto"
+    };
     match review(app, thread_id).await? {
         Review::Busy => Ok(()),
-        Review::Pending(pending) => pending
-            .check(decisions)
-            .map_err(|e| ApiError::Invalid(format!("command.resume: {e}"))),
+        Review::Pending(pending, _) => match decisions {
+            Some(decisions) => pending
+                .check(decisions)
+                .map_err(|e| ApiError::Invalid(format!("{what}: {e}"))),
+            None => Ok(()),
+        },
         Review::None => Err(ApiError::BadRequest(format!(
-            "command.resume: thread {} has no pending interrupt to resume",
+            "{what}: thread {} has no pending interrupt to resume",
             public_thread_id(thread_id)
         ))),
     }
 }
 
-/// New input on an idle thread that waits for a review would fail in the middleware (the
-/// paused calls have no results, which no model accepts): refused here, saying how to
-/// answer the review.
-async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiError> {
-    if !has_review_middleware(app) {
+/// A `command.update` on an idle thread: refused while a review is pending (LangGraph
+/// would append the messages after the paused calls, leaving them without results,
+/// which providers reject); on a thread that never ran, the messages are the run's
+/// input, as LangGraph then runs the graph from its start.
+async fn check_update(app: &AppState, thread_id: &str, run: &mut NewRun) -> Result<(), ApiError> {
+    let head = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?;
+    if head.is_none() && !app.manager.is_busy(thread_id).await? {
+        if let Some(RunCommand::Update(messages)) = run.resume.take() {
+            run.input = messages;
+        }
         return Ok(());
     }
-    match review(app, thread_id).await? {
-        Review::Pending(pending) => Err(ApiError::Conflict(format!(
-            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, before sending new input",
+    if has_review_middleware(app)
+        && let Review::Pending(pending, _) = review(app, thread_id).await?
+    {
+        return Err(ApiError::Conflict(format!(
+            "command.update: thread {} is waiting for a review of {} tool call(s); answer it (command.resume or goto \"__end__\") before updating its messages",
+            public_thread_id(thread_id),
+            pending.tool_call_ids.len()
+        )));
+    }
+    Ok(())
+}
+
+/// New input on an idle thread that waits for a review ends the review, as LangGraph
+/// takes it: the input's leading tool messages answer paused calls (agent-chat-ui sends
+/// one per call, then the user's message), and every call left open gets Keel's
+/// "cancelled" result ([`keel_core::dangling::cancelled_result`]) before the new
+/// messages, so no call without a result reaches the model. A run without input is
+/// refused, saying how to answer the review. Returns the input to run.
+async fn answer_pending(
+    app: &AppState,
+    thread_id: &str,
+    input: Vec<Message>,
+) -> Result<Vec<Message>, ApiError> {
+    if !has_review_middleware(app) {
+        return Ok(input);
+    }
+    let Review::Pending(pending, messages) = review(app, thread_id).await? else {
+        return Ok(input);
+    };
+    if input.is_empty() {
+        return Err(ApiError::Conflict(format!(
+            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, or send new input",
             public_thread_id(thread_id),
             pending.tool_call_ids.len(),
             pending
@@ -374,9 +737,46 @@ async fn check_not_paused(app: &AppState, thread_id: &str) -> Result<(), ApiErro
                 .map(|a| a.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))),
-        Review::Busy | Review::None => Ok(()),
+        )));
     }
+    let open = pending.open_calls(&messages);
+    let lead = input.iter().take_while(|m| m.is_tool()).count();
+    for (i, message) in input.iter().enumerate() {
+        let Some(call_id) = message.tool_call_id() else {
+            continue;
+        };
+        if i >= lead {
+            return Err(ApiError::Invalid(format!(
+                "input.messages[{i}]: a tool result comes before the new messages, right after the paused call it answers"
+            )));
+        }
+        if !open.iter().any(|(id, _)| id == call_id) {
+            return Err(ApiError::Invalid(format!(
+                "input.messages[{i}]: tool call {call_id:?} is not a paused call waiting for a result"
+            )));
+        }
+    }
+    let answered: Vec<&str> = input[..lead]
+        .iter()
+        .filter_map(Message::tool_call_id)
+        .collect();
+    let cancelled: Vec<Message> = open
+        .iter()
+        .filter(|(id, _)| !answered.contains(&id.as_str()))
+        .map(|(id, name)| {
+            keel_core::dangling::cancelled_result(&keel_core::dangling::DanglingCall {
+                ai_index: 0,
+                insert_at: 0,
+                call_id: id.clone(),
+                tool_name: name.clone(),
+            })
+        })
+        .collect();
+    let mut input = input;
+    let rest = input.split_off(lead);
+    input.extend(cancelled);
+    input.extend(rest);
+    Ok(input)
 }
 
 fn has_review_middleware(app: &AppState) -> bool {
@@ -511,7 +911,8 @@ pub async fn stateless_wait(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<Response, ApiError> {
-    let (record, live, _) = start(&app, &owner, None, body).await?;
+    // The thread goes once its values are read (dropping `_keep`), not before.
+    let (record, live, _, _keep) = start_keeping(&app, &owner, None, body).await?;
     let values = outcome(&app, Some(live.clone()), &record.thread_id, &record.run_id).await?;
     Ok(with_location(Json(values).into_response(), &record))
 }
@@ -649,7 +1050,9 @@ pub async fn join_stream(
         None => Start::Oldest,
         Some(v) => {
             let text = v.to_str().unwrap_or_default().trim();
-            if text.is_empty() {
+            // `-1` (what useStream's joinStream sends by default) asks for the run from
+            // its start: the oldest event still kept.
+            if text.is_empty() || text == "-1" {
                 Start::Oldest
             } else {
                 // The largest id has no successor: refused, rather than wrapping to 0
@@ -671,7 +1074,7 @@ pub async fn join_stream(
     let names: Vec<&str> = query
         .all("stream_mode")
         .into_iter()
-        .filter(|n| !n.is_empty())
+        .filter(|n| !n.is_empty() && !UNSTREAMED_MODES.contains(n))
         .collect();
     let filter = if names.is_empty() {
         None

@@ -415,6 +415,104 @@ pub async fn search(
     Ok(Json(Value::Array(out)))
 }
 
+/// The body of `POST /threads/count`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CountBody {
+    metadata: Option<Map<String, Value>>,
+    values: Option<Map<String, Value>>,
+    status: Option<String>,
+}
+
+/// `POST /threads/count`: how many of the caller's threads match, as `search` filters.
+/// Counted a page at a time, so no more than one page of records is held.
+pub async fn count(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<CountBody>,
+) -> Result<Json<Value>, ApiError> {
+    if body.values.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::Invalid(
+            "counting by values is not supported; count by metadata or status".into(),
+        ));
+    }
+    let status = match body.status.as_deref() {
+        None => None,
+        Some(s) => Some(ThreadStatus::parse(s).ok_or_else(|| {
+            ApiError::Invalid(format!(
+                "status {s:?} is not idle, busy, interrupted or error"
+            ))
+        })?),
+    };
+    let filter = ThreadFilter {
+        metadata: body.metadata.unwrap_or_default(),
+        ids: None,
+        status,
+    };
+    let mut total = 0usize;
+    loop {
+        let page = app
+            .registry
+            .search_threads(&owner.0, &filter, "thread_id", true, total, MAX_PAGE)
+            .await
+            .map_err(|e| ApiError::storage("counting threads", e))?;
+        total += page.len();
+        if page.len() < MAX_PAGE {
+            break;
+        }
+    }
+    Ok(Json(json!(total)))
+}
+
+/// The body of `POST /threads/prune`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PruneBody {
+    thread_ids: Option<Vec<String>>,
+    strategy: Option<String>,
+}
+
+/// `POST /threads/prune`: deletes the caller's listed threads (LangGraph's `delete`
+/// strategy, its default) as `DELETE /threads/{id}` does; ids the caller has no thread
+/// for are skipped. Answers `{"pruned_count": n}`.
+pub async fn prune(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<PruneBody>,
+) -> Result<Json<Value>, ApiError> {
+    match body.strategy.as_deref() {
+        None | Some("delete") => {}
+        Some("keep_latest") => {
+            return Err(ApiError::Invalid(
+                "strategy \"keep_latest\" is not supported: checkpoints are append-only; use \"delete\"".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "strategy {other:?} is not delete or keep_latest"
+            )));
+        }
+    }
+    let ids = body
+        .thread_ids
+        .ok_or_else(|| ApiError::Invalid("thread_ids is required".into()))?;
+    if ids.len() > MAX_PAGE {
+        return Err(ApiError::Invalid(format!(
+            "thread_ids has {} ids; at most {MAX_PAGE} per call",
+            ids.len()
+        )));
+    }
+    let mut pruned = 0u64;
+    for id in ids {
+        if let Some(thread) = find_owned(&app, &owner, &id).await?
+            && delete_thread(&app, &owner, &thread.thread_id).await?
+        {
+            pruned += 1;
+        }
+    }
+    Ok(Json(json!({"pruned_count": pruned})))
+}
+
 /// `GET /threads/{thread_id}/state`.
 pub async fn state(
     State(app): State<AppState>,

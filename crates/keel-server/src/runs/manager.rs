@@ -151,7 +151,7 @@ impl LiveRun {
 struct Queued {
     live: Arc<LiveRun>,
     input: Vec<Message>,
-    resume: Option<Vec<Decision>>,
+    resume: Option<RunCommand>,
 }
 
 /// What [`RunManager::admit`] decided.
@@ -218,9 +218,9 @@ const FOLLOW_ORPHAN_CHECKS: u32 = 5;
 pub struct NewRun {
     /// Messages appended to the thread.
     pub input: Vec<Message>,
-    /// Decisions answering the thread's pending interrupt (`command: {resume: ...}`),
-    /// recorded when the run starts; the input is then empty.
-    pub resume: Option<Vec<Decision>>,
+    /// The run's `command` (an answer to the thread's pending interrupt, or a state
+    /// update), applied when the run starts; the input is then empty.
+    pub resume: Option<RunCommand>,
     /// Protocol modes streamed.
     pub modes: ModeSet,
     /// Client metadata.
@@ -229,6 +229,22 @@ pub struct NewRun {
     pub strategy: Strategy,
     /// The request's arguments, echoed in the run's `kwargs`.
     pub kwargs: Value,
+}
+
+/// What a run with a `command` does: answer the thread's pending human-in-the-loop
+/// review, or write messages.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunCommand {
+    /// One decision per paused call (`command: {resume: {decisions: [...]}}`): recorded,
+    /// then the agent runs and applies them.
+    Decide(Vec<Decision>),
+    /// `command: {goto: "__end__"}`: the review ends with no tool and no model run
+    /// ([`HumanInTheLoop::resolve`]); the run ends there.
+    Resolve,
+    /// `command: {update: {messages: [...]}}` on a thread that is not paused: the
+    /// messages are written as one checkpoint, as LangGraph applies an update to a
+    /// thread whose run is over; nothing runs.
+    Update(Vec<Message>),
 }
 
 /// Starts, queues, cancels and tracks runs.
@@ -307,6 +323,21 @@ impl RunManager {
     /// The live (or recently finished) run, if its log is still kept.
     pub fn live(&self, run_id: &str) -> Option<Arc<LiveRun>> {
         self.state.lock().live.get(run_id).cloned()
+    }
+
+    /// The thread's runs whose logs are kept here (running, queued, recently finished),
+    /// oldest first (run ids are time-ordered).
+    pub fn thread_runs(&self, thread_id: &str) -> Vec<Arc<LiveRun>> {
+        let mut runs: Vec<Arc<LiveRun>> = self
+            .state
+            .lock()
+            .live
+            .values()
+            .filter(|live| live.thread_id == thread_id)
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        runs
     }
 
     /// True while the thread has a run executing or queued here, or (on a shared
@@ -397,7 +428,7 @@ impl RunManager {
         thread_id: &str,
         live: &Arc<LiveRun>,
         input: Vec<Message>,
-        resume: Option<Vec<Decision>>,
+        resume: Option<RunCommand>,
         strategy: Strategy,
     ) -> Result<Admitted, ApiError> {
         let run_id = live.run_id.clone();
@@ -1001,7 +1032,7 @@ impl RunManager {
         &self,
         live: &LiveRun,
         input: Vec<Message>,
-        resume: Option<Vec<Decision>>,
+        resume: Option<RunCommand>,
         cancel: &mut watch::Receiver<Option<CancelAction>>,
     ) -> Ending {
         // Wait for a running slot, unless cancelled first.
@@ -1044,20 +1075,44 @@ impl RunManager {
                 }));
             }
         };
-        // A resume records its decisions under the lease, so the run applies them.
-        if let Some(decisions) = resume
-            && let Err(e) =
-                HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
-        {
-            lease.release().await;
-            return Ending::Done(Err(match e {
+        let resume_failed = |e: ResumeError| {
+            Ending::Done(Err(match e {
                 ResumeError::Agent(e) => e,
                 other => AgentError::Middleware(MiddlewareError {
                     middleware: "HumanInTheLoopMiddleware".into(),
                     hook: "resume",
                     message: other.to_string(),
                 }),
-            }));
+            }))
+        };
+        match resume {
+            // A resume records its decisions under the lease, so the run applies them.
+            Some(RunCommand::Decide(decisions)) => {
+                if let Err(e) =
+                    HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
+                {
+                    lease.release().await;
+                    return resume_failed(e);
+                }
+            }
+            // Ending the review is the whole run: one checkpoint, under the lease.
+            Some(RunCommand::Resolve) => {
+                let ending = match self.resolve(live).await {
+                    Ok(ending) => ending,
+                    Err(e) => resume_failed(e),
+                };
+                lease.release().await;
+                return ending;
+            }
+            Some(RunCommand::Update(messages)) => {
+                let ending = match self.update(live, before.as_ref(), messages).await {
+                    Ok(ending) => ending,
+                    Err(e) => Ending::Done(Err(e)),
+                };
+                lease.release().await;
+                return ending;
+            }
+            None => {}
         }
         let mut translator = Translator::new(live.modes, self.context(live));
         let mut out = Vec::new();
@@ -1092,6 +1147,98 @@ impl RunManager {
         }
         lease.release().await;
         ending
+    }
+}
+
+impl RunManager {
+    /// Ends the thread's pending review ([`HumanInTheLoop::resolve`]) and streams what
+    /// that step changed, as a node's update and the state after it.
+    async fn resolve(&self, live: &LiveRun) -> Result<Ending, ResumeError> {
+        let update = HumanInTheLoop::resolve(&self.agent, &live.thread_id, &live.run_id).await?;
+        Ok(self
+            .one_step(live, "HumanInTheLoopMiddleware.resolve", update)
+            .await?)
+    }
+
+    /// Writes `messages` on the thread (`head`, read under the lease) as one checkpoint,
+    /// with compare-and-swap on the head, unless a review is pending.
+    async fn update(
+        &self,
+        live: &LiveRun,
+        head: Option<&Checkpoint>,
+        messages: Vec<Message>,
+    ) -> Result<Ending, AgentError> {
+        if head.is_some_and(|cp| cp.values.get(INTERRUPT_KEY).is_some_and(|v| !v.is_null())) {
+            return Err(AgentError::Middleware(MiddlewareError {
+                middleware: "HumanInTheLoopMiddleware".into(),
+                hook: "update",
+                message:
+                    "the thread is waiting for a review; answer it before updating its messages"
+                        .into(),
+            }));
+        }
+        let update = StateUpdate::messages(messages);
+        let parent = head.map(|cp| cp.seq);
+        let write = CheckpointWrite {
+            parent,
+            run_id: live.run_id.clone(),
+            node: "update".into(),
+            update: update.clone(),
+            created_at_ms: now_ms(),
+        };
+        let checkpoint = |source| AgentError::Checkpoint {
+            thread_id: live.thread_id.clone(),
+            source,
+        };
+        match self
+            .agent
+            .checkpointer()
+            .put(&live.thread_id, write)
+            .await
+            .map_err(checkpoint)?
+        {
+            PutOutcome::Saved { .. } => self.one_step(live, "update", update).await,
+            PutOutcome::Conflict { head } => Err(AgentError::Conflict {
+                thread_id: live.thread_id.clone(),
+                parent,
+                head,
+            }),
+        }
+    }
+
+    /// Streams one step written outside the agent: its update, then the state after it.
+    async fn one_step(
+        &self,
+        live: &LiveRun,
+        node: &str,
+        update: StateUpdate,
+    ) -> Result<Ending, AgentError> {
+        let state = self.agent.state(&live.thread_id).await?.unwrap_or_default();
+        let mut translator = Translator::new(live.modes, self.context(live));
+        let mut out = Vec::new();
+        translator.start(json!({"messages": []}), &mut out);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Updates {
+                node: node.into(),
+                update,
+            },
+            &mut out,
+        );
+        let state = Arc::new(state);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Values {
+                state: state.clone(),
+            },
+            &mut out,
+        );
+        for (mode, event, data) in out {
+            push_mode(&live.log, event, &data, mode);
+        }
+        Ok(Ending::Done(Ok(keel_agent::RunOutput {
+            state: Arc::unwrap_or_clone(state),
+            run_id: live.run_id.clone(),
+            model_steps: 0,
+        })))
     }
 }
 

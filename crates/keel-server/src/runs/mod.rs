@@ -7,5 +7,7 @@ pub mod modes;
 pub mod translate;
 
 pub use log::{EventLog, Next, SseEvent};
-pub use manager::{AssistantInfo, CancelAction, LiveRun, NewRun, RunLimits, RunManager};
+pub use manager::{
+    AssistantInfo, CancelAction, LiveRun, NewRun, RunCommand, RunLimits, RunManager,
+};
 pub use modes::{ModeSet, WireMode};

@@ -201,5 +201,65 @@ await test("threads.stream surfaces an interrupt and respondInput resumes it", a
   }
 });
 
+await test("agent-chat-ui's useStream requests work", async () => {
+  assert(reviewUrl, "no REVIEW_URL given");
+  const review = new Client({ apiUrl: reviewUrl });
+  // As useStream submits: its stream modes and flags, and the thread's head checkpoint
+  // (without thread_id) from the history it fetched.
+  const ui = {
+    streamMode: ["values", "messages-tuple", "updates", "custom"],
+    streamSubgraphs: true,
+    streamResumable: true,
+    onDisconnect: "continue",
+    context: {},
+    config: {},
+    metadata: {},
+  };
+  const head = async (threadId) => {
+    const [latest] = await review.threads.getHistory(threadId, { limit: 10 });
+    const { thread_id: _, ...checkpoint } = latest.checkpoint;
+    return checkpoint;
+  };
+  const submit = async (threadId, input, options = {}) => {
+    const parts = await collect(review.runs.stream(threadId, "agent", { ...ui, input, ...options, checkpoint: await head(threadId) }));
+    const errors = parts.filter((p) => p.event === "error");
+    assert(errors.length === 0, JSON.stringify(errors));
+    return parts;
+  };
+  const { thread_id: tid } = await review.threads.create();
+  await collect(review.runs.stream(tid, "agent", { ...ui, input: { messages: [{ type: "human", content: "echo ui" }] } }));
+  const listed = await review.threads.search({ metadata: { graph_id: "agent" }, limit: 100 });
+  assert(listed.some((t) => t.thread_id === tid), JSON.stringify(listed));
+  // A decision: submit({}, {command: {resume}}).
+  await submit(tid, {}, { command: { resume: { decisions: [{ type: "approve" }] } } });
+  let state = await review.threads.getState(tid);
+  assert(state.next.length === 0 && state.values.messages.at(-1).type === "ai", JSON.stringify(state));
+  // Paused again; "Mark as resolved": submit({}, {command: {goto: END}}).
+  await submit(tid, { messages: [{ type: "human", content: "echo again" }] });
+  await submit(tid, {}, { command: { goto: "__end__" } });
+  state = await review.threads.getState(tid);
+  assert(state.next.length === 0 && state.interrupts.length === 0, JSON.stringify(state));
+  // The thread's status is written just after the run's stream ends.
+  let status;
+  for (let i = 0; i < 50 && status !== "idle"; i += 1) {
+    status = (await review.threads.get(tid)).status;
+    if (status !== "idle") await new Promise((r) => setTimeout(r, 50));
+  }
+  assert(status === "idle", status);
+  // Typing during a review: a tool message per paused call, then the new message.
+  await submit(tid, { messages: [{ type: "human", content: "echo third" }] });
+  state = await review.threads.getState(tid);
+  const calls = state.values.messages.at(-1).tool_calls;
+  await submit(tid, {
+    messages: [
+      ...calls.map((c) => ({ type: "tool", tool_call_id: c.id, name: c.name, content: "Cancelled by user" })),
+      { type: "human", content: "hello" },
+    ],
+  });
+  state = await review.threads.getState(tid);
+  const kinds = state.values.messages.slice(-3).map((m) => m.type);
+  assert(JSON.stringify(kinds) === JSON.stringify(["tool", "human", "ai"]), JSON.stringify(state.values.messages));
+});
+
 console.log(`${results.passed} passed, ${results.failed} failed`);
 process.exit(results.failed ? 1 : 0);

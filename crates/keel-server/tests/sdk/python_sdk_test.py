@@ -281,7 +281,7 @@ async def bad_input_gets_the_error_shape():
         cases = [
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": 3}}, 422),
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "input": {"messages": [{"type": "robot"}]}}, 422),
-            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "stream_mode": "debug"}, 422),
+            ("/threads/" + tid + "/runs", {"assistant_id": "agent", "stream_mode": "tools"}, 422),
             ("/threads/" + tid + "/runs", {"assistant_id": "nope"}, 404),
             ("/threads/" + tid + "/runs", {"assistant_id": "agent", "command": {"resume": "yes"}}, 400),
             ("/threads/missing/runs", {"assistant_id": "agent"}, 404),
@@ -500,6 +500,87 @@ async def threads_stream_surfaces_an_interrupt_and_run_respond_resumes_it():
         tool = [m for m in output["messages"] if m["type"] == "tool"]
         assert tool and "echo hello" in tool[-1]["content"], output["messages"]
         assert output["messages"][-1]["type"] == "ai", output["messages"][-1]
+
+
+@test
+async def agent_chat_ui_requests_work():
+    """What agent-chat-ui's useStream sends, in the SDK's own request shapes."""
+    if REVIEW_URL is None:
+        raise AssertionError("no keel serve URL with human_in_the_loop given")
+    c = client(REVIEW_URL)
+    ui = dict(stream_mode=["values", "messages-tuple", "updates", "custom"],
+              stream_subgraphs=True, stream_resumable=True, on_disconnect="continue",
+              context={}, config={}, metadata={})
+
+    async def head(tid):
+        [latest, *_] = await c.threads.get_history(tid, limit=10)
+        cp = latest["checkpoint"]
+        return {"checkpoint_id": cp["checkpoint_id"], "checkpoint_ns": "", "checkpoint_map": None}
+
+    async def status(tid, want):
+        # The thread's status is written just after the run's stream ends.
+        for _ in range(50):
+            got = (await c.threads.get(tid))["status"]
+            if got == want:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"thread status {got}, not {want}")
+
+    async def run(tid, **kwargs):
+        parts = await collect(c.runs.stream(tid, "agent", **ui, **kwargs))
+        assert not [p for p in parts if p.event == "error"], parts
+        return parts
+
+    tid = (await c.threads.create())["thread_id"]
+    await run(tid, input={"messages": [{"type": "human", "content": "echo one"}]})
+    # The thread list: searched by graph_id (or assistant_id), counted.
+    listed = await c.threads.search(metadata={"graph_id": "agent"}, limit=100)
+    assert tid in [t["thread_id"] for t in listed], listed
+    assistant_id = (await c.assistants.get("agent"))["assistant_id"]
+    listed = await c.threads.search(metadata={"assistant_id": assistant_id}, limit=100)
+    assert tid in [t["thread_id"] for t in listed], listed
+    counted = await c.threads.count(metadata={"graph_id": "agent"})
+    assert counted >= 1, counted
+
+    # A decision from the head checkpoint, beside input {}.
+    await run(tid, input={}, command={"resume": {"decisions": [{"type": "approve"}]}},
+              checkpoint=await head(tid))
+    state = await c.threads.get_state(tid)
+    assert state["next"] == [] and state["values"]["messages"][-1]["type"] == "ai", state
+
+    # The next message from the head; paused again, then "Mark as resolved".
+    await run(tid, input={"messages": [{"type": "human", "content": "echo two"}]},
+              checkpoint=await head(tid))
+    await status(tid, "interrupted")
+    await run(tid, input={}, command={"goto": "__end__"}, checkpoint=await head(tid))
+    state = await c.threads.get_state(tid)
+    assert state["next"] == [] and state["interrupts"] == [], state
+    assert state["values"]["messages"][-1]["type"] == "tool", state["values"]["messages"][-1]
+    await status(tid, "idle")
+
+    # Typing during a review: a tool message per paused call, then the new message.
+    await run(tid, input={"messages": [{"type": "human", "content": "echo three"}]},
+              checkpoint=await head(tid))
+    state = await c.threads.get_state(tid)
+    call = state["values"]["messages"][-1]["tool_calls"][0]
+    await run(tid, checkpoint=await head(tid), input={"messages": [
+        {"type": "tool", "tool_call_id": call["id"], "name": call["name"], "content": "Cancelled by user"},
+        {"type": "human", "content": "hello"},
+    ]})
+    state = await c.threads.get_state(tid)
+    kinds = [m["type"] for m in state["values"]["messages"][-3:]]
+    assert kinds == ["tool", "human", "ai"], state["values"]["messages"][-3:]
+    assert state["next"] == [], state
+
+    # An earlier checkpoint is still refused, saying so.
+    [_, earlier, *_] = await c.threads.get_history(tid, limit=10)
+    try:
+        await c.runs.create(tid, "agent", input={"messages": [{"type": "human", "content": "fork"}]},
+                            checkpoint=earlier["checkpoint"])
+        raise AssertionError("a run from an earlier checkpoint was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "earlier checkpoint" in e.response.text, e.response.text
+    assert (await c.threads.prune([tid]))["pruned_count"] == 1
 
 
 async def main():
