@@ -99,6 +99,20 @@ const RULE_WORDS: &[&str] = &[
     "rule",
     "policy",
     "compliance",
+    // German and Spanish rules.
+    "nie",
+    "niemals",
+    "immer",
+    "muss",
+    "müssen",
+    "darf",
+    "dürfen",
+    "verboten",
+    "nunca",
+    "siempre",
+    "debe",
+    "deben",
+    "prohibido",
 ];
 const RULE_PAIRS: &[(&str, &str)] = &[("do", "not"), ("not", "allowed"), ("only", "ever")];
 const DECISION_WORDS: &[&str] = &[
@@ -115,6 +129,11 @@ const DECISION_WORDS: &[&str] = &[
     "settled",
     "chose",
     "chosen",
+    "entschieden",
+    "vereinbart",
+    "decidimos",
+    "acordamos",
+    "acordado",
 ];
 const DECISION_PAIRS: &[(&str, &str)] = &[
     ("go", "with"),
@@ -141,8 +160,25 @@ const REQUIREMENT_WORDS: &[&str] = &[
     "expects",
     "deadline",
     "sla",
+    "braucht",
+    "benötigt",
+    "necesita",
+    "requiere",
+    "quiere",
 ];
-const REQUIREMENT_PAIRS: &[(&str, &str)] = &[("has", "to"), ("have", "to")];
+const REQUIREMENT_PAIRS: &[(&str, &str)] = &[("has", "to"), ("have", "to"), ("hay", "que")];
+/// Chinese cue words (no spaces to find them by): rules, decisions, requirements.
+const CJK_CUES: &[(&str, u8)] = &[
+    ("必须", RULE),
+    ("不能", RULE),
+    ("不要", RULE),
+    ("禁止", RULE),
+    ("务必", RULE),
+    ("决定", DECISION),
+    ("同意", DECISION),
+    ("要求", REQUIREMENT),
+    ("需要", REQUIREMENT),
+];
 
 const UNITS: &[&str] = &[
     "ms",
@@ -669,6 +705,15 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
 /// The cues and values of one sentence.
 pub(crate) fn information(sentence: &str) -> Information {
     let mut info = Information::default();
+    let spaced = cjk_spaced(sentence);
+    let sentence: &str = &spaced;
+    if !sentence.is_ascii() {
+        for (cue, bit) in CJK_CUES {
+            if sentence.contains(cue) {
+                info.cues |= bit;
+            }
+        }
+    }
     // ASCII lower-casing keeps every byte offset (and trimming strips no letter), so a
     // token's lower-cased form is the same byte range of `lowered`: one split serves both.
     let lowered = sentence.to_ascii_lowercase();
@@ -793,6 +838,46 @@ pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> 
     assistant && INTENT_OPENINGS.iter().any(|o| p.starts_with(o))
 }
 
+/// Openings of narration: the speaker telling what they do or will do ("I'm going
+/// through the pods", "Let's continue", "Next I'll look at the queue").
+const NARRATION: &[&str] = &[
+    "i",
+    "i'd",
+    "i'll",
+    "i'm",
+    "i've",
+    "let",
+    "let's",
+    "now",
+    "next",
+    "still",
+    "continuing",
+    "looking",
+    "checking",
+    "moving",
+    "going",
+    "working",
+    "nothing",
+    "good",
+    "happy",
+    "you're",
+];
+
+/// True for narration with nothing in it: a sentence opening as [`NARRATION`] does,
+/// with no value and no rule or requirement. Findings are stated about the world
+/// ("Production is on build 5124."), not about the speaker.
+pub(crate) fn is_narration(sentence: &str, info: &Information) -> bool {
+    if !info.values.is_empty() || info.cues & (RULE | REQUIREMENT) != 0 {
+        return false;
+    }
+    let first = sentence
+        .split_whitespace()
+        .next()
+        .map(plain_word)
+        .unwrap_or_default();
+    NARRATION.contains(&first.as_str())
+}
+
 /// The sentence without opening discourse words ("Okay, ...", "btw ...") and without
 /// the clauses after a `;` that hold nothing (the first clause always stays).
 pub(crate) fn compress(sentence: &str) -> String {
@@ -826,8 +911,8 @@ pub(crate) fn compress(sentence: &str) -> String {
     out
 }
 
-/// Sentences of a text: split at line breaks and at `.`, `!`, `?` followed by white
-/// space; list markers removed. Lines inside a fenced code block are skipped (pasted
+/// Sentences of a text: split at line breaks, at `.`, `!`, `?` followed by white
+/// space, and at `。`, `！`, `？`, `；` (scripts without spaces); list markers removed. Lines inside a fenced code block are skipped (pasted
 /// logs and code are data, not statements).
 pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -846,8 +931,10 @@ pub(crate) fn sentences(text: &str) -> Vec<&str> {
         let bytes = line.as_bytes();
         for (i, c) in line.char_indices() {
             let end = i + c.len_utf8();
-            if matches!(c, '.' | '!' | '?' | '。' | '！' | '？')
-                && (end == bytes.len() || bytes[end].is_ascii_whitespace())
+            let cjk = matches!(c, '。' | '！' | '？' | '；');
+            if cjk
+                || matches!(c, '.' | '!' | '?')
+                    && (end == bytes.len() || bytes[end].is_ascii_whitespace())
             {
                 let s = line[start..end].trim();
                 if !s.is_empty() {
@@ -862,6 +949,195 @@ pub(crate) fn sentences(text: &str) -> Vec<&str> {
         }
     }
     out
+}
+
+/// True for a character of a script written without spaces (Han, kana, Hangul).
+pub(crate) fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
+}
+
+/// Punctuation of scripts written without spaces.
+fn is_cjk_punct(c: char) -> bool {
+    matches!(
+        c,
+        '，' | '。'
+            | '！'
+            | '？'
+            | '；'
+            | '：'
+            | '、'
+            | '（'
+            | '）'
+            | '「'
+            | '」'
+            | '『'
+            | '』'
+            | '【'
+            | '】'
+            | '《'
+            | '》'
+    )
+}
+
+/// The text with spaces where a script without spaces meets Latin letters or digits,
+/// and for its punctuation: `工单号是TCK-7，请` reads as `工单号是 TCK-7 请`, so values
+/// glued to such text are found.
+pub(crate) fn cjk_spaced(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.is_ascii() || !text.chars().any(|c| is_cjk(c) || is_cjk_punct(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut prev: Option<char> = None;
+    for c in text.chars() {
+        if is_cjk_punct(c) {
+            out.push(' ');
+            prev = Some(' ');
+            continue;
+        }
+        if let Some(p) = prev
+            && ((is_cjk(p) && c.is_ascii_alphanumeric())
+                || (p.is_ascii_alphanumeric() && is_cjk(c)))
+        {
+            out.push(' ');
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A chat-log prefix pasted with a line (`[09:12] Sam: `, `09:12 Sam: `), if any, and
+/// the rest.
+pub(crate) fn strip_chat_prefix(line: &str) -> &str {
+    let rest = line.trim_start();
+    let rest = match rest.strip_prefix('[') {
+        Some(r) => match r.split_once(']') {
+            Some((stamp, after)) if is_stamp(stamp) => after.trim_start(),
+            _ => return line,
+        },
+        None => match rest.split_once(' ') {
+            Some((stamp, after)) if is_stamp(stamp) => after.trim_start(),
+            _ => return line,
+        },
+    };
+    // Then a name and a colon (one or two words).
+    match rest.split_once(": ") {
+        Some((name, after))
+            if !name.is_empty()
+                && name.split_whitespace().count() <= 2
+                && name.chars().next().is_some_and(char::is_alphabetic) =>
+        {
+            after
+        }
+        _ => rest,
+    }
+}
+
+fn is_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    (5..=8).contains(&b.len())
+        && b.iter().all(|c| c.is_ascii_digit() || *c == b':')
+        && b.get(2) == Some(&b':')
+}
+
+/// Function words that say nothing about what a sentence is about.
+const COMMON: &[&str] = &[
+    "that", "this", "with", "from", "have", "they", "there", "what", "when", "your", "will",
+    "been", "were", "then", "than", "them", "into", "about", "just", "also", "some", "only",
+    "more", "over", "after", "before", "because", "could", "would", "should", "please", "thanks",
+    "still", "again", "other", "those", "these", "which", "where", "while", "here", "their",
+    "does", "doing", "done", "each", "every", "like", "look", "looks", "make", "much", "need",
+    "same", "sure", "take", "very", "want", "well", "yeah", "okay", "right", "going", "let's",
+    "it's", "i'll", "i'm", "we're", "don't", "that's", "there's", "can't",
+];
+
+/// The content terms of a text: lower-cased words of four letters or more without
+/// digits (function words left out), and runs of a script without spaces. A term rare
+/// in the session is what a sentence adds.
+pub(crate) fn terms(text: &str, mut each: impl FnMut(&str)) {
+    let mut word = String::new();
+    let mut han = String::new();
+    let flush_word = |w: &mut String, each: &mut dyn FnMut(&str)| {
+        if w.chars().count() >= 4 && !COMMON.contains(&w.as_str()) {
+            each(w);
+        }
+        w.clear();
+    };
+    for c in text.chars() {
+        if is_cjk(c) {
+            if !word.is_empty() {
+                flush_word(&mut word, &mut each);
+            }
+            han.push(c);
+            continue;
+        }
+        if !han.is_empty() {
+            if han.chars().count() >= 2 {
+                each(&han);
+            }
+            han.clear();
+        }
+        if c.is_alphabetic() || (c == '\'' && !word.is_empty()) {
+            word.extend(c.to_lowercase());
+        } else if c.is_ascii_digit() {
+            // A token with digits is a value, not a term: drop the whole token.
+            word.clear();
+            word.push('0');
+        } else {
+            if word.starts_with('0') {
+                word.clear();
+            } else {
+                flush_word(&mut word, &mut each);
+            }
+        }
+    }
+    if !han.is_empty() && han.chars().count() >= 2 {
+        each(&han);
+    }
+    if !word.starts_with('0') {
+        flush_word(&mut word, &mut each);
+    }
+}
+
+/// True for a log record: a line that opens with a date and time (`2026-11-30T08:12:01Z
+/// ...`, `Nov 30 08:12:01 ...`) and goes on. One record is rarely a fact; the tool's
+/// failure, when there is one, is read from its error line.
+pub(crate) fn is_log_record(line: &str) -> bool {
+    let mut tokens = line.split_whitespace();
+    let Some(first) = tokens.next() else {
+        return false;
+    };
+    let first = first.trim_start_matches('[');
+    let b = first.as_bytes();
+    let iso = b.len() >= 16
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && matches!(b[10], b'T' | b' ' | b'_')
+        && first.contains(':');
+    let syslog = word_classes(&first.to_ascii_lowercase()) & W_DATETIME != 0
+        && tokens.clone().nth(1).is_some_and(is_stamp);
+    (iso || syslog) && tokens.count() >= 3
+}
+
+/// The shape of a line with every token that holds a digit replaced: two lines with the
+/// same shape and other values are the same kind of report (log lines, status polls).
+pub(crate) fn noise_shape(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut step = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    for token in text.split_whitespace() {
+        if token.bytes().any(|b| b.is_ascii_digit()) {
+            step(b'#');
+        } else {
+            for b in token.bytes() {
+                step(b.to_ascii_lowercase());
+            }
+        }
+        step(b' ');
+    }
+    h
 }
 
 fn strip_marker(line: &str) -> &str {

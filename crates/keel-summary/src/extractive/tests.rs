@@ -34,8 +34,10 @@ fn grouped_and_attributed() {
          - [m1] Goal: Find why the nightly build fails. My name is Ada.\n\
          - [m5] user: Never purge the sccache bucket ci-cache-7.\n\
          Facts and decisions:\n\
+         - [m4] assistant: The linker is missing on the runner.\n\
          - [m4] assistant: We will install build-essential.\n\
          Done:\n\
+         - [m3] read_file /repo/ci.log returned: error: linker `cc` not found\n\
          - Tools used: read_file ×1"
     );
 }
@@ -111,8 +113,9 @@ fn a_newer_statement_replaces_an_older_one() {
     let msgs =
         vec![Message::human("Change of plan: we set the cache TTL to 900 seconds.").with_id("m9")];
     let s = summarize(Some(previous), &msgs, &ExtractiveOptions::default());
-    assert!(s.contains("900 seconds"), "{s}");
-    assert!(!s.contains("300 seconds"), "{s}");
+    // Only the current value, with the one it replaced marked as such.
+    assert!(s.contains("900 seconds. (was 300 seconds)"), "{s}");
+    assert_eq!(s.matches("300 seconds").count(), 1, "{s}");
 }
 
 #[test]
