@@ -12,7 +12,10 @@
 //! - `summary`: probes whose needles are all in the last request's summary alone;
 //! - `stale`: (corrected fact, request after its correction) pairs where the request
 //!   still presents the old value as current: the summary holds it (other than as
-//!   `(was old)`), or the request holds it without the new value.
+//!   `(was old)`) and the correction is not among the messages sent verbatim after the
+//!   summary, or the request holds the old value without the new one. Pairs where the
+//!   summary holds the old value while the correction follows it verbatim are counted
+//!   apart.
 //!
 //! `KEEL_STYLES_FROM` (default 1000, the reporting seeds) and `KEEL_STYLES_SEEDS`
 //! (default 3) pick the seeds; tune on seeds below 100 only. `KEEL_STYLES_DUMP=1` prints
@@ -62,6 +65,9 @@ struct Figures {
     /// Requests after a correction (one per corrected probe and request).
     after_correction: usize,
     stale: usize,
+    /// Pairs where the summary holds the old value (whether or not the correction
+    /// follows it verbatim).
+    stale_in_summary: usize,
 }
 
 impl Figures {
@@ -118,11 +124,22 @@ async fn measure(session: &StyledSession, mode: Mode, dir: &std::path::Path, f: 
                     .join("\n")
             });
             f.after_correction += 1;
+            // The correction itself, sent verbatim after the summary, says which value
+            // is current; the summary holding the old value is counted apart.
+            let verbatim = request
+                .messages
+                .iter()
+                .any(|m| !is_summary(m) && p.kept_in(&m.text()));
+            let in_summary = p.stale.iter().any(|s| holds_as_current(summary, s));
             let stale = p.stale.iter().any(|s| {
-                holds_as_current(summary, s) || (holds_as_current(text, s) && !p.kept_in(text))
+                (holds_as_current(summary, s) && !verbatim)
+                    || (holds_as_current(text, s) && !p.kept_in(text))
             });
             if stale {
                 f.stale += 1;
+            }
+            if in_summary {
+                f.stale_in_summary += 1;
             }
         }
     }
@@ -178,7 +195,7 @@ async fn figures(style: Style, mode: Mode) -> Figures {
         measure(&session, mode, dir.path(), &mut f).await;
     }
     eprintln!(
-        "{:<12} {mode:<13?} seeds {}..{}: kept {}/{} ({:.1} %), summary alone {} ({:.1} %), stale as current in {} of {} (fact, request) pairs after a correction",
+        "{:<12} {mode:<13?} seeds {}..{}: kept {}/{} ({:.1} %), summary alone {} ({:.1} %), stale as current in {} of {} (fact, request) pairs after a correction (summary holding the old value: {})",
         style.as_str(),
         seeds.start,
         seeds.end - 1,
@@ -189,6 +206,7 @@ async fn figures(style: Style, mode: Mode) -> Figures {
         Figures::share(f.summary, f.probes),
         f.stale,
         f.after_correction,
+        f.stale_in_summary,
     );
     f
 }

@@ -277,14 +277,17 @@ impl Candidate {
     fn new(line: Line, info: &Information, base: u32, order: usize) -> Candidate {
         let words = grouping::count_words(&line.text) + usize::from(line.reference.is_some());
         let body = without_was(speech(&line.text));
-        // A value that can be corrected: not a bare number, an acronym, a hash, or a
-        // time of day or zone (dates stay: a cut-over moves).
+        // A value that can be corrected: not a bare number, an acronym, a hash, a
+        // hyphenated word (`on-call`), or a time of day or zone (dates stay: a
+        // cut-over moves).
         let shaped = info
             .values
             .iter()
             .filter(|(k, v)| {
-                !matches!(k, Entity::Number | Entity::Acronym | Entity::Hash)
-                    && !(*k == Entity::DateTime && (v.contains(':') || !v.contains('-')))
+                !matches!(
+                    k,
+                    Entity::Number | Entity::Acronym | Entity::Hash | Entity::Name
+                ) && !(*k == Entity::DateTime && (v.contains(':') || !v.contains('-')))
             })
             .map(|(k, v)| (value_shape(*k, v), v.clone()))
             .collect();
@@ -401,7 +404,9 @@ pub fn summarize_refs(
         let assistant = line.text.starts_with("assistant");
         if !goal
             && tool_of_line(&line.text).is_none()
-            && (scoring::is_filler(&body, &info, assistant) || scoring::is_narration(&body, &info))
+            && (scoring::is_filler(&body, &info, assistant)
+                || scoring::is_narration(&body, &info)
+                || slight(&body, &info, rare))
         {
             continue; // an earlier summary's filler (older rules kept some) is dropped
         }
@@ -478,6 +483,12 @@ pub fn summarize_refs(
         return format!("- {}", first_words(&text, budget.min(per_item)));
     }
     grouping::render(&selected, budget >= HEADERS_FROM_BUDGET)
+}
+
+/// A short remark with nothing in it ("That part looks normal.", "Same picture as
+/// before."): five words or fewer, no value or cue, and fewer than three rare terms.
+fn slight(sentence: &str, info: &Information, rare: u32) -> bool {
+    info.is_empty() && rare < 3 && grouping::count_words(sentence) <= 5
 }
 
 /// Term and shape counts over the previous summary's lines and the span's sentences
@@ -687,7 +698,8 @@ fn statement(
     }
     if (scoring::is_filler(&sentence, &info, !human)
         || sentence.ends_with(':')
-        || scoring::is_narration(&sentence, &info))
+        || scoring::is_narration(&sentence, &info)
+        || slight(&sentence, &info, rare))
         && !(question && open)
     {
         return;
@@ -1069,8 +1081,12 @@ fn corrections(candidates: &mut [Candidate]) -> Vec<bool> {
                     continue;
                 }
                 let c = &candidates[i];
-                if let (Some(a), Some(b)) = (&c.subject, &o.subject)
-                    && !(a.ends_with(b.as_str()) || b.ends_with(a.as_str()))
+                // Without a word saying it corrects, two statements about subjects with
+                // no word in common are about two things ("the ledger-api TTL" and "the
+                // billing pool size").
+                if !c.correction
+                    && let (Some(a), Some(b)) = (&c.subject, &o.subject)
+                    && !a.split(' ').any(|w| b.split(' ').any(|x| x == w))
                 {
                     continue;
                 }

@@ -769,9 +769,12 @@ pub(crate) fn information(sentence: &str) -> Information {
             continue;
         }
         // Two or more capitalised words, not opening the sentence with a common word.
-        if is_capitalised(t) && !NOT_PROPER.contains(&t) {
+        if is_capitalised(t) && !NOT_PROPER.contains(&t) && !t.starts_with("I'") {
             let mut j = i + 1;
-            while j < tokens.len() && is_capitalised(tokens[j]) && !NOT_PROPER.contains(&tokens[j])
+            while j < tokens.len()
+                && is_capitalised(tokens[j])
+                && !NOT_PROPER.contains(&tokens[j])
+                && !tokens[j].starts_with("I'")
             {
                 // A sentence break or a comma ends a name.
                 if raw[j - 1].ends_with(['.', ',', ';', ':']) {
@@ -875,7 +878,8 @@ pub(crate) fn is_narration(sentence: &str, info: &Information) -> bool {
         .next()
         .map(plain_word)
         .unwrap_or_default();
-    NARRATION.contains(&first.as_str())
+    // An opening gerund narrates too ("Pulling the next batch of logs.").
+    NARRATION.contains(&first.as_str()) || (first.len() > 5 && first.ends_with("ing"))
 }
 
 /// The sentence without opening discourse words ("Okay, ...", "btw ...") and without
