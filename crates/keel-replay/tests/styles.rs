@@ -80,12 +80,18 @@ impl Figures {
     }
 }
 
-/// True when `text` holds `stale` other than as `(was stale)`.
+/// True when `text` holds `stale` (as a whole value) other than as `(was stale)`.
 fn holds_as_current(text: &str, stale: &str) -> bool {
     let text = text.to_lowercase();
     let stale = stale.to_lowercase();
-    text.match_indices(&stale)
-        .any(|(i, _)| !text[..i].ends_with("was ") && !text[..i].ends_with("(was "))
+    // A whole value: `release/26.1` is not in `release/26.11`.
+    text.match_indices(&stale).any(|(i, _)| {
+        let whole = !text[i + stale.len()..]
+            .chars()
+            .next()
+            .is_some_and(char::is_alphanumeric);
+        whole && !text[..i].ends_with("was ") && !text[..i].ends_with("(was ")
+    })
 }
 
 async fn measure(session: &StyledSession, mode: Mode, dir: &std::path::Path, f: &mut Figures) {

@@ -111,7 +111,7 @@ const CURRENT: u32 = 3;
 /// Lines of a tool result examined, at most (a tool's output can be megabytes).
 const TOOL_LINES: usize = 40;
 /// Lines of one tool result kept as candidates, at most.
-const TOOL_KEEP: usize = 1;
+const TOOL_KEEP: usize = 2;
 /// Terms in at most this many sentences of the input are rare: what a sentence adds.
 const RARE_DF: u32 = 2;
 /// Points for rare terms, at most.
@@ -314,6 +314,14 @@ impl Candidate {
     }
 }
 
+impl Candidate {
+    /// What the line costs to send: its words, or a token estimate when its words are
+    /// long (JSON, paths, log fields cost more tokens per word than prose).
+    fn cost(&self) -> u64 {
+        (self.words as u64).max(self.line.text.len() as u64 / 7)
+    }
+}
+
 /// The words of a line after its speaker (`user: `, `read_file returned: `).
 fn speech(text: &str) -> &str {
     for marker in [
@@ -486,9 +494,10 @@ pub fn summarize_refs(
 }
 
 /// A short remark with nothing in it ("That part looks normal.", "Same picture as
-/// before."): five words or fewer, no value or cue, and fewer than three rare terms.
+/// before."): five words or fewer, no value (not even a number) or cue, and fewer
+/// than three rare terms.
 fn slight(sentence: &str, info: &Information, rare: u32) -> bool {
-    info.is_empty() && rare < 3 && grouping::count_words(sentence) <= 5
+    info.values.is_empty() && info.cues == 0 && rare < 3 && grouping::count_words(sentence) <= 5
 }
 
 /// Term and shape counts over the previous summary's lines and the span's sentences
@@ -840,6 +849,29 @@ fn outcome(
         c.id = Some(m.id().to_owned());
         best.push(c);
     }
+    if best.is_empty() && !call.failed {
+        // A short answer whose lines say nothing alone (`count / ----- / 9888605`) is
+        // read whole: with the call's target (the query) it is the finding.
+        let lines: Vec<&str> = tool_lines(&text).collect();
+        let joined = lines.join(" ");
+        if lines.len() <= 6 && grouping::count_words(&joined) <= TOOL_WORDS {
+            let info = scoring::information(&joined);
+            if !info.values.is_empty() {
+                let mut c = Candidate::new(
+                    Line {
+                        section: Section::Done,
+                        reference: reference.clone(),
+                        text: format!("{}{target} returned: {joined}", call.name),
+                    },
+                    &info,
+                    TOOL + 2,
+                    order,
+                );
+                c.id = Some(m.id().to_owned());
+                best.push(c);
+            }
+        }
+    }
     if best.is_empty() && call.failed {
         // A failure says so even when its output says nothing recognisable.
         if let Some(first) = tool_lines(&text).next() {
@@ -860,8 +892,8 @@ fn outcome(
     }
     // The best lines by score per word, then back in their order.
     best.sort_by(|a, b| {
-        let pa = u64::from(a.score) * 1000 / (a.words as u64 + 3);
-        let pb = u64::from(b.score) * 1000 / (b.words as u64 + 3);
+        let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
+        let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
         pb.cmp(&pa).then(a.order.cmp(&b.order))
     });
     best.truncate(TOOL_KEEP);
@@ -971,8 +1003,8 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
                 }
             })
             .then_with(|| {
-                let pa = u64::from(a.score) * 1000 / (a.words as u64 + 3);
-                let pb = u64::from(b.score) * 1000 / (b.words as u64 + 3);
+                let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
+                let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
                 pb.cmp(&pa)
             })
             .then_with(|| a.order.cmp(&b.order))
@@ -1130,7 +1162,8 @@ fn tool_key(text: &str) -> Option<String> {
 
 /// True when `text` mentions a word of `key` (`export_region` in "ship the exports").
 fn mentions(text: &str, key: &str) -> bool {
-    let lower = text.to_lowercase();
+    // `cutover_date` is the "cut-over" of "the cut-over is planned for ...".
+    let lower = text.to_lowercase().replace('-', "");
     key.split(['_', '-', '.'])
         .filter(|w| w.len() >= 4)
         .any(|w| lower.contains(&w[..w.len().min(6)]))
