@@ -72,7 +72,7 @@ use crate::SUMMARY_NAME;
 use grouping::{Line, Section};
 use scoring::{Entity, Information};
 
-pub use pinned::{PinnedValues, pinned_values};
+pub use pinned::{PinnedValues, pinned_values, pinned_values_after};
 
 /// Options of the extractive summarizer.
 #[derive(Clone, Debug, PartialEq, Eq)]
