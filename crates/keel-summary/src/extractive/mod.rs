@@ -148,22 +148,30 @@ const CORRECTIONS: &[&str] = &[
 /// term, and how often each line shape recurs with other values.
 #[derive(Default)]
 struct Stats {
-    df: HashMap<String, u32>,
+    /// Term -> (sentences holding it, the last sentence counted).
+    df: HashMap<String, (u32, u32)>,
+    /// Sentences counted so far.
+    units: u32,
     /// Shape -> (occurrences, hash of the first text, seen with another text).
     shapes: HashMap<u64, (u32, u64, bool)>,
 }
 
 impl Stats {
     fn add_terms(&mut self, text: &str) {
-        let mut seen: Vec<String> = Vec::new();
-        scoring::terms(text, |t| {
-            if !seen.iter().any(|s| s == t) {
-                seen.push(t.to_owned());
+        self.units += 1;
+        let unit = self.units;
+        let df = &mut self.df;
+        scoring::terms(text, |t| match df.get_mut(t) {
+            Some(e) => {
+                if e.1 != unit {
+                    e.0 += 1;
+                    e.1 = unit;
+                }
+            }
+            None => {
+                df.insert(t.to_owned(), (1, unit));
             }
         });
-        for t in seen {
-            *self.df.entry(t).or_insert(0) += 1;
-        }
     }
 
     fn add_unit(&mut self, text: &str) {
@@ -179,7 +187,7 @@ impl Stats {
     fn rare(&self, text: &str) -> u32 {
         let mut n = 0;
         scoring::terms(text, |t| {
-            if self.df.get(t).copied().unwrap_or(0) <= RARE_DF {
+            if self.df.get(t).map_or(0, |e| e.0) <= RARE_DF {
                 n += 1;
             }
         });
@@ -513,7 +521,9 @@ fn statistics(previous: &[Line], messages: &[&Message]) -> Stats {
         }
         let text = m.text();
         if let MessageBody::Tool(_) = m.body() {
-            for line in tool_lines(&text) {
+            // Log records are never candidates; their terms would only make the
+            // session's vocabulary look common.
+            for line in tool_lines(&text).filter(|l| !scoring::is_log_record(l)) {
                 stats.add_unit(line);
             }
         } else {
@@ -802,22 +812,23 @@ fn outcome(
     };
     let verb = if call.failed { "failed" } else { "returned" };
     let mut best: Vec<Candidate> = Vec::new();
-    // Rows of one shape in one output are a table or a log: rows, not facts.
+    // Rows of one shape in one output are a table or a log: rows, not facts. Log
+    // records are known by their opening and never hashed.
     let mut rows: HashMap<u64, u32> = HashMap::new();
-    for line in tool_lines(&text) {
-        *rows.entry(scoring::noise_shape(line)).or_insert(0) += 1;
+    let lines: Vec<(usize, &str, u64)> = tool_lines(&text)
+        .enumerate()
+        .filter(|(_, l)| call.failed || !scoring::is_log_record(l))
+        .map(|(k, l)| (k, l, scoring::noise_shape(l)))
+        .collect();
+    for (_, _, shape) in &lines {
+        *rows.entry(*shape).or_insert(0) += 1;
     }
-    for (k, line) in tool_lines(&text).enumerate() {
+    for &(k, line, shape) in &lines {
         // A line cut in its middle (a capped output) is half a record.
         if line.contains(" characters omitted ...]") {
             continue;
         }
-        if !call.failed
-            && (scoring::is_log_record(line)
-                || rows
-                    .get(&scoring::noise_shape(line))
-                    .is_some_and(|n| *n >= 2))
-        {
+        if !call.failed && rows.get(&shape).is_some_and(|n| *n >= 2) {
             continue;
         }
         let error = call.failed && {
@@ -833,6 +844,14 @@ fn outcome(
         let info = scoring::information(&shown);
         let rare = stats.rare(&shown);
         if info.is_empty() && rare < 2 && !error {
+            continue;
+        }
+        // A table's header row (`LAST SEEN TYPE REASON OBJECT`) names columns only.
+        if info.values.iter().all(|(k, _)| *k == Entity::Acronym)
+            && shown
+                .split_whitespace()
+                .all(|w| !w.chars().any(char::is_lowercase))
+        {
             continue;
         }
         let base = if error { TOOL_FAILED } else { TOOL };
@@ -852,9 +871,13 @@ fn outcome(
     if best.is_empty() && !call.failed {
         // A short answer whose lines say nothing alone (`count / ----- / 9888605`) is
         // read whole: with the call's target (the query) it is the finding.
-        let lines: Vec<&str> = tool_lines(&text).collect();
-        let joined = lines.join(" ");
-        if lines.len() <= 6 && grouping::count_words(&joined) <= TOOL_WORDS {
+        let lines: Vec<&str> = tool_lines(&text).take(7).collect();
+        let joined = if lines.len() <= 6 {
+            lines.join(" ")
+        } else {
+            String::new()
+        };
+        if !joined.is_empty() && grouping::count_words(&joined) <= TOOL_WORDS {
             let info = scoring::information(&joined);
             if !info.values.is_empty() {
                 let mut c = Candidate::new(

@@ -286,6 +286,8 @@ const W_DATETIME: u8 = 1 << 3;
 const W_UNIT: u8 = 1 << 4;
 /// The first word of a cue pair (`do not`, `go with`, `has to`, ...).
 const W_PAIR: u8 = 1 << 5;
+/// A function word ([`COMMON`]): never a content term.
+const W_COMMON: u8 = 1 << 6;
 
 /// The classes `lower` (a lower-case token) belongs to, looked up in all the word lists
 /// at once: the words are bucketed by length and first letter, so a token is compared
@@ -324,7 +326,7 @@ fn word_bucket(w: &str) -> Option<usize> {
 }
 
 /// The word lists [`word_classes`] looks words up in, with the class each gives.
-const WORD_LISTS: [(&[&str], u8); 7] = [
+const WORD_LISTS: [(&[&str], u8); 8] = [
     (RULE_WORDS, W_RULE),
     (DECISION_WORDS, W_DECISION),
     (REQUIREMENT_WORDS, W_REQUIREMENT),
@@ -332,6 +334,7 @@ const WORD_LISTS: [(&[&str], u8); 7] = [
     (MONTHS, W_DATETIME),
     (ZONES, W_DATETIME),
     (UNITS, W_UNIT),
+    (COMMON, W_COMMON),
 ];
 
 /// The cue pairs whose first words get [`W_PAIR`].
@@ -1059,10 +1062,42 @@ const COMMON: &[&str] = &[
 /// digits (function words left out), and runs of a script without spaces. A term rare
 /// in the session is what a sentence adds.
 pub(crate) fn terms(text: &str, mut each: impl FnMut(&str)) {
+    if text.is_ascii() {
+        // The common case without allocating: words are byte runs, lower-cased into a
+        // buffer (a term longer than the buffer is an identifier, not a word).
+        let b = text.as_bytes();
+        let mut buf = [0u8; 24];
+        let mut i = 0;
+        while i < b.len() {
+            if !b[i].is_ascii_alphanumeric() {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut digit = false;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || (b[i] == b'\'' && i > start)) {
+                digit |= b[i].is_ascii_digit();
+                i += 1;
+            }
+            let w = &b[start..i];
+            if digit || w.len() < 4 || w.len() > buf.len() {
+                continue;
+            }
+            for (k, c) in w.iter().enumerate() {
+                buf[k] = c.to_ascii_lowercase();
+            }
+            if let Ok(t) = std::str::from_utf8(&buf[..w.len()])
+                && word_classes(t) & W_COMMON == 0
+            {
+                each(t);
+            }
+        }
+        return;
+    }
     let mut word = String::new();
     let mut han = String::new();
     let flush_word = |w: &mut String, each: &mut dyn FnMut(&str)| {
-        if w.chars().count() >= 4 && !COMMON.contains(&w.as_str()) {
+        if w.chars().count() >= 4 && word_classes(w) & W_COMMON == 0 {
             each(w);
         }
         w.clear();
@@ -1107,20 +1142,29 @@ pub(crate) fn terms(text: &str, mut each: impl FnMut(&str)) {
 /// ...`, `Nov 30 08:12:01 ...`) and goes on. One record is rarely a fact; the tool's
 /// failure, when there is one, is read from its error line.
 pub(crate) fn is_log_record(line: &str) -> bool {
-    let mut tokens = line.split_whitespace();
-    let Some(first) = tokens.next() else {
-        return false;
-    };
-    let first = first.trim_start_matches('[');
-    let b = first.as_bytes();
-    let iso = b.len() >= 16
-        && b[..4].iter().all(u8::is_ascii_digit)
-        && b[4] == b'-'
-        && matches!(b[10], b'T' | b' ' | b'_')
-        && first.contains(':');
-    let syslog = word_classes(&first.to_ascii_lowercase()) & W_DATETIME != 0
-        && tokens.clone().nth(1).is_some_and(is_stamp);
-    (iso || syslog) && tokens.count() >= 3
+    // Bytes only: every line of every tool result is checked.
+    let b = line.as_bytes();
+    let s = b.strip_prefix(b"[").unwrap_or(b);
+    let iso = s.len() >= 16
+        && s[..4].iter().all(u8::is_ascii_digit)
+        && s[4] == b'-'
+        && matches!(s[10], b'T' | b' ' | b'_')
+        && s[11..16].contains(&b':');
+    let syslog = !iso
+        && s.len() >= 15
+        && s[..3].iter().all(u8::is_ascii_alphabetic)
+        && s[3] == b' '
+        && {
+            let mut month = [0u8; 3];
+            month.copy_from_slice(&s[..3]);
+            month.make_ascii_lowercase();
+            std::str::from_utf8(&month).is_ok_and(|m| word_classes(m) & W_DATETIME != 0)
+        }
+        && line
+            .split_whitespace()
+            .nth(2)
+            .is_some_and(|t| is_stamp(t.trim_end_matches(|c: char| !c.is_ascii_digit())));
+    (iso || syslog) && s.iter().filter(|c| **c == b' ').nth(2).is_some()
 }
 
 /// The shape of a line with every token that holds a digit replaced: two lines with the
@@ -1330,6 +1374,69 @@ mod tests {
             Some("cache ttl")
         );
         assert_eq!(subject("The job is failing"), None);
+    }
+
+    #[test]
+    fn scripts_without_spaces() {
+        // Split at CJK terminators with no space after them; values glued to the text
+        // are found.
+        let s = sentences(
+            "工单号是TCK-4412，请在所有更新里引用。主数据库是pg-a-1.db.internal。不要重启它。",
+        );
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert_eq!(kinds(s[0]), vec![Entity::Identifier]);
+        assert!(kinds(s[1]).contains(&Entity::Path) || !kinds(s[1]).is_empty());
+        assert_eq!(information(s[2]).cues, RULE);
+        assert_eq!(
+            information("Die Daten dürfen Frankfurt nicht verlassen.").cues,
+            RULE
+        );
+    }
+
+    #[test]
+    fn log_records_and_chat_prefixes() {
+        assert!(is_log_record(
+            "2026-11-30T08:40:06.707Z DEBUG billing-gw-764d GET /v1/orders 200 165ms"
+        ));
+        assert!(is_log_record(
+            "Nov 30 08:12:01 host-1 sshd[42]: accepted key"
+        ));
+        assert!(!is_log_record("primary = \"pg-amber-412.db.internal\""));
+        assert!(!is_log_record("Not After: 2026-12-24 23:59:59 UTC"));
+        assert_eq!(
+            strip_chat_prefix("[09:12] Sam: no customer data leaves the Frankfurt region"),
+            "no customer data leaves the Frankfurt region"
+        );
+        assert_eq!(
+            strip_chat_prefix("The ticket is TCK-7."),
+            "The ticket is TCK-7."
+        );
+    }
+
+    #[test]
+    fn content_terms() {
+        let mut t = Vec::new();
+        terms(
+            "No customer data leaves the pg-amber-412 Frankfurt region, ok?",
+            |w| t.push(w.to_owned()),
+        );
+        assert_eq!(
+            t,
+            ["customer", "data", "leaves", "amber", "frankfurt", "region"]
+        );
+        let mut han = Vec::new();
+        terms("客户的数据必须保存", |w| han.push(w.to_owned()));
+        assert_eq!(han, ["客户的数据必须保存"]);
+    }
+
+    #[test]
+    fn narration_is_not_a_name() {
+        let s = "Next I'll look at the queue depth.";
+        let info = information(s);
+        assert!(info.values.is_empty(), "{info:?}");
+        assert!(is_narration(s, &info));
+        let f = "Production is on build 5124.";
+        assert!(!is_narration(f, &information(f)));
     }
 
     #[test]
