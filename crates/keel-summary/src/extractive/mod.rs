@@ -887,7 +887,7 @@ fn outcome(
                         text: format!("{}{target} returned: {joined}", call.name),
                     },
                     &info,
-                    TOOL + 2,
+                    TOOL + 4,
                     order,
                 );
                 c.id = Some(m.id().to_owned());

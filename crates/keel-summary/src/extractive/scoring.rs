@@ -643,13 +643,21 @@ fn is_identifier(t: &str) -> Option<Entity> {
     let digits = t.chars().any(|c| c.is_ascii_digit());
     let joined = t.contains(['-', '_']) || t.starts_with('#');
     let upper = t.chars().filter(|c| c.is_ascii_uppercase()).count();
-    let clean = t
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#' | '.' | '/' | '@'));
+    let clean = t.chars().all(|c| {
+        c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#' | '.' | '/' | '@' | ':' | '=')
+    });
     if !clean || !letters || t.len() < 2 {
         return None;
     }
     if digits && (joined || upper >= 1 || t.len() >= 4) {
+        return Some(Entity::Identifier);
+    }
+    // A host name (`api.pylon.example`, `CN=api.pylon.example`): two dots or more.
+    if t.matches('.').count() >= 2
+        && !t.starts_with('.')
+        && !t.ends_with('.')
+        && t.split('.').all(|p| !p.is_empty())
+    {
         return Some(Entity::Identifier);
     }
     if joined && t.len() >= 5 && !t.starts_with('-') && !t.ends_with('-') {
@@ -763,6 +771,25 @@ pub(crate) fn information(sentence: &str) -> Information {
             if word_classes(unit) & W_UNIT != 0 {
                 info.values.push((Entity::Quantity, format!("{l} {unit}")));
                 i += 2;
+                continue;
+            }
+            // A number named by the word before it (`build 5712`, `port 8443`) is an
+            // identifier, not a count.
+            let before = if i > 0 { lower[i - 1] } else { "" };
+            if l.len() >= 3
+                && l.bytes().all(|b| b.is_ascii_digit())
+                && before.len() >= 3
+                && before.bytes().all(|b| b.is_ascii_lowercase())
+                && word_classes(before) & (W_COMMON | W_UNIT | W_DATETIME) == 0
+                && !STOPWORDS.contains(&before)
+                && !matches!(
+                    before,
+                    "and" | "than" | "from" | "about" | "over" | "under" | "with"
+                )
+            {
+                info.values
+                    .push((Entity::Identifier, format!("{before} {l}")));
+                i += 1;
                 continue;
             }
         }
@@ -1291,6 +1318,12 @@ mod tests {
         );
         assert_eq!(kinds("the owner is Priya Raman."), vec![Entity::Proper]);
         assert_eq!(kinds("the orders-sync service"), vec![Entity::Name]);
+        assert_eq!(kinds("Production is on build 5712."), vec![Entity::Identifier]);
+        assert_eq!(kinds("Subject: CN=api.pylon.example"), vec![Entity::Identifier]);
+        assert_eq!(
+            kinds("image: registry.acme.internal/ledger-api:build-5312"),
+            vec![Entity::Identifier]
+        );
         assert!(kinds("thanks, that helps").is_empty());
         // Multi-byte text after a colon is not a time (and never panics).
         assert!(!kinds("1:€5 ratio").contains(&Entity::DateTime));
