@@ -36,7 +36,7 @@ use keel_testkit::styles::{Style, StyledSession, generate};
 /// default reporting seeds (1000-1002) so that a regression fails.
 const PLAIN: f64 = 80.0;
 const CORRECTED: f64 = 80.0;
-const READ_TOOLS: f64 = 60.0;
+const READ_TOOLS: f64 = 70.0;
 /// Of the facts that fit the 300-word budget.
 const DENSE: f64 = 70.0;
 const MULTILINGUAL: f64 = 70.0;

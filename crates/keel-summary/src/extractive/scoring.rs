@@ -1318,8 +1318,14 @@ mod tests {
         );
         assert_eq!(kinds("the owner is Priya Raman."), vec![Entity::Proper]);
         assert_eq!(kinds("the orders-sync service"), vec![Entity::Name]);
-        assert_eq!(kinds("Production is on build 5712."), vec![Entity::Identifier]);
-        assert_eq!(kinds("Subject: CN=api.pylon.example"), vec![Entity::Identifier]);
+        assert_eq!(
+            kinds("Production is on build 5712."),
+            vec![Entity::Identifier]
+        );
+        assert_eq!(
+            kinds("Subject: CN=api.pylon.example"),
+            vec![Entity::Identifier]
+        );
         assert_eq!(
             kinds("image: registry.acme.internal/ledger-api:build-5312"),
             vec![Entity::Identifier]
