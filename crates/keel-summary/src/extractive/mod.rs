@@ -74,6 +74,64 @@ use scoring::{Entity, Information};
 
 pub use pinned::{PinnedValues, pinned_values, pinned_values_after};
 
+/// A value that replaced another one, as an extractive summary records it: the ledger
+/// of current values, read back from the summary's `new (was old)` lines.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CurrentValue {
+    /// The current value, as the line writes it.
+    pub value: String,
+    /// The value it replaced.
+    pub was: String,
+    /// The reference of the message that stated the current value.
+    pub reference: Option<String>,
+    /// The line that states it (without the `(was ...)` note).
+    pub statement: String,
+}
+
+/// The current values a summary records: one per `new (was old)` line, in the
+/// summary's order. A later fold keeps them in its text, so this is a view of the
+/// summary, stored next to it by the middlewares that keep state.
+///
+/// ```
+/// use keel_summary::extractive::current_values;
+///
+/// let s = "Facts and decisions:\n- [m9] user: Bump the request timeout to 90 seconds. (was 30 seconds)";
+/// let v = current_values(s);
+/// assert_eq!(v[0].value, "90 seconds");
+/// assert_eq!(v[0].was, "30 seconds");
+/// assert_eq!(v[0].reference.as_deref(), Some("m9"));
+/// ```
+pub fn current_values(summary: &str) -> Vec<CurrentValue> {
+    let mut out = Vec::new();
+    for line in grouping::parse(summary) {
+        let text = line.text.as_str();
+        let body = without_was(text);
+        if body.len() == text.len() {
+            continue;
+        }
+        let was = text[body.len() + " (was ".len()..text.len() - 1].to_owned();
+        let stated = without_was(speech(text));
+        let info = scoring::information(stated);
+        let old = scoring::information(&was);
+        let shapes: Vec<u64> = old.values.iter().map(|(k, v)| value_shape(*k, v)).collect();
+        let value = info
+            .values
+            .iter()
+            .find(|(k, v)| shapes.contains(&value_shape(*k, v)))
+            .or_else(|| info.values.first())
+            .map(|(_, v)| as_written(stated, v));
+        if let Some(value) = value {
+            out.push(CurrentValue {
+                value,
+                was,
+                reference: line.reference.clone(),
+                statement: body.to_owned(),
+            });
+        }
+    }
+    out
+}
+
 /// Options of the extractive summarizer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtractiveOptions {
