@@ -648,10 +648,18 @@ impl SessionCompressor {
                     .map(|m| cap_message(m, self.settings.max_message_chars))
                     .collect();
                 let summary = extractive::summarize(previous, &capped, &options);
-                // Pinned keys the batch states recognisably (`ticket TCK-7`), newest
-                // wins; the ones still empty are reported, a model fills them when
+                // Pinned keys the batch states recognisably (`ticket TCK-7`, `we moved
+                // to eu-west-1`), newest wins; the ones still empty are reported, a model fills them when
                 // configured.
-                let values = extractive::pinned_values(&self.settings.pinned_keys, &capped);
+                // A correction naming no key ("eu-central-1 instead") replaces a pinned
+                // value of the same shape, so the current values are passed in.
+                let current: Vec<(String, String)> = state
+                    .pinned
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect();
+                let values =
+                    extractive::pinned_values_after(&self.settings.pinned_keys, &current, &capped);
                 let unfilled: Vec<&String> = values
                     .missing
                     .iter()

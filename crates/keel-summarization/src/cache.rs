@@ -22,7 +22,15 @@
 //! let hit = cache.get("t1").await.unwrap();
 //! assert!(hit.matches(&msgs));
 //! assert!(!hit.matches(&msgs[..1]));
+//! // A new entry carries the ledger of current values its summary records.
+//! let e = CachedSummary::new("- [m2] user: Switch to eu-west-3 instead. (was eu-west-1)", &msgs, 2, vec![]);
+//! assert_eq!((e.current[0].value.as_str(), e.current[0].was.as_str()), ("eu-west-3", "eu-west-1"));
 //! # });
+//! // An entry stored before the ledger of current values existed still loads.
+//! let old: CachedSummary = serde_json::from_str(
+//!     r#"{"summary": "- a", "boundary": 1, "holes": [], "prefix_hash": 7}"#,
+//! ).unwrap();
+//! assert!(old.current.is_empty());
 //! ```
 
 use std::collections::HashMap;
@@ -46,6 +54,11 @@ pub struct CachedSummary {
     pub holes: Vec<usize>,
     /// A hash of the fingerprints of `messages[..boundary]`.
     pub prefix_hash: u64,
+    /// The current values the summary records (`new (was old)` lines, with the
+    /// message each came from). Entries stored before this field existed load with
+    /// none.
+    #[serde(default)]
+    pub current: Vec<keel_summary::extractive::CurrentValue>,
 }
 
 /// Hash of the fingerprints of `messages` (order-sensitive).
@@ -93,8 +106,10 @@ impl CachedSummary {
         holes.retain(|&h| h < boundary);
         holes.sort_unstable();
         holes.dedup();
+        let summary = summary.into();
         CachedSummary {
-            summary: summary.into(),
+            current: keel_summary::extractive::current_values(&summary),
+            summary,
             boundary,
             holes,
             prefix_hash,

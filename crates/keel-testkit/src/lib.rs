@@ -7,6 +7,8 @@
 //! - [`FnTool`] turns a closure into a [`Tool`].
 //! - `cpu::ThreadCpu` (feature `criterion`) measures benches in thread CPU time.
 //! - [`planted`] generates sessions with planted facts, to measure what a summary keeps.
+//! - [`styles`] generates sessions written in other styles (plain-language facts,
+//!   corrections, read-tool findings, dense, multilingual, long), each fact with a probe.
 //!
 //! ```
 //! use keel_core::message::Message;
@@ -34,6 +36,7 @@
 #[cfg(feature = "criterion")]
 pub mod cpu;
 pub mod planted;
+pub mod styles;
 
 use std::collections::VecDeque;
 use std::sync::Arc;

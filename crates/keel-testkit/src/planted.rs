@@ -162,10 +162,10 @@ impl PlantedSession {
 }
 
 /// SplitMix64: small, fast, and the same on every platform.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -174,26 +174,26 @@ impl Rng {
     }
 
     /// A number in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo + 1)
     }
 
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+    pub(crate) fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[(self.next() % items.len() as u64) as usize]
     }
 
-    fn chance(&mut self, per_cent: u64) -> bool {
+    pub(crate) fn chance(&mut self, per_cent: u64) -> bool {
         self.next() % 100 < per_cent
     }
 
-    fn hex(&mut self, len: usize) -> String {
+    pub(crate) fn hex(&mut self, len: usize) -> String {
         (0..len)
             .map(|_| char::from(b"0123456789abcdef"[(self.next() % 16) as usize]))
             .collect()
     }
 }
 
-const SERVICES: &[&str] = &[
+pub(crate) const SERVICES: &[&str] = &[
     "ledger-api",
     "export-worker",
     "order-sync",
@@ -201,10 +201,10 @@ const SERVICES: &[&str] = &[
     "search-indexer",
     "notify-svc",
 ];
-const FIRST: &[&str] = &[
+pub(crate) const FIRST: &[&str] = &[
     "Priya", "Tomasz", "Amara", "Kenji", "Lucia", "Oskar", "Nadia", "Rafael", "Ingrid", "Mateo",
 ];
-const LAST: &[&str] = &[
+pub(crate) const LAST: &[&str] = &[
     "Raman",
     "Kowalczyk",
     "Okafor",
@@ -216,11 +216,11 @@ const LAST: &[&str] = &[
     "Brennan",
     "Santos",
 ];
-const WORDS: &[&str] = &[
+pub(crate) const WORDS: &[&str] = &[
     "amber", "birch", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo",
     "juniper", "kestrel", "lumen", "maple", "nimbus", "orchid", "pylon",
 ];
-const DAYS: &[&str] = &[
+pub(crate) const DAYS: &[&str] = &[
     "Monday",
     "Tuesday",
     "Wednesday",
@@ -232,7 +232,7 @@ const DAYS: &[&str] = &[
 
 /// The sentence that states a fact of `kind`, and its needle. A kind planted a second
 /// time (`again`) is worded as another fact, not as a correction of the first.
-fn fact_text(rng: &mut Rng, kind: FactKind, again: bool) -> (String, String) {
+pub(crate) fn fact_text(rng: &mut Rng, kind: FactKind, again: bool) -> (String, String) {
     let svc = rng.pick(SERVICES);
     let word = rng.pick(WORDS);
     let n = rng.range(100, 9999);
@@ -418,27 +418,27 @@ fn second_fact(
 }
 
 /// Builds the session message by message, with stable ids.
-struct Builder {
-    seed: u64,
-    messages: Vec<Message>,
-    calls: u64,
+pub(crate) struct Builder {
+    pub(crate) seed: u64,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) calls: u64,
 }
 
 impl Builder {
-    fn push(&mut self, message: Message) -> usize {
+    pub(crate) fn push(&mut self, message: Message) -> usize {
         let index = self.messages.len();
         let id = format!("s{}-m{:04}", self.seed, index);
         self.messages.push(message.with_id(id));
         index
     }
 
-    fn call_id(&mut self) -> String {
+    pub(crate) fn call_id(&mut self) -> String {
         self.calls += 1;
         format!("call_{:04}", self.calls)
     }
 }
 
-fn log_line(rng: &mut Rng, svc: &str) -> String {
+pub(crate) fn log_line(rng: &mut Rng, svc: &str) -> String {
     let ts = format!(
         "2026-11-30T{:02}:{:02}:{:02}.{:03}Z",
         rng.range(6, 11),

@@ -13,8 +13,8 @@
 //! - [m0217] user asked: Do we have a runbook for this?
 //! ```
 //!
-//! A line starts with the reference of its message (its id, or the first 8 characters of
-//! a long one), then who said it: `user:`, `assistant:`, or the tool that returned it
+//! A line starts with the reference of its message (its id, or the last 12 characters of
+//! a long one, the whole id when two would be the same), then who said it: `user:`, `assistant:`, or the tool that returned it
 //! (`read_file returned:`), so tool output never reads as the user's words.
 
 /// The groups of a summary, in the order they are written.
@@ -69,23 +69,24 @@ pub(crate) fn count_words(text: &str) -> usize {
     text.split_whitespace().filter(|t| is_word(t)).count()
 }
 
-/// The short reference of a message id: the id itself when short, else its first 8
-/// characters; only characters that cannot break the line's shape are kept.
+/// The short reference of a message id: the id itself when short, else its last 12
+/// characters (ids of one session often share a long prefix; their ends differ); only
+/// characters that cannot break the line's shape are kept. Two messages whose
+/// references would be the same get their whole ids ([`full_reference`]).
 pub(crate) fn reference(id: &str) -> Option<String> {
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
-    // Most ids need no cleaning (every allowed character is ASCII, one byte).
-    if !id.is_empty() && id.chars().all(allowed) {
-        return Some(if id.len() <= 14 { id } else { &id[..8] }.to_owned());
-    }
-    let clean: String = id.chars().filter(|c| allowed(*c)).collect();
-    if clean.is_empty() {
-        return None;
-    }
+    let clean = full_reference(id)?;
     if clean.len() <= 14 {
-        Some(clean)
-    } else {
-        Some(clean.chars().take(8).collect())
+        return Some(clean);
     }
+    // Every kept character is ASCII (one byte).
+    Some(clean[clean.len() - 12..].to_owned())
+}
+
+/// The whole id, cleaned as [`reference`] cleans it.
+pub(crate) fn full_reference(id: &str) -> Option<String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    let clean: String = id.chars().filter(|c| allowed(*c)).collect();
+    (!clean.is_empty()).then_some(clean)
 }
 
 /// Reads a summary back into lines: this module's own format, an older flat list of
@@ -202,7 +203,7 @@ mod tests {
         assert_eq!(reference("s3-m0044").as_deref(), Some("s3-m0044"));
         assert_eq!(
             reference("550e8400-e29b-41d4-a716-446655440000").as_deref(),
-            Some("550e8400")
+            Some("446655440000")
         );
         assert_eq!(reference("a] b").as_deref(), Some("ab"));
         assert_eq!(reference(""), None);

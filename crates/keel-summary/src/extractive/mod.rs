@@ -5,20 +5,30 @@
 //! the summary model fails and the uncompressed request would not fit. It never invents
 //! anything: every line is a sentence (or a clause) taken from the input.
 //!
-//! Sentences are chosen by what they hold, not where they stand (module `scoring`):
-//! rules ("never", "always", "must"), decisions and agreements, requirements and
-//! preferences, and values (identifiers, versions, hashes, numbers with units, dates and
-//! times, paths, URLs, IP addresses, names, error codes) score; acknowledgements,
-//! greetings and announcements of work ("Let me check the logs.") are dropped. The
-//! user's words weigh more than the assistant's; a tool result counts as an outcome when
-//! the tool changed something or failed. Lines are picked by score per word until the
-//! word budget is spent, so twenty short facts beat one long paragraph.
+//! Sentences are chosen by what they contribute to this session, whoever says them
+//! (module `scoring`): rules ("never", "always", "must", and their German, Spanish and
+//! Chinese forms), decisions and agreements, requirements and preferences, values
+//! (identifiers, versions, hashes, numbers with units, dates and times, paths, URLs, IP
+//! addresses, names, error codes), and terms rare in the session, so a constraint in
+//! plain words ("no customer data leaves the Frankfurt region") counts too. Filler is
+//! recognised by its shape, not by a list of phrases: acknowledgements, narration of
+//! the speaker's own work ("Let's continue.", "I'm going through the pods"), chat-log
+//! prefixes (`[09:12] Sam:`), announcements of a paste (a line ending with `:`), and
+//! reports that recur with other values (log records, status polls). The user's words
+//! weigh a little more than the assistant's. A tool result is read line by line
+//! whatever the tool's name: the line that establishes something (the build running in
+//! production, a nearly full disk, a certificate's expiry) is kept, log records and
+//! table rows are not. Lines are picked by score per word until the word budget is
+//! spent, so twenty short facts beat one long paragraph.
 //!
-//! Folding keeps the previous summary's lines in the same competition (with a small
-//! bonus for having been kept before): a fact stays until a newer statement about the
-//! same subject replaces it ("the cache TTL is 300 s", later "set the cache TTL to
-//! 900 s"), and of several lines with the same shape (a status line repeated with other
-//! numbers) only the newest stays.
+//! Folding puts the previous summary's lines back in the same competition (with a
+//! small bonus for having been kept before), so newer facts displace older low-value
+//! lines. A fact stays until a newer statement about the same subject replaces it ("the
+//! cache TTL is 300 s", later "set the cache TTL to 900 s"), or a correction states a
+//! value of the same kind ("change of plan: eu-west-3 instead", "switch to", "bump ...
+//! to", "actually", a tool result `key: value` for what someone said): the summary then
+//! holds only the current value, written `new (was old)`. Of several lines with the
+//! same shape (a status line repeated with other numbers) only the newest stays.
 //!
 //! The output is grouped the way the summary prompt asks (module `grouping`): goal and
 //! requirements, facts and decisions, what was done, open questions. Each line names
@@ -27,8 +37,9 @@
 //!
 //! What it cannot do: it does not paraphrase or merge two sentences into one, does not
 //! resolve "it" or "that" to what they point at, cannot tell a fact from a guess stated
-//! with the same words, and reads English cue words only (values such as paths, numbers
-//! and identifiers are recognised in any language).
+//! with the same words, and knows cue words of English, German, Spanish and Chinese
+//! only (values such as paths, numbers and identifiers, and rare terms, are recognised
+//! in any language; sentences are split in scripts without spaces too).
 //!
 //! ```
 //! use keel_core::message::Message;
@@ -53,7 +64,7 @@ mod grouping;
 mod pinned;
 mod scoring;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use keel_core::message::{Message, MessageBody, ToolStatus};
 
@@ -61,7 +72,65 @@ use crate::SUMMARY_NAME;
 use grouping::{Line, Section};
 use scoring::{Entity, Information};
 
-pub use pinned::{PinnedValues, pinned_values};
+pub use pinned::{PinnedValues, pinned_values, pinned_values_after};
+
+/// A value that replaced another one, as an extractive summary records it: the ledger
+/// of current values, read back from the summary's `new (was old)` lines.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CurrentValue {
+    /// The current value, as the line writes it.
+    pub value: String,
+    /// The value it replaced.
+    pub was: String,
+    /// The reference of the message that stated the current value.
+    pub reference: Option<String>,
+    /// The line that states it (without the `(was ...)` note).
+    pub statement: String,
+}
+
+/// The current values a summary records: one per `new (was old)` line, in the
+/// summary's order. A later fold keeps them in its text, so this is a view of the
+/// summary, stored next to it by the middlewares that keep state.
+///
+/// ```
+/// use keel_summary::extractive::current_values;
+///
+/// let s = "Facts and decisions:\n- [m9] user: Bump the request timeout to 90 seconds. (was 30 seconds)";
+/// let v = current_values(s);
+/// assert_eq!(v[0].value, "90 seconds");
+/// assert_eq!(v[0].was, "30 seconds");
+/// assert_eq!(v[0].reference.as_deref(), Some("m9"));
+/// ```
+pub fn current_values(summary: &str) -> Vec<CurrentValue> {
+    let mut out = Vec::new();
+    for line in grouping::parse(summary) {
+        let text = line.text.as_str();
+        let body = without_was(text);
+        if body.len() == text.len() {
+            continue;
+        }
+        let was = text[body.len() + " (was ".len()..text.len() - 1].to_owned();
+        let stated = without_was(speech(text));
+        let info = scoring::information(stated);
+        let old = scoring::information(&was);
+        let shapes: Vec<u64> = old.values.iter().map(|(k, v)| value_shape(*k, v)).collect();
+        let value = info
+            .values
+            .iter()
+            .find(|(k, v)| shapes.contains(&value_shape(*k, v)))
+            .or_else(|| info.values.first())
+            .map(|(_, v)| as_written(stated, v));
+        if let Some(value) = value {
+            out.push(CurrentValue {
+                value,
+                was,
+                reference: line.reference.clone(),
+                statement: body.to_owned(),
+            });
+        }
+    }
+    out
+}
 
 /// Options of the extractive summarizer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,22 +158,161 @@ const GOAL_WORDS: usize = 30;
 /// Weights of who said it.
 const USER: u32 = 2;
 const ASSISTANT: u32 = 0;
-const TOOL_OUTCOME: u32 = 3;
+/// A line of a tool's output, whatever the tool's name: its content decides.
+const TOOL: u32 = 1;
+/// A tool that failed: the error line says what went wrong.
+const TOOL_FAILED: u32 = 3;
 /// A line that was in the previous summary.
 const KEPT_BEFORE: u32 = 1;
-/// Tool results examined for an error line, at most.
-const TOOL_LINES: usize = 20;
+/// A line that states the current value of something corrected.
+const CURRENT: u32 = 3;
+/// Lines of a tool result examined, at most (a tool's output can be megabytes).
+const TOOL_LINES: usize = 40;
+/// Lines of one tool result kept as candidates, at most.
+const TOOL_KEEP: usize = 2;
+/// Terms in at most this many sentences of the input are rare: what a sentence adds.
+const RARE_DF: u32 = 2;
+/// Points for rare terms, at most.
+const RARE_MAX: u32 = 4;
+/// A line shape seen this often with other values is a repeated report (log lines,
+/// status polls), not a fact.
+const NOISE_REPEATS: u32 = 3;
 /// Words of a tool outcome line at most: an outcome is a status, not a log.
 const TOOL_WORDS: usize = 24;
 /// Tools named in the "Tools used" line, at most.
 const TOOLS_LISTED: usize = 6;
 
-/// Parts of a tool name that mean it only reads.
-const READ_ONLY: &[&str] = &[
-    "read", "get", "list", "search", "grep", "cat", "view", "logs", "log", "describe", "query",
-    "peek", "watch", "count", "ping", "fetch", "show", "find", "ls", "diff", "status", "check",
-    "inspect", "lookup", "head", "tail",
+/// Words that say a statement corrects an earlier value ("change of plan: B instead").
+const CORRECTIONS: &[&str] = &[
+    "instead",
+    "actually",
+    "switch",
+    "switched",
+    "switching",
+    "moved",
+    "bump",
+    "bumped",
+    "raise",
+    "raised",
+    "lower",
+    "lowered",
+    "changed",
+    "correction",
+    "stattdessen",
+    "eigentlich",
 ];
+
+/// What the whole input says, for judging one sentence: how many sentences hold each
+/// term, and how often each line shape recurs with other values.
+#[derive(Default)]
+struct Stats {
+    /// Term -> (sentences holding it, the last sentence counted).
+    df: HashMap<String, (u32, u32)>,
+    /// Sentences counted so far.
+    units: u32,
+    /// Shape -> (occurrences, hash of the first text, seen with another text).
+    shapes: HashMap<u64, (u32, u64, bool)>,
+}
+
+impl Stats {
+    fn add_terms(&mut self, text: &str) {
+        self.units += 1;
+        let unit = self.units;
+        let df = &mut self.df;
+        scoring::terms(text, |t| match df.get_mut(t) {
+            Some(e) => {
+                if e.1 != unit {
+                    e.0 += 1;
+                    e.1 = unit;
+                }
+            }
+            None => {
+                df.insert(t.to_owned(), (1, unit));
+            }
+        });
+    }
+
+    fn add_unit(&mut self, text: &str) {
+        self.add_terms(text);
+        let shape = scoring::noise_shape(text);
+        let exact = scoring::shape(text) ^ text.len() as u64;
+        let e = self.shapes.entry(shape).or_insert((0, exact, false));
+        e.0 += 1;
+        e.2 |= e.1 != exact;
+    }
+
+    /// Rare terms in `text`, capped at [`RARE_MAX`].
+    fn rare(&self, text: &str) -> u32 {
+        let mut n = 0;
+        scoring::terms(text, |t| {
+            if self.df.get(t).map_or(0, |e| e.0) <= RARE_DF {
+                n += 1;
+            }
+        });
+        n.min(RARE_MAX)
+    }
+
+    /// What rare terms add to a line's score: everything when the line holds no value
+    /// (a constraint in plain words), a point when it does (its values say more).
+    fn bonus(rare: u32, info: &Information) -> u32 {
+        if info.is_empty() { rare } else { rare.min(1) }
+    }
+
+    /// True for a line whose shape recurs with other values.
+    fn noise(&self, text: &str) -> bool {
+        self.shapes
+            .get(&scoring::noise_shape(text))
+            .is_some_and(|(n, _, varied)| *n >= NOISE_REPEATS && *varied)
+    }
+}
+
+/// The shape of a value: digit runs as `#`, letter runs as `a` (a quantity keeps its
+/// unit), so `eu-west-1` and `us-east-2` are values of one kind.
+fn value_shape(kind: Entity, value: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ kind as u64;
+    let mut step = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    let keep_letters = kind == Entity::Quantity;
+    let mut last = 0u8;
+    for b in value.bytes() {
+        let class = if b.is_ascii_digit() {
+            b'#'
+        } else if b.is_ascii_alphabetic() && !keep_letters {
+            b'a'
+        } else {
+            b
+        };
+        if (class == b'#' || class == b'a') && class == last {
+            continue;
+        }
+        step(class);
+        last = class;
+    }
+    h
+}
+
+/// The line's text without a `(was ...)` note of a value it replaced.
+fn without_was(text: &str) -> &str {
+    match text.rfind(" (was ") {
+        Some(i) if text.ends_with(')') => &text[..i],
+        _ => text,
+    }
+}
+
+/// True when `text` says it corrects an earlier value.
+fn corrects(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    lower.contains("change of plan")
+        || lower.contains("en vez de")
+        || lower.contains("en su lugar")
+        || lower.contains("改为")
+        || lower.contains("改成")
+        || lower
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|w| CORRECTIONS.contains(&w))
+}
 
 /// A line that may go into the summary.
 struct Candidate {
@@ -120,13 +328,35 @@ struct Candidate {
     shape: u64,
     /// Values that make this line a fact (bare numbers and acronyms excluded).
     values: Vec<String>,
+    /// The same values with their shapes, as written in the line.
+    shaped: Vec<(u64, String)>,
     cue: bool,
+    /// The line says it corrects an earlier value.
+    correction: bool,
+    /// The full id of the message (the reference may be a part of it).
+    id: Option<String>,
+    /// Values this line replaced (`(was ...)`).
+    was: Option<String>,
 }
 
 impl Candidate {
     fn new(line: Line, info: &Information, base: u32, order: usize) -> Candidate {
         let words = grouping::count_words(&line.text) + usize::from(line.reference.is_some());
-        let body = speech(&line.text);
+        let body = without_was(speech(&line.text));
+        // A value that can be corrected: not a bare number, an acronym, a hash, a
+        // hyphenated word (`on-call`), or a time of day or zone (dates stay: a
+        // cut-over moves).
+        let shaped = info
+            .values
+            .iter()
+            .filter(|(k, v)| {
+                !matches!(
+                    k,
+                    Entity::Number | Entity::Acronym | Entity::Hash | Entity::Name
+                ) && !(*k == Entity::DateTime && (v.contains(':') || !v.contains('-')))
+            })
+            .map(|(k, v)| (value_shape(*k, v), v.clone()))
+            .collect();
         Candidate {
             subject: None,
             shape: scoring::shape(body),
@@ -136,6 +366,10 @@ impl Candidate {
                 .filter(|(k, _)| !matches!(k, Entity::Number | Entity::Acronym))
                 .map(|(_, v)| v.clone())
                 .collect(),
+            shaped,
+            correction: corrects(body),
+            id: line.reference.clone(),
+            was: None,
             cue: info.cues != 0,
             score: base + info.score(),
             words,
@@ -143,6 +377,14 @@ impl Candidate {
             goal: false,
             line,
         }
+    }
+}
+
+impl Candidate {
+    /// What the line costs to send: its words, or a token estimate when its words are
+    /// long (JSON, paths, log fields cost more tokens per word than prose).
+    fn cost(&self) -> u64 {
+        (self.words as u64).max(self.line.text.len() as u64 / 7)
     }
 }
 
@@ -205,53 +447,80 @@ pub fn summarize_refs(
         }
     }
 
+    let previous_lines = previous_text
+        .as_deref()
+        .map(grouping::parse)
+        .unwrap_or_default();
+    let stats = statistics(&previous_lines, messages);
     let mut candidates: Vec<Candidate> = Vec::new();
     let mut tools: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut has_goal = false;
-    if let Some(p) = previous_text.as_deref() {
-        for (order, mut line) in grouping::parse(p).into_iter().enumerate() {
-            if let Some(counts) = parse_tools_line(&line.text) {
-                for (name, (ok, failed)) in counts {
-                    let e = tools.entry(name).or_default();
-                    e.0 += ok;
-                    e.1 += failed;
-                }
-                continue;
+    for (order, mut line) in previous_lines.into_iter().enumerate() {
+        if let Some(counts) = parse_tools_line(&line.text) {
+            for (name, (ok, failed)) in counts {
+                let e = tools.entry(name).or_default();
+                e.0 += ok;
+                e.1 += failed;
             }
-            // One goal: the first. A later "Goal:" line (notes of an older span made
-            // without the summary) is a statement like the others.
-            let goal = line.text.starts_with("Goal: ");
-            if goal && has_goal {
-                line.text = format!("user: {}", speech(&line.text));
-            }
-            let goal = goal && !has_goal;
-            has_goal |= goal;
-            let body = speech(&line.text);
-            let info = scoring::information(body);
-            let mut c = match tool_of_line(&line.text) {
-                Some((name, failed)) => {
-                    let base = tool_base(name, failed);
-                    let mut c = Candidate::new(line, &info, base + KEPT_BEFORE, order);
-                    if base == 0 {
-                        c.score = read_only_score(c.score);
-                    }
-                    c
-                }
-                None => {
-                    let base = if line.text.starts_with("assistant") {
-                        ASSISTANT
-                    } else {
-                        USER
-                    };
-                    let subject = scoring::subject(speech(&line.text));
-                    let mut c = Candidate::new(line, &info, base + KEPT_BEFORE, order);
-                    c.subject = subject;
-                    c
-                }
-            };
-            c.goal = goal;
-            candidates.push(c);
+            continue;
         }
+        // One goal: the first. A later "Goal:" line (notes of an older span made
+        // without the summary) is a statement like the others.
+        let goal = line.text.starts_with("Goal: ");
+        if goal && has_goal {
+            line.text = format!("user: {}", speech(&line.text));
+        }
+        let goal = goal && !has_goal;
+        has_goal |= goal;
+        let body = without_was(speech(&line.text)).to_owned();
+        let info = scoring::information(&body);
+        let rare = stats.rare(&body);
+        let assistant = line.text.starts_with("assistant");
+        if !goal
+            && tool_of_line(&line.text).is_none()
+            && (scoring::is_filler(&body, &info, assistant)
+                || scoring::is_narration(&body, &info)
+                || slight(&body, &info, rare))
+        {
+            continue; // an earlier summary's filler (older rules kept some) is dropped
+        }
+        let was = line
+            .text
+            .rfind(" (was ")
+            .filter(|_| line.text.ends_with(')'))
+            .map(|i| line.text[i + 6..line.text.len() - 1].to_owned());
+        let mut c = match tool_of_line(&line.text) {
+            Some((_, failed)) => {
+                let base = if failed { TOOL_FAILED } else { TOOL };
+                Candidate::new(
+                    line,
+                    &info,
+                    base + KEPT_BEFORE + Stats::bonus(rare, &info),
+                    order,
+                )
+            }
+            None => {
+                let base = if line.text.starts_with("assistant") {
+                    ASSISTANT
+                } else {
+                    USER
+                };
+                let mut c = Candidate::new(
+                    line,
+                    &info,
+                    base + KEPT_BEFORE + Stats::bonus(rare, &info),
+                    order,
+                );
+                c.subject = scoring::subject(&body);
+                c
+            }
+        };
+        c.was = was;
+        if c.was.is_some() {
+            c.score += CURRENT;
+        }
+        c.goal = goal;
+        candidates.push(c);
     }
     let offset = candidates.len();
     // A continued span's first user message is a statement, unless the summary so far
@@ -261,6 +530,7 @@ pub fn summarize_refs(
         has_goal,
         per_item,
         offset,
+        &stats,
         &mut candidates,
         &mut tools,
     );
@@ -289,12 +559,55 @@ pub fn summarize_refs(
     grouping::render(&selected, budget >= HEADERS_FROM_BUDGET)
 }
 
+/// A short remark with nothing in it ("That part looks normal.", "Same picture as
+/// before."): five words or fewer, no value (not even a number) or cue, and fewer
+/// than three rare terms.
+fn slight(sentence: &str, info: &Information, rare: u32) -> bool {
+    info.values.is_empty() && info.cues == 0 && rare < 3 && grouping::count_words(sentence) <= 5
+}
+
+/// Term and shape counts over the previous summary's lines and the span's sentences
+/// and tool-output lines.
+fn statistics(previous: &[Line], messages: &[&Message]) -> Stats {
+    let mut stats = Stats::default();
+    for line in previous {
+        stats.add_unit(without_was(speech(&line.text)));
+    }
+    for m in messages {
+        if m.name() == Some(SUMMARY_NAME) {
+            continue;
+        }
+        let text = m.text();
+        if let MessageBody::Tool(_) = m.body() {
+            // Log records are never candidates; their terms would only make the
+            // session's vocabulary look common.
+            for line in tool_lines(&text).filter(|l| !scoring::is_log_record(l)) {
+                stats.add_unit(line);
+            }
+        } else {
+            for sentence in scoring::sentences(&text) {
+                stats.add_unit(scoring::strip_chat_prefix(sentence));
+            }
+        }
+    }
+    stats
+}
+
+/// The lines of a tool result that are read: the first [`TOOL_LINES`] non-empty ones.
+fn tool_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(TOOL_LINES)
+}
+
 /// Candidates from the span's messages.
 fn collect(
     messages: &[&Message],
     has_goal: bool,
     per_item: usize,
     offset: usize,
+    stats: &Stats,
     out: &mut Vec<Candidate>,
     tools: &mut BTreeMap<String, (usize, usize)>,
 ) {
@@ -340,12 +653,16 @@ fn collect(
                 for (k, sentence) in scoring::sentences(&text).into_iter().enumerate() {
                     statement(
                         sentence,
-                        speaker,
-                        human,
-                        open,
+                        Speaker {
+                            name: speaker,
+                            human,
+                            open,
+                        },
                         &reference,
+                        m.id(),
                         per_item,
                         order + k.min(63),
+                        stats,
                         out,
                     );
                 }
@@ -357,12 +674,16 @@ fn collect(
                 for (k, sentence) in scoring::sentences(&text).into_iter().enumerate() {
                     statement(
                         sentence,
-                        "assistant",
-                        false,
-                        open,
+                        Speaker {
+                            name: "assistant",
+                            human: false,
+                            open,
+                        },
                         &reference,
+                        m.id(),
                         per_item,
                         order + k.min(63),
+                        stats,
                         out,
                     );
                 }
@@ -382,9 +703,12 @@ fn collect(
                 } else {
                     counts.0 += 1;
                 }
-                if let Some(c) = outcome(m, &name, &target, failed, &reference, per_item, order) {
-                    out.push(c);
-                }
+                let call = Call {
+                    name: &name,
+                    target: &target,
+                    failed,
+                };
+                outcome(m, &call, &reference, per_item, order, stats, out);
             }
         }
     }
@@ -408,28 +732,53 @@ fn goal_text(text: &str) -> Option<String> {
     (!goal.is_empty()).then_some(goal)
 }
 
+/// Who says a sentence.
+struct Speaker<'a> {
+    name: &'a str,
+    human: bool,
+    /// The sentence is part of the last, unanswered turn.
+    open: bool,
+}
+
 /// One sentence of the user (or the assistant, or a system note) as a candidate.
 #[allow(clippy::too_many_arguments)] // one call site per speaker; a struct would only rename them
 fn statement(
     sentence: &str,
-    speaker: &str,
-    human: bool,
-    open: bool,
+    speaker: Speaker<'_>,
     reference: &Option<String>,
+    id: &str,
     per_item: usize,
     order: usize,
+    stats: &Stats,
     out: &mut Vec<Candidate>,
 ) {
+    let Speaker {
+        name: speaker,
+        human,
+        open,
+    } = speaker;
+    // A pasted chat line (`[09:12] Sam: ...`) is judged by what it says.
+    let sentence = scoring::strip_chat_prefix(sentence);
+    if stats.noise(sentence) && !open {
+        return; // a report repeated with other values: a status line, not a fact
+    }
     let sentence = scoring::compress(sentence);
     let info = scoring::information(&sentence);
-    let question = sentence.ends_with('?');
-    if info.is_empty() && !(human || open) {
+    let rare = stats.rare(&sentence);
+    let question = sentence.ends_with('?') || sentence.ends_with('？');
+    let empty = info.is_empty() && rare < 2;
+    if empty && !(human || open) {
         return; // an assistant sentence with nothing in it: no line, whatever it says
     }
     if question && !open && info.score() < 4 {
         return;
     }
-    if scoring::is_filler(&sentence, &info, !human) && !(question && open) {
+    if (scoring::is_filler(&sentence, &info, !human)
+        || sentence.ends_with(':')
+        || scoring::is_narration(&sentence, &info)
+        || slight(&sentence, &info, rare))
+        && !(question && open)
+    {
         return;
     }
     let text = first_words(&sentence, per_item);
@@ -443,7 +792,7 @@ fn statement(
                 cues: 0,
                 values: info.values.clone(),
             };
-            let c = Candidate::new(
+            let mut c = Candidate::new(
                 Line {
                     section: Section::Facts,
                     reference: reference.clone(),
@@ -453,6 +802,7 @@ fn statement(
                 0,
                 order,
             );
+            c.id = Some(id.to_owned());
             out.push(Candidate {
                 score: c.score / 2,
                 ..c
@@ -474,14 +824,15 @@ fn statement(
             text,
         },
         &info,
-        base,
+        base + Stats::bonus(rare, &info),
         order,
     );
-    if info.values.is_empty() && grouping::count_words(&sentence) < 6 {
+    c.id = Some(id.to_owned());
+    if info.values.is_empty() && grouping::count_words(&sentence) < 6 && rare < 2 {
         // "Needs checking.", "That's the decision.": a cue with nothing it applies to.
         c.score = base + info.score() / 2;
     }
-    if info.is_empty() && section != Section::Open {
+    if empty && section != Section::Open {
         // Nothing recognisable: kept only when the budget has room to spare.
         c.score = if human { 1 } else { 0 };
     }
@@ -491,83 +842,144 @@ fn statement(
     }
 }
 
-/// A tool result as an outcome line: `name target returned: line` (or `failed:`).
+/// The call a tool result answers.
+struct Call<'a> {
+    name: &'a str,
+    target: &'a str,
+    failed: bool,
+}
+
+/// The lines of a tool result worth a place, as `name target returned: line` (or
+/// `failed:`): what the output says decides, not the tool's name. Repeated report
+/// lines (logs, tables of the same shape) are skipped; of the rest, the
+/// [`TOOL_KEEP`] best.
 fn outcome(
     m: &Message,
-    name: &str,
-    target: &str,
-    failed: bool,
+    call: &Call<'_>,
     reference: &Option<String>,
     per_item: usize,
     order: usize,
-) -> Option<Candidate> {
-    let base = tool_base(name, failed);
-    if base == 0 {
-        // A read's output is data, not an outcome: the "Tools used" line counts it.
-        return None;
-    }
+    stats: &Stats,
+    out: &mut Vec<Candidate>,
+) {
     let text = m.text();
-    let lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.clone().next()?;
-    let line = if failed {
-        lines
-            .take(TOOL_LINES)
-            .find(|l| {
-                let lower = l.to_ascii_lowercase();
-                ["error", "fail", "exception", "denied", "refused"]
-                    .iter()
-                    .any(|w| lower.contains(w))
-            })
-            .unwrap_or(first)
-    } else {
-        first
-    };
-    // A bare opening (`{` of pretty-printed JSON) says nothing: read on a little. Only
-    // what the line can show is read (a tool's one-line output can be megabytes).
-    let line = if line
-        .split_whitespace()
-        .filter(|w| grouping::is_word(w))
-        .take(3)
-        .count()
-        < 3
-    {
-        first_words(&text, per_item.min(TOOL_WORDS))
-    } else {
-        first_words(line, per_item.min(TOOL_WORDS))
-    };
-    let info = scoring::information(&line);
-    let base = tool_base(name, failed);
-    let target = if target.is_empty() {
+    let target = if call.target.is_empty() {
         String::new()
     } else {
-        format!(" {target}")
+        format!(" {}", call.target)
     };
-    let verb = if failed { "failed" } else { "returned" };
-    let c = Candidate::new(
-        Line {
-            section: Section::Done,
-            reference: reference.clone(),
-            text: format!("{name}{target} {verb}: {line}"),
-        },
-        &info,
-        base,
-        order,
-    );
-    Some(c)
-}
-
-/// What a tool result is worth: an outcome when the tool changed something or failed.
-fn tool_base(name: &str, failed: bool) -> u32 {
-    let reads = name
-        .to_ascii_lowercase()
-        .split(['_', '-', '.'])
-        .any(|part| READ_ONLY.contains(&part));
-    if failed || !reads { TOOL_OUTCOME } else { 0 }
-}
-
-/// A read's output is data, not an outcome: worth a line only with room to spare.
-fn read_only_score(score: u32) -> u32 {
-    score.min(2) / 2
+    let verb = if call.failed { "failed" } else { "returned" };
+    let mut best: Vec<Candidate> = Vec::new();
+    // Rows of one shape in one output are a table or a log: rows, not facts. Log
+    // records are known by their opening and never hashed.
+    let mut rows: HashMap<u64, u32> = HashMap::new();
+    let lines: Vec<(usize, &str, u64)> = tool_lines(&text)
+        .enumerate()
+        .filter(|(_, l)| call.failed || !scoring::is_log_record(l))
+        .map(|(k, l)| (k, l, scoring::noise_shape(l)))
+        .collect();
+    for (_, _, shape) in &lines {
+        *rows.entry(*shape).or_insert(0) += 1;
+    }
+    for &(k, line, shape) in &lines {
+        // A line cut in its middle (a capped output) is half a record.
+        if line.contains(" characters omitted ...]") {
+            continue;
+        }
+        if !call.failed && rows.get(&shape).is_some_and(|n| *n >= 2) {
+            continue;
+        }
+        let error = call.failed && {
+            let lower = line.to_ascii_lowercase();
+            ["error", "fail", "exception", "denied", "refused"]
+                .iter()
+                .any(|w| lower.contains(w))
+        };
+        if stats.noise(line) && !error {
+            continue;
+        }
+        let shown = first_words(line, per_item.min(TOOL_WORDS));
+        let info = scoring::information(&shown);
+        let rare = stats.rare(&shown);
+        if info.is_empty() && rare < 2 && !error {
+            continue;
+        }
+        // A table's header row (`LAST SEEN TYPE REASON OBJECT`) names columns only.
+        if info.values.iter().all(|(k, _)| *k == Entity::Acronym)
+            && shown
+                .split_whitespace()
+                .all(|w| !w.chars().any(char::is_lowercase))
+        {
+            continue;
+        }
+        let base = if error { TOOL_FAILED } else { TOOL };
+        let mut c = Candidate::new(
+            Line {
+                section: Section::Done,
+                reference: reference.clone(),
+                text: format!("{}{target} {verb}: {shown}", call.name),
+            },
+            &info,
+            base + Stats::bonus(rare, &info),
+            order + k.min(63),
+        );
+        c.id = Some(m.id().to_owned());
+        best.push(c);
+    }
+    if best.is_empty() && !call.failed {
+        // A short answer whose lines say nothing alone (`count / ----- / 9888605`) is
+        // read whole: with the call's target (the query) it is the finding.
+        let lines: Vec<&str> = tool_lines(&text).take(7).collect();
+        let joined = if lines.len() <= 6 {
+            lines.join(" ")
+        } else {
+            String::new()
+        };
+        if !joined.is_empty() && grouping::count_words(&joined) <= TOOL_WORDS {
+            let info = scoring::information(&joined);
+            if !info.values.is_empty() {
+                let mut c = Candidate::new(
+                    Line {
+                        section: Section::Done,
+                        reference: reference.clone(),
+                        text: format!("{}{target} returned: {joined}", call.name),
+                    },
+                    &info,
+                    TOOL + 4,
+                    order,
+                );
+                c.id = Some(m.id().to_owned());
+                best.push(c);
+            }
+        }
+    }
+    if best.is_empty() && call.failed {
+        // A failure says so even when its output says nothing recognisable.
+        if let Some(first) = tool_lines(&text).next() {
+            let shown = first_words(first, per_item.min(TOOL_WORDS));
+            let mut c = Candidate::new(
+                Line {
+                    section: Section::Done,
+                    reference: reference.clone(),
+                    text: format!("{}{target} failed: {shown}", call.name),
+                },
+                &Information::default(),
+                TOOL_FAILED,
+                order,
+            );
+            c.id = Some(m.id().to_owned());
+            best.push(c);
+        }
+    }
+    // The best lines by score per word, then back in their order.
+    best.sort_by(|a, b| {
+        let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
+        let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
+        pb.cmp(&pa).then(a.order.cmp(&b.order))
+    });
+    best.truncate(TOOL_KEEP);
+    best.sort_by_key(|c| c.order);
+    out.extend(best);
 }
 
 /// The tool and whether it failed, for a line written by [`outcome`].
@@ -609,12 +1021,15 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
     // Subjects are grouped by their last two words; within a group, "cache ttl" and
     // "ledger-api cache ttl" are the same subject (one ends the other), while
     // "ledger-api cache ttl" and "billing-gw cache ttl" are not.
+    let corrected = corrections(&mut candidates);
     let mut subjects: BTreeMap<&str, Vec<(&str, usize)>> = BTreeMap::new();
     let mut newest_shape: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut repeats: BTreeMap<u64, usize> = BTreeMap::new();
     for c in &candidates {
         if c.goal {
             continue;
         }
+        *repeats.entry(c.shape).or_insert(0) += 1;
         if let Some(s) = &c.subject {
             subjects
                 .entry(last_two_words(s))
@@ -638,12 +1053,24 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
     };
     let stale: Vec<bool> = candidates
         .iter()
-        .map(|c| {
-            !c.goal && (replaced(c) || newest_shape.get(&c.shape).is_some_and(|&o| o > c.order))
+        .zip(&corrected)
+        .map(|(c, corrected)| {
+            !c.goal
+                && (*corrected
+                    || replaced(c)
+                    || newest_shape.get(&c.shape).is_some_and(|&o| o > c.order))
         })
         .collect();
     let mut keep = stale.iter().map(|s| !s);
     candidates.retain(|_| keep.next().unwrap_or(false));
+    // A report that recurs with other values (a status line polled again) is worth
+    // less than a fact stated once: only its newest copy stays, at a quarter of its
+    // score.
+    for c in &mut candidates {
+        if !c.goal && repeats.get(&c.shape).is_some_and(|n| *n >= 2) {
+            c.score /= 4;
+        }
+    }
 
     // Goal first (the earliest), then by score per word, ties to the older line.
     candidates.sort_by(|a, b| {
@@ -657,8 +1084,8 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
                 }
             })
             .then_with(|| {
-                let pa = u64::from(a.score) * 1000 / (a.words as u64 + 3);
-                let pb = u64::from(b.score) * 1000 / (b.words as u64 + 3);
+                let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
+                let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
                 pb.cmp(&pa)
             })
             .then_with(|| a.order.cmp(&b.order))
@@ -668,7 +1095,7 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
     let mut sections: BTreeSet<Section> = BTreeSet::new();
     let mut covered: BTreeSet<String> = BTreeSet::new();
     let mut texts: BTreeSet<String> = BTreeSet::new();
-    let mut chosen: Vec<(usize, Line)> = Vec::new();
+    let mut chosen: Vec<(usize, Option<String>, Line)> = Vec::new();
     let mut goal_taken = false;
     for mut c in candidates {
         if c.goal {
@@ -701,19 +1128,137 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
                 continue;
             }
         }
+        if let Some(was) = &c.was {
+            let text = format!("{} (was {was})", without_was(&c.line.text));
+            c.words = grouping::count_words(&text) + usize::from(c.line.reference.is_some());
+            c.line.text = text;
+            if c.words > room {
+                continue;
+            }
+        }
         if c.words > per_item + 4 && !c.goal {
             continue;
         }
-        if !texts.insert(speech(&c.line.text).to_owned()) {
+        if !texts.insert(without_was(speech(&c.line.text)).to_owned()) {
             continue;
         }
         used += c.words + header;
         sections.insert(c.line.section);
         covered.extend(c.values.iter().cloned());
-        chosen.push((c.order, c.line));
+        chosen.push((c.order, c.id, c.line));
     }
-    chosen.sort_by_key(|(order, _)| *order);
-    chosen.into_iter().map(|(_, l)| l).collect()
+    chosen.sort_by_key(|(order, _, _)| *order);
+    // A reference names one message: when two messages' references are the same (long
+    // ids sharing a prefix and a suffix), those lines carry the whole id.
+    let mut ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, id, line) in &chosen {
+        if let (Some(r), Some(id)) = (&line.reference, id) {
+            ids.entry(r.clone()).or_default().insert(id.clone());
+        }
+    }
+    chosen
+        .into_iter()
+        .map(|(_, id, mut l)| {
+            if let Some(r) = &l.reference
+                && ids.get(r).is_some_and(|set| set.len() > 1)
+            {
+                l.reference = id.as_deref().and_then(grouping::full_reference);
+            }
+            l
+        })
+        .collect()
+}
+
+/// Marks the lines a later correction replaces: a line that says it corrects
+/// ("change of plan: B instead", "switch to B", "bump it to B", "actually, B") or a
+/// tool result showing `key: B` replaces the newest earlier line holding a value of
+/// the same shape (unless both name different subjects); the correction then shows
+/// `B (was A)`. Returns, per candidate, whether it was replaced.
+fn corrections(candidates: &mut [Candidate]) -> Vec<bool> {
+    let n = candidates.len();
+    let mut replaced = vec![false; n];
+    let mut latest: HashMap<u64, usize> = HashMap::new();
+    for i in 0..n {
+        if candidates[i].goal {
+            continue;
+        }
+        let key = tool_key(&candidates[i].line.text);
+        if candidates[i].correction || key.is_some() {
+            let mut was: Option<String> = None;
+            for (shape, value) in &candidates[i].shaped {
+                let Some(&j) = latest.get(shape) else {
+                    continue;
+                };
+                let o = &candidates[j];
+                if replaced[j] || o.shaped.iter().any(|(_, v)| v == value) {
+                    continue;
+                }
+                let c = &candidates[i];
+                // Without a word saying it corrects, two statements about subjects with
+                // no word in common are about two things ("the ledger-api TTL" and "the
+                // billing pool size").
+                if !c.correction
+                    && let (Some(a), Some(b)) = (&c.subject, &o.subject)
+                    && !a.split(' ').any(|w| b.split(' ').any(|x| x == w))
+                {
+                    continue;
+                }
+                // A tool's `key: value` corrects what someone said about the key, not
+                // the same tool's earlier output (a poll is not a correction).
+                let said = tool_of_line(&o.line.text).is_none();
+                if !(c.correction && (said || key.is_none()))
+                    && !(said && key.as_deref().is_some_and(|k| mentions(&o.line.text, k)))
+                {
+                    continue;
+                }
+                let Some((_, old)) = o.shaped.iter().find(|(s, _)| s == shape) else {
+                    continue;
+                };
+                replaced[j] = true;
+                was = Some(as_written(&o.line.text, old));
+            }
+            if was.is_some() {
+                let c = &mut candidates[i];
+                c.was = was;
+                c.score += CURRENT;
+            }
+        }
+        for (shape, _) in &candidates[i].shaped {
+            latest.insert(*shape, i);
+        }
+    }
+    replaced
+}
+
+/// The key of a tool-output line `name returned: key: value` (or `key = value`).
+fn tool_key(text: &str) -> Option<String> {
+    let (_, body) = text.split_once(" returned: ")?;
+    let (key, _) = body.split_once([':', '='])?;
+    let key = key.trim().trim_matches('"');
+    let plain = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    (!key.is_empty() && key.len() <= 40 && plain).then(|| key.to_ascii_lowercase())
+}
+
+/// True when `text` mentions a word of `key` (`export_region` in "ship the exports").
+fn mentions(text: &str, key: &str) -> bool {
+    // `cutover_date` is the "cut-over" of "the cut-over is planned for ...".
+    let lower = text.to_lowercase().replace('-', "");
+    key.split(['_', '-', '.'])
+        .filter(|w| w.len() >= 4)
+        .any(|w| lower.contains(&w[..w.len().min(6)]))
+}
+
+/// `value` (lower-cased) as `text` writes it.
+fn as_written(text: &str, value: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    match lower.find(value) {
+        Some(i) if text.is_char_boundary(i) && text.is_char_boundary(i + value.len()) => {
+            text[i..i + value.len()].to_owned()
+        }
+        _ => value.to_owned(),
+    }
 }
 
 /// `Tools used: read_file ×3, kubectl_logs ×2 (1 failed)`: the most used tools first.

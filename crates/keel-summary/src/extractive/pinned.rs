@@ -2,7 +2,11 @@
 //! `account ACME-1`, `region: eu-west-1`, `ticket is TCK-7`, `the EU cluster`.
 //!
 //! Only the user's and the assistant's own words are read: a tool result (a fetched page,
-//! a file) is untrusted data and never sets a pinned value. The newest statement wins.
+//! a file) is untrusted data and never sets a pinned value. The newest statement wins,
+//! whatever its wording: besides `key value` forms, a correction that names no key
+//! ("change of plan: eu-west-3 instead", "actually, TCK-9") replaces a key's value of the
+//! same shape, and a region key is filled from any sentence naming a region ("we moved
+//! to eu-west-1").
 
 use keel_core::message::{Message, MessageBody};
 
@@ -149,6 +153,68 @@ fn stated(text: &str, key: &[String]) -> Option<String> {
 /// assert_eq!(v.missing, ["owner"]);
 /// ```
 pub fn pinned_values(keys: &[String], messages: &[Message]) -> PinnedValues {
+    pinned_values_after(keys, &[], messages)
+}
+
+/// The shape of a value: digit runs as `#`, letter runs as `a` (`eu-west-1` and
+/// `us-east-2` are values of one kind).
+fn shape(value: &str) -> String {
+    let mut out = String::new();
+    for c in value.chars() {
+        let class = if c.is_ascii_digit() {
+            '#'
+        } else if c.is_alphabetic() {
+            'a'
+        } else {
+            c
+        };
+        if !((class == '#' || class == 'a') && out.ends_with(class)) {
+            out.push(class);
+        }
+    }
+    out
+}
+
+/// A cloud region (`eu-west-1`, `us-east-2`, `ap-south-1`).
+fn is_region(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('-').collect();
+    parts.len() == 3
+        && parts[0].len() == 2
+        && parts[0].chars().all(|c| c.is_ascii_lowercase())
+        && parts[1].len() >= 4
+        && parts[1].chars().all(|c| c.is_ascii_lowercase())
+        && (1..=2).contains(&parts[2].len())
+        && parts[2].chars().all(|c| c.is_ascii_digit())
+}
+
+/// [`pinned_values`] after `current` (`(key, value)` pairs already pinned): a
+/// correction in `messages` that names no key replaces a current value of the same
+/// shape.
+///
+/// ```
+/// use keel_core::message::Message;
+/// use keel_summary::extractive::pinned_values_after;
+///
+/// let keys = ["region".to_owned(), "ticket".to_owned()];
+/// let current = [("region".to_owned(), "eu-west-1".to_owned())];
+/// let msgs = [
+///     Message::human("Change of plan: eu-central-1 instead."),
+///     Message::human("The ticket for this is TCK-7."),
+/// ];
+/// let v = pinned_values_after(&keys, &current, &msgs);
+/// assert_eq!(v.found, [
+///     ("region".to_owned(), "eu-central-1".to_owned()),
+///     ("ticket".to_owned(), "TCK-7".to_owned()),
+/// ]);
+/// // A region is read from an ordinary sentence too.
+/// let v = pinned_values_after(&keys, &[], &[Message::human("We moved to eu-west-3 last week.")]);
+/// assert_eq!(v.found[0], ("region".to_owned(), "eu-west-3".to_owned()));
+/// ```
+pub fn pinned_values_after(
+    keys: &[String],
+    current: &[(String, String)],
+    messages: &[Message],
+) -> PinnedValues {
     let mut out = PinnedValues::default();
     let words: Vec<Vec<String>> = keys.iter().map(|k| key_words(k)).collect();
     // `project_id` is also stated as `project PRJ-123`.
@@ -165,6 +231,20 @@ pub fn pinned_values(keys: &[String], messages: &[Message]) -> PinnedValues {
         })
         .collect();
     let mut values: Vec<Option<String>> = vec![None; keys.len()];
+    // What each key holds before these messages.
+    let mut now: Vec<Option<String>> = keys
+        .iter()
+        .map(|k| {
+            current
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        })
+        .collect();
+    let region_key: Vec<bool> = words
+        .iter()
+        .map(|w| w.iter().any(|x| x == "region"))
+        .collect();
     for m in messages {
         if !matches!(m.body(), MessageBody::Human(_) | MessageBody::Ai(_)) {
             continue;
@@ -173,16 +253,52 @@ pub fn pinned_values(keys: &[String], messages: &[Message]) -> PinnedValues {
             continue;
         }
         let text = m.text();
+        let spaced = super::scoring::cjk_spaced(&text);
         let lower = text.to_lowercase();
-        for (i, w) in words.iter().enumerate() {
-            if !w
-                .first()
-                .is_some_and(|first| lower.contains(first.as_str()))
-            {
-                continue;
-            }
-            let short_form = || short[i].as_ref().and_then(|s| stated(&text, s));
-            if let Some(v) = stated(&text, w).or_else(short_form) {
+        let corrects = super::corrects(&text);
+        let tokens: Vec<&str> = spaced
+            .split_whitespace()
+            .map(clean)
+            .filter(|t| is_strong_value(t))
+            .collect();
+        // Values stated for a named key first; a value one key claims corrects no other.
+        let explicit: Vec<Option<String>> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mentioned = w
+                    .first()
+                    .is_some_and(|first| lower.contains(first.as_str()));
+                let short_form = || short[i].as_ref().and_then(|s| stated(&spaced, s));
+                if mentioned {
+                    stated(&spaced, w).or_else(short_form)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let claimed = |t: &str| explicit.iter().flatten().any(|v| v == t);
+        for (i, stated_value) in explicit.iter().enumerate() {
+            let found = stated_value.clone().or_else(|| {
+                // A correction naming no key: a new value of the current one's shape.
+                let old = now[i].as_deref().or(values[i].as_deref());
+                let corrected = old.filter(|_| corrects).and_then(|old| {
+                    let want = shape(old);
+                    tokens
+                        .iter()
+                        .rev()
+                        .find(|t| **t != old && shape(t) == want && !claimed(t))
+                        .map(|t| (*t).to_owned())
+                });
+                corrected.or_else(|| {
+                    region_key[i]
+                        .then(|| tokens.iter().rev().find(|t| is_region(t) && !claimed(t)))
+                        .flatten()
+                        .map(|t| (*t).to_owned())
+                })
+            });
+            if let Some(v) = found {
+                now[i] = Some(v.clone());
                 values[i] = Some(v);
             }
         }

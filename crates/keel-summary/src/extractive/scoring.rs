@@ -99,6 +99,20 @@ const RULE_WORDS: &[&str] = &[
     "rule",
     "policy",
     "compliance",
+    // German and Spanish rules.
+    "nie",
+    "niemals",
+    "immer",
+    "muss",
+    "müssen",
+    "darf",
+    "dürfen",
+    "verboten",
+    "nunca",
+    "siempre",
+    "debe",
+    "deben",
+    "prohibido",
 ];
 const RULE_PAIRS: &[(&str, &str)] = &[("do", "not"), ("not", "allowed"), ("only", "ever")];
 const DECISION_WORDS: &[&str] = &[
@@ -115,6 +129,11 @@ const DECISION_WORDS: &[&str] = &[
     "settled",
     "chose",
     "chosen",
+    "entschieden",
+    "vereinbart",
+    "decidimos",
+    "acordamos",
+    "acordado",
 ];
 const DECISION_PAIRS: &[(&str, &str)] = &[
     ("go", "with"),
@@ -141,8 +160,25 @@ const REQUIREMENT_WORDS: &[&str] = &[
     "expects",
     "deadline",
     "sla",
+    "braucht",
+    "benötigt",
+    "necesita",
+    "requiere",
+    "quiere",
 ];
-const REQUIREMENT_PAIRS: &[(&str, &str)] = &[("has", "to"), ("have", "to")];
+const REQUIREMENT_PAIRS: &[(&str, &str)] = &[("has", "to"), ("have", "to"), ("hay", "que")];
+/// Chinese cue words (no spaces to find them by): rules, decisions, requirements.
+const CJK_CUES: &[(&str, u8)] = &[
+    ("必须", RULE),
+    ("不能", RULE),
+    ("不要", RULE),
+    ("禁止", RULE),
+    ("务必", RULE),
+    ("决定", DECISION),
+    ("同意", DECISION),
+    ("要求", REQUIREMENT),
+    ("需要", REQUIREMENT),
+];
 
 const UNITS: &[&str] = &[
     "ms",
@@ -250,6 +286,8 @@ const W_DATETIME: u8 = 1 << 3;
 const W_UNIT: u8 = 1 << 4;
 /// The first word of a cue pair (`do not`, `go with`, `has to`, ...).
 const W_PAIR: u8 = 1 << 5;
+/// A function word ([`COMMON`]): never a content term.
+const W_COMMON: u8 = 1 << 6;
 
 /// The classes `lower` (a lower-case token) belongs to, looked up in all the word lists
 /// at once: the words are bucketed by length and first letter, so a token is compared
@@ -288,7 +326,7 @@ fn word_bucket(w: &str) -> Option<usize> {
 }
 
 /// The word lists [`word_classes`] looks words up in, with the class each gives.
-const WORD_LISTS: [(&[&str], u8); 7] = [
+const WORD_LISTS: [(&[&str], u8); 8] = [
     (RULE_WORDS, W_RULE),
     (DECISION_WORDS, W_DECISION),
     (REQUIREMENT_WORDS, W_REQUIREMENT),
@@ -296,6 +334,7 @@ const WORD_LISTS: [(&[&str], u8); 7] = [
     (MONTHS, W_DATETIME),
     (ZONES, W_DATETIME),
     (UNITS, W_UNIT),
+    (COMMON, W_COMMON),
 ];
 
 /// The cue pairs whose first words get [`W_PAIR`].
@@ -604,13 +643,21 @@ fn is_identifier(t: &str) -> Option<Entity> {
     let digits = t.chars().any(|c| c.is_ascii_digit());
     let joined = t.contains(['-', '_']) || t.starts_with('#');
     let upper = t.chars().filter(|c| c.is_ascii_uppercase()).count();
-    let clean = t
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#' | '.' | '/' | '@'));
+    let clean = t.chars().all(|c| {
+        c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '#' | '.' | '/' | '@' | ':' | '=')
+    });
     if !clean || !letters || t.len() < 2 {
         return None;
     }
     if digits && (joined || upper >= 1 || t.len() >= 4) {
+        return Some(Entity::Identifier);
+    }
+    // A host name (`api.pylon.example`, `CN=api.pylon.example`): two dots or more.
+    if t.matches('.').count() >= 2
+        && !t.starts_with('.')
+        && !t.ends_with('.')
+        && t.split('.').all(|p| !p.is_empty())
+    {
         return Some(Entity::Identifier);
     }
     if joined && t.len() >= 5 && !t.starts_with('-') && !t.ends_with('-') {
@@ -669,6 +716,15 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
 /// The cues and values of one sentence.
 pub(crate) fn information(sentence: &str) -> Information {
     let mut info = Information::default();
+    let spaced = cjk_spaced(sentence);
+    let sentence: &str = &spaced;
+    if !sentence.is_ascii() {
+        for (cue, bit) in CJK_CUES {
+            if sentence.contains(cue) {
+                info.cues |= bit;
+            }
+        }
+    }
     // ASCII lower-casing keeps every byte offset (and trimming strips no letter), so a
     // token's lower-cased form is the same byte range of `lowered`: one split serves both.
     let lowered = sentence.to_ascii_lowercase();
@@ -717,6 +773,25 @@ pub(crate) fn information(sentence: &str) -> Information {
                 i += 2;
                 continue;
             }
+            // A number named by the word before it (`build 5712`, `port 8443`) is an
+            // identifier, not a count.
+            let before = if i > 0 { lower[i - 1] } else { "" };
+            if l.len() >= 3
+                && l.bytes().all(|b| b.is_ascii_digit())
+                && before.len() >= 3
+                && before.bytes().all(|b| b.is_ascii_lowercase())
+                && word_classes(before) & (W_COMMON | W_UNIT | W_DATETIME) == 0
+                && !STOPWORDS.contains(&before)
+                && !matches!(
+                    before,
+                    "and" | "than" | "from" | "about" | "over" | "under" | "with"
+                )
+            {
+                info.values
+                    .push((Entity::Identifier, format!("{before} {l}")));
+                i += 1;
+                continue;
+            }
         }
         if let Some(kind) = kind {
             info.values.push((kind, l.to_owned()));
@@ -724,9 +799,12 @@ pub(crate) fn information(sentence: &str) -> Information {
             continue;
         }
         // Two or more capitalised words, not opening the sentence with a common word.
-        if is_capitalised(t) && !NOT_PROPER.contains(&t) {
+        if is_capitalised(t) && !NOT_PROPER.contains(&t) && !t.starts_with("I'") {
             let mut j = i + 1;
-            while j < tokens.len() && is_capitalised(tokens[j]) && !NOT_PROPER.contains(&tokens[j])
+            while j < tokens.len()
+                && is_capitalised(tokens[j])
+                && !NOT_PROPER.contains(&tokens[j])
+                && !tokens[j].starts_with("I'")
             {
                 // A sentence break or a comma ends a name.
                 if raw[j - 1].ends_with(['.', ',', ';', ':']) {
@@ -793,6 +871,47 @@ pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> 
     assistant && INTENT_OPENINGS.iter().any(|o| p.starts_with(o))
 }
 
+/// Openings of narration: the speaker telling what they do or will do ("I'm going
+/// through the pods", "Let's continue", "Next I'll look at the queue").
+const NARRATION: &[&str] = &[
+    "i",
+    "i'd",
+    "i'll",
+    "i'm",
+    "i've",
+    "let",
+    "let's",
+    "now",
+    "next",
+    "still",
+    "continuing",
+    "looking",
+    "checking",
+    "moving",
+    "going",
+    "working",
+    "nothing",
+    "good",
+    "happy",
+    "you're",
+];
+
+/// True for narration with nothing in it: a sentence opening as [`NARRATION`] does,
+/// with no value and no rule or requirement. Findings are stated about the world
+/// ("Production is on build 5124."), not about the speaker.
+pub(crate) fn is_narration(sentence: &str, info: &Information) -> bool {
+    if !info.values.is_empty() || info.cues & (RULE | REQUIREMENT) != 0 {
+        return false;
+    }
+    let first = sentence
+        .split_whitespace()
+        .next()
+        .map(plain_word)
+        .unwrap_or_default();
+    // An opening gerund narrates too ("Pulling the next batch of logs.").
+    NARRATION.contains(&first.as_str()) || (first.len() > 5 && first.ends_with("ing"))
+}
+
 /// The sentence without opening discourse words ("Okay, ...", "btw ...") and without
 /// the clauses after a `;` that hold nothing (the first clause always stays).
 pub(crate) fn compress(sentence: &str) -> String {
@@ -826,8 +945,8 @@ pub(crate) fn compress(sentence: &str) -> String {
     out
 }
 
-/// Sentences of a text: split at line breaks and at `.`, `!`, `?` followed by white
-/// space; list markers removed. Lines inside a fenced code block are skipped (pasted
+/// Sentences of a text: split at line breaks, at `.`, `!`, `?` followed by white
+/// space, and at `。`, `！`, `？`, `；` (scripts without spaces); list markers removed. Lines inside a fenced code block are skipped (pasted
 /// logs and code are data, not statements).
 pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -846,8 +965,10 @@ pub(crate) fn sentences(text: &str) -> Vec<&str> {
         let bytes = line.as_bytes();
         for (i, c) in line.char_indices() {
             let end = i + c.len_utf8();
-            if matches!(c, '.' | '!' | '?' | '。' | '！' | '？')
-                && (end == bytes.len() || bytes[end].is_ascii_whitespace())
+            let cjk = matches!(c, '。' | '！' | '？' | '；');
+            if cjk
+                || matches!(c, '.' | '!' | '?')
+                    && (end == bytes.len() || bytes[end].is_ascii_whitespace())
             {
                 let s = line[start..end].trim();
                 if !s.is_empty() {
@@ -862,6 +983,236 @@ pub(crate) fn sentences(text: &str) -> Vec<&str> {
         }
     }
     out
+}
+
+/// True for a character of a script written without spaces (Han, kana, Hangul).
+pub(crate) fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF)
+}
+
+/// Punctuation of scripts written without spaces.
+fn is_cjk_punct(c: char) -> bool {
+    matches!(
+        c,
+        '，' | '。'
+            | '！'
+            | '？'
+            | '；'
+            | '：'
+            | '、'
+            | '（'
+            | '）'
+            | '「'
+            | '」'
+            | '『'
+            | '』'
+            | '【'
+            | '】'
+            | '《'
+            | '》'
+    )
+}
+
+/// The text with spaces where a script without spaces meets Latin letters or digits,
+/// and for its punctuation: `工单号是TCK-7，请` reads as `工单号是 TCK-7 请`, so values
+/// glued to such text are found.
+pub(crate) fn cjk_spaced(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.is_ascii() || !text.chars().any(|c| is_cjk(c) || is_cjk_punct(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut prev: Option<char> = None;
+    for c in text.chars() {
+        if is_cjk_punct(c) {
+            out.push(' ');
+            prev = Some(' ');
+            continue;
+        }
+        if let Some(p) = prev
+            && ((is_cjk(p) && c.is_ascii_alphanumeric())
+                || (p.is_ascii_alphanumeric() && is_cjk(c)))
+        {
+            out.push(' ');
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A chat-log prefix pasted with a line (`[09:12] Sam: `, `09:12 Sam: `), if any, and
+/// the rest.
+pub(crate) fn strip_chat_prefix(line: &str) -> &str {
+    let rest = line.trim_start();
+    let rest = match rest.strip_prefix('[') {
+        Some(r) => match r.split_once(']') {
+            Some((stamp, after)) if is_stamp(stamp) => after.trim_start(),
+            _ => return line,
+        },
+        None => match rest.split_once(' ') {
+            Some((stamp, after)) if is_stamp(stamp) => after.trim_start(),
+            _ => return line,
+        },
+    };
+    // Then a name and a colon (one or two words).
+    match rest.split_once(": ") {
+        Some((name, after))
+            if !name.is_empty()
+                && name.split_whitespace().count() <= 2
+                && name.chars().next().is_some_and(char::is_alphabetic) =>
+        {
+            after
+        }
+        _ => rest,
+    }
+}
+
+fn is_stamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    (5..=8).contains(&b.len())
+        && b.iter().all(|c| c.is_ascii_digit() || *c == b':')
+        && b.get(2) == Some(&b':')
+}
+
+/// Function words that say nothing about what a sentence is about.
+const COMMON: &[&str] = &[
+    "that", "this", "with", "from", "have", "they", "there", "what", "when", "your", "will",
+    "been", "were", "then", "than", "them", "into", "about", "just", "also", "some", "only",
+    "more", "over", "after", "before", "because", "could", "would", "should", "please", "thanks",
+    "still", "again", "other", "those", "these", "which", "where", "while", "here", "their",
+    "does", "doing", "done", "each", "every", "like", "look", "looks", "make", "much", "need",
+    "same", "sure", "take", "very", "want", "well", "yeah", "okay", "right", "going", "let's",
+    "it's", "i'll", "i'm", "we're", "don't", "that's", "there's", "can't",
+];
+
+/// The content terms of a text: lower-cased words of four letters or more without
+/// digits (function words left out), and runs of a script without spaces. A term rare
+/// in the session is what a sentence adds.
+pub(crate) fn terms(text: &str, mut each: impl FnMut(&str)) {
+    if text.is_ascii() {
+        // The common case without allocating: words are byte runs, lower-cased into a
+        // buffer (a term longer than the buffer is an identifier, not a word).
+        let b = text.as_bytes();
+        let mut buf = [0u8; 24];
+        let mut i = 0;
+        while i < b.len() {
+            if !b[i].is_ascii_alphanumeric() {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut digit = false;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || (b[i] == b'\'' && i > start)) {
+                digit |= b[i].is_ascii_digit();
+                i += 1;
+            }
+            let w = &b[start..i];
+            if digit || w.len() < 4 || w.len() > buf.len() {
+                continue;
+            }
+            for (k, c) in w.iter().enumerate() {
+                buf[k] = c.to_ascii_lowercase();
+            }
+            if let Ok(t) = std::str::from_utf8(&buf[..w.len()])
+                && word_classes(t) & W_COMMON == 0
+            {
+                each(t);
+            }
+        }
+        return;
+    }
+    let mut word = String::new();
+    let mut han = String::new();
+    let flush_word = |w: &mut String, each: &mut dyn FnMut(&str)| {
+        if w.chars().count() >= 4 && word_classes(w) & W_COMMON == 0 {
+            each(w);
+        }
+        w.clear();
+    };
+    for c in text.chars() {
+        if is_cjk(c) {
+            if !word.is_empty() {
+                flush_word(&mut word, &mut each);
+            }
+            han.push(c);
+            continue;
+        }
+        if !han.is_empty() {
+            if han.chars().count() >= 2 {
+                each(&han);
+            }
+            han.clear();
+        }
+        if c.is_alphabetic() || (c == '\'' && !word.is_empty()) {
+            word.extend(c.to_lowercase());
+        } else if c.is_ascii_digit() {
+            // A token with digits is a value, not a term: drop the whole token.
+            word.clear();
+            word.push('0');
+        } else {
+            if word.starts_with('0') {
+                word.clear();
+            } else {
+                flush_word(&mut word, &mut each);
+            }
+        }
+    }
+    if !han.is_empty() && han.chars().count() >= 2 {
+        each(&han);
+    }
+    if !word.starts_with('0') {
+        flush_word(&mut word, &mut each);
+    }
+}
+
+/// True for a log record: a line that opens with a date and time (`2026-11-30T08:12:01Z
+/// ...`, `Nov 30 08:12:01 ...`) and goes on. One record is rarely a fact; the tool's
+/// failure, when there is one, is read from its error line.
+pub(crate) fn is_log_record(line: &str) -> bool {
+    // Bytes only: every line of every tool result is checked.
+    let b = line.as_bytes();
+    let s = b.strip_prefix(b"[").unwrap_or(b);
+    let iso = s.len() >= 16
+        && s[..4].iter().all(u8::is_ascii_digit)
+        && s[4] == b'-'
+        && matches!(s[10], b'T' | b' ' | b'_')
+        && s[11..16].contains(&b':');
+    let syslog = !iso
+        && s.len() >= 15
+        && s[..3].iter().all(u8::is_ascii_alphabetic)
+        && s[3] == b' '
+        && {
+            let mut month = [0u8; 3];
+            month.copy_from_slice(&s[..3]);
+            month.make_ascii_lowercase();
+            std::str::from_utf8(&month).is_ok_and(|m| word_classes(m) & W_DATETIME != 0)
+        }
+        && line
+            .split_whitespace()
+            .nth(2)
+            .is_some_and(|t| is_stamp(t.trim_end_matches(|c: char| !c.is_ascii_digit())));
+    (iso || syslog) && s.iter().filter(|c| **c == b' ').nth(2).is_some()
+}
+
+/// The shape of a line with every token that holds a digit replaced: two lines with the
+/// same shape and other values are the same kind of report (log lines, status polls).
+pub(crate) fn noise_shape(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut step = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    for token in text.split_whitespace() {
+        if token.bytes().any(|b| b.is_ascii_digit()) {
+            step(b'#');
+        } else {
+            for b in token.bytes() {
+                step(b.to_ascii_lowercase());
+            }
+        }
+        step(b' ');
+    }
+    h
 }
 
 fn strip_marker(line: &str) -> &str {
@@ -967,6 +1318,18 @@ mod tests {
         );
         assert_eq!(kinds("the owner is Priya Raman."), vec![Entity::Proper]);
         assert_eq!(kinds("the orders-sync service"), vec![Entity::Name]);
+        assert_eq!(
+            kinds("Production is on build 5712."),
+            vec![Entity::Identifier]
+        );
+        assert_eq!(
+            kinds("Subject: CN=api.pylon.example"),
+            vec![Entity::Identifier]
+        );
+        assert_eq!(
+            kinds("image: registry.acme.internal/ledger-api:build-5312"),
+            vec![Entity::Identifier]
+        );
         assert!(kinds("thanks, that helps").is_empty());
         // Multi-byte text after a colon is not a time (and never panics).
         assert!(!kinds("1:€5 ratio").contains(&Entity::DateTime));
@@ -1050,6 +1413,69 @@ mod tests {
             Some("cache ttl")
         );
         assert_eq!(subject("The job is failing"), None);
+    }
+
+    #[test]
+    fn scripts_without_spaces() {
+        // Split at CJK terminators with no space after them; values glued to the text
+        // are found.
+        let s = sentences(
+            "工单号是TCK-4412，请在所有更新里引用。主数据库是pg-a-1.db.internal。不要重启它。",
+        );
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert_eq!(kinds(s[0]), vec![Entity::Identifier]);
+        assert!(kinds(s[1]).contains(&Entity::Path) || !kinds(s[1]).is_empty());
+        assert_eq!(information(s[2]).cues, RULE);
+        assert_eq!(
+            information("Die Daten dürfen Frankfurt nicht verlassen.").cues,
+            RULE
+        );
+    }
+
+    #[test]
+    fn log_records_and_chat_prefixes() {
+        assert!(is_log_record(
+            "2026-11-30T08:40:06.707Z DEBUG billing-gw-764d GET /v1/orders 200 165ms"
+        ));
+        assert!(is_log_record(
+            "Nov 30 08:12:01 host-1 sshd[42]: accepted key"
+        ));
+        assert!(!is_log_record("primary = \"pg-amber-412.db.internal\""));
+        assert!(!is_log_record("Not After: 2026-12-24 23:59:59 UTC"));
+        assert_eq!(
+            strip_chat_prefix("[09:12] Sam: no customer data leaves the Frankfurt region"),
+            "no customer data leaves the Frankfurt region"
+        );
+        assert_eq!(
+            strip_chat_prefix("The ticket is TCK-7."),
+            "The ticket is TCK-7."
+        );
+    }
+
+    #[test]
+    fn content_terms() {
+        let mut t = Vec::new();
+        terms(
+            "No customer data leaves the pg-amber-412 Frankfurt region, ok?",
+            |w| t.push(w.to_owned()),
+        );
+        assert_eq!(
+            t,
+            ["customer", "data", "leaves", "amber", "frankfurt", "region"]
+        );
+        let mut han = Vec::new();
+        terms("客户的数据必须保存", |w| han.push(w.to_owned()));
+        assert_eq!(han, ["客户的数据必须保存"]);
+    }
+
+    #[test]
+    fn narration_is_not_a_name() {
+        let s = "Next I'll look at the queue depth.";
+        let info = information(s);
+        assert!(info.values.is_empty(), "{info:?}");
+        assert!(is_narration(s, &info));
+        let f = "Production is on build 5124.";
+        assert!(!is_narration(f, &information(f)));
     }
 
     #[test]

@@ -34,8 +34,10 @@ fn grouped_and_attributed() {
          - [m1] Goal: Find why the nightly build fails. My name is Ada.\n\
          - [m5] user: Never purge the sccache bucket ci-cache-7.\n\
          Facts and decisions:\n\
+         - [m4] assistant: The linker is missing on the runner.\n\
          - [m4] assistant: We will install build-essential.\n\
          Done:\n\
+         - [m3] read_file /repo/ci.log returned: error: linker `cc` not found\n\
          - Tools used: read_file ×1"
     );
 }
@@ -111,8 +113,9 @@ fn a_newer_statement_replaces_an_older_one() {
     let msgs =
         vec![Message::human("Change of plan: we set the cache TTL to 900 seconds.").with_id("m9")];
     let s = summarize(Some(previous), &msgs, &ExtractiveOptions::default());
-    assert!(s.contains("900 seconds"), "{s}");
-    assert!(!s.contains("300 seconds"), "{s}");
+    // Only the current value, with the one it replaced marked as such.
+    assert!(s.contains("900 seconds. (was 300 seconds)"), "{s}");
+    assert_eq!(s.matches("300 seconds").count(), 1, "{s}");
 }
 
 #[test]
@@ -232,5 +235,82 @@ proptest::proptest! {
         proptest::prop_assert!(words(&a) <= budget, "{a}");
         proptest::prop_assert_eq!(&a, &summarize(previous.as_deref(), &msgs, &opts));
         let _ = pinned_values(&["ticket".to_owned(), "region_id".to_owned()], &msgs);
+    }
+}
+
+/// A tool result is read for what it says, whatever the tool's name: the line that
+/// establishes something stays, log records do not.
+#[test]
+fn read_tools_are_read_by_content() {
+    let logs: Vec<String> = (0..12)
+        .map(|i| {
+            format!("2026-11-30T08:{i:02}:01.000Z INFO pod-{i}a processed batch {i} in 3{i}ms")
+        })
+        .collect();
+    let msgs = vec![
+        Message::human("Why is the export slow?").with_id("m1"),
+        Message::ai("")
+            .with_tool_calls(vec![ToolCall::new("c1", "get_pods", json!({}))])
+            .with_id("m2"),
+        Message::tool("c1", logs.join("\n")).with_id("m3"),
+        Message::ai("")
+            .with_tool_calls(vec![ToolCall::new(
+                "c2",
+                "check_disk",
+                json!({"host": "db-1"}),
+            )])
+            .with_id("m4"),
+        Message::tool(
+            "c2",
+            "Filesystem Size Used Avail Use% Mounted on\n/dev/nvme1n1 500G 487G 13G 97% /var/lib/orchid-data",
+        )
+        .with_id("m5"),
+        Message::ai("Production is on build 5124, the disk is the problem.").with_id("m6"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(s.contains("/var/lib/orchid-data"), "{s}");
+    assert!(s.contains("build 5124"), "{s}");
+    assert!(!s.contains("processed batch"), "{s}");
+}
+
+/// A correction that names no subject replaces the value of the same kind; filler of
+/// other shapes (chat-log acks, narration, paste announcements) is dropped.
+#[test]
+fn corrections_and_filler_by_shape() {
+    let msgs = vec![
+        Message::human("Help me with the export pipeline.").with_id("m0"),
+        Message::human("Ship the nightly exports to eu-west-1.").with_id("m1"),
+        Message::human("[09:12] Sam: ack").with_id("m2"),
+        Message::ai("Let's continue.").with_id("m3"),
+        Message::human("pasting from the team channel:").with_id("m4"),
+        Message::human("No customer data leaves the Frankfurt region.").with_id("m5"),
+        Message::human("Change of plan: eu-central-1 instead.").with_id("m6"),
+        Message::ai("Noted.").with_id("m7"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(s.contains("eu-central-1 instead. (was eu-west-1)"), "{s}");
+    assert_eq!(s.matches("eu-west-1").count(), 1, "{s}");
+    assert!(s.contains("Frankfurt region"), "{s}");
+    for filler in ["ack", "continue", "pasting"] {
+        assert!(!s.contains(filler), "{filler}: {s}");
+    }
+}
+
+/// Long ids sharing a prefix get distinct references.
+#[test]
+fn references_stay_unique() {
+    let texts = [
+        "The ticket for this is TCK-100.",
+        "Never restart pg-amber-7.db.internal during the day.",
+        "The owner of ledger-api is Priya Raman.",
+    ];
+    let msgs: Vec<Message> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Message::human(*t).with_id(format!("conv-1000-northwind-export-0000{i}")))
+        .collect();
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    for i in 0..3 {
+        assert!(s.contains(&format!("[export-0000{i}]")), "{s}");
     }
 }
