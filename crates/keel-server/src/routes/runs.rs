@@ -1070,18 +1070,7 @@ pub async fn join_stream(
             }
         }
     };
-    // The SDKs send `stream_mode=` (empty) for "the run's own modes".
-    let names: Vec<&str> = query
-        .all("stream_mode")
-        .into_iter()
-        .filter(|n| !n.is_empty() && !UNSTREAMED_MODES.contains(n))
-        .collect();
-    let filter = if names.is_empty() {
-        None
-    } else {
-        let modes: Result<Vec<WireMode>, String> = names.into_iter().map(WireMode::parse).collect();
-        Some(ModeSet::of(&modes.map_err(ApiError::Invalid)?))
-    };
+    let filter = stream_mode_filter(&query)?;
     let cancel = query.bool_or("cancel_on_disconnect", false)?;
     match app.manager.find(&record).await {
         Some(live) => Ok(stream_response(&app, &record, live, from, filter, cancel)),
@@ -1094,6 +1083,21 @@ pub async fn join_stream(
             Ok(with_location(Sse::new(events).into_response(), &record))
         }
     }
+}
+
+/// The `stream_mode` query of a join: `None` for the run's own modes (the SDKs send
+/// `stream_mode=`, empty, for that); modes that send no events are dropped.
+pub(crate) fn stream_mode_filter(query: &QueryPairs) -> Result<Option<ModeSet>, ApiError> {
+    let names: Vec<&str> = query
+        .all("stream_mode")
+        .into_iter()
+        .filter(|n| !n.is_empty() && !UNSTREAMED_MODES.contains(n))
+        .collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let modes: Result<Vec<WireMode>, String> = names.into_iter().map(WireMode::parse).collect();
+    Ok(Some(ModeSet::of(&modes.map_err(ApiError::Invalid)?)))
 }
 
 /// Cancels the run when the client goes away before it ends (`on_disconnect=cancel`).

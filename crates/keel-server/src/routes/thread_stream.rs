@@ -25,9 +25,8 @@ use crate::app::AppState;
 use crate::auth::Owner;
 use crate::error::ApiError;
 use crate::extract::{Ids, QueryPairs};
-use crate::routes::runs::UNSTREAMED_MODES;
 use crate::routes::threads::owned;
-use crate::runs::{LiveRun, ModeSet, Next, SseEvent, WireMode};
+use crate::runs::{LiveRun, ModeSet, Next, SseEvent};
 
 /// How often a subscriber with no run to follow looks for the thread's next one.
 const POLL: Duration = Duration::from_millis(50);
@@ -88,17 +87,7 @@ pub async fn join(
     query: QueryPairs,
 ) -> Result<Response, ApiError> {
     let thread = owned(&app, &owner, &thread_id).await?;
-    let names: Vec<&str> = query
-        .all("stream_mode")
-        .into_iter()
-        .filter(|n| !n.is_empty() && !UNSTREAMED_MODES.contains(n))
-        .collect();
-    let filter = if names.is_empty() {
-        None
-    } else {
-        let modes: Result<Vec<WireMode>, String> = names.into_iter().map(WireMode::parse).collect();
-        Some(ModeSet::of(&modes.map_err(ApiError::Invalid)?))
-    };
+    let filter = crate::routes::runs::stream_mode_filter(&query)?;
     let runs = app.manager.thread_runs(&thread.thread_id);
     let (current, after) = match last_event(&headers)? {
         Start::After(run_id, from) => match runs.iter().find(|r| r.run_id == run_id) {

@@ -356,18 +356,21 @@ pub struct SearchBody {
     sort_order: Option<String>,
 }
 
-/// `POST /threads/search`: the caller's threads only.
-pub async fn search(
-    State(app): State<AppState>,
-    Extension(owner): Extension<Owner>,
-    JsonBody(body): JsonBody<SearchBody>,
-) -> Result<Json<Value>, ApiError> {
-    if body.values.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::Invalid(
-            "searching by values is not supported; search by metadata, ids or status".into(),
-        ));
+/// The filter of `search` and `count` (`doing`: what the refusal of a values filter
+/// says the caller was doing).
+fn thread_filter(
+    doing: &str,
+    metadata: Option<Map<String, Value>>,
+    values: Option<&Map<String, Value>>,
+    ids: Option<Vec<String>>,
+    status: Option<&str>,
+) -> Result<ThreadFilter, ApiError> {
+    if values.is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::Invalid(format!(
+            "{doing} by values is not supported; use metadata, ids or status"
+        )));
     }
-    let status = match body.status.as_deref() {
+    let status = match status {
         None => None,
         Some(s) => Some(ThreadStatus::parse(s).ok_or_else(|| {
             ApiError::Invalid(format!(
@@ -375,6 +378,26 @@ pub async fn search(
             ))
         })?),
     };
+    Ok(ThreadFilter {
+        metadata: metadata.unwrap_or_default(),
+        ids,
+        status,
+    })
+}
+
+/// `POST /threads/search`: the caller's threads only.
+pub async fn search(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    JsonBody(body): JsonBody<SearchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = thread_filter(
+        "searching",
+        body.metadata,
+        body.values.as_ref(),
+        body.ids,
+        body.status.as_deref(),
+    )?;
     let sort_by = body.sort_by.as_deref().unwrap_or("created_at");
     if !matches!(sort_by, "thread_id" | "created_at" | "updated_at") {
         return Err(ApiError::Invalid(format!(
@@ -389,11 +412,6 @@ pub async fn search(
                 "sort_order {other:?} is not asc or desc"
             )));
         }
-    };
-    let filter = ThreadFilter {
-        metadata: body.metadata.unwrap_or_default(),
-        ids: body.ids,
-        status,
     };
     let found = app
         .registry
@@ -431,24 +449,13 @@ pub async fn count(
     Extension(owner): Extension<Owner>,
     JsonBody(body): JsonBody<CountBody>,
 ) -> Result<Json<Value>, ApiError> {
-    if body.values.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::Invalid(
-            "counting by values is not supported; count by metadata or status".into(),
-        ));
-    }
-    let status = match body.status.as_deref() {
-        None => None,
-        Some(s) => Some(ThreadStatus::parse(s).ok_or_else(|| {
-            ApiError::Invalid(format!(
-                "status {s:?} is not idle, busy, interrupted or error"
-            ))
-        })?),
-    };
-    let filter = ThreadFilter {
-        metadata: body.metadata.unwrap_or_default(),
-        ids: None,
-        status,
-    };
+    let filter = thread_filter(
+        "counting",
+        body.metadata,
+        body.values.as_ref(),
+        None,
+        body.status.as_deref(),
+    )?;
     let mut total = 0usize;
     loop {
         let page = app
