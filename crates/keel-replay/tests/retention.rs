@@ -1,4 +1,4 @@
-//! Issue 17: what the offline summarizer keeps. Sessions with planted facts of every
+//! What the offline summarizer keeps. Sessions with planted facts of every
 //! kind (keel-testkit's `planted` generator: decisions, rules, requirements, identifiers,
 //! versions, hashes, quantities, dates, paths, URLs, names, error codes, addresses, tool
 //! outcomes) among tool loops, long logs and chit-chat are replayed with the bundled
