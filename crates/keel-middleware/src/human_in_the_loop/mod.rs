@@ -30,7 +30,7 @@ use keel_core::access::StateAccess;
 use keel_core::message::{Message, MessageBody, ToolStatus};
 use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
-use keel_core::store::{CheckpointWrite, PutOutcome};
+use keel_core::store::{Checkpoint, CheckpointWrite, PutOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -432,37 +432,58 @@ impl HumanInTheLoop {
         thread_id: &str,
         decisions: Vec<Decision>,
     ) -> Result<(), ResumeError> {
-        let checkpoint = |source| AgentError::Checkpoint {
-            thread_id: thread_id.to_owned(),
-            source,
-        };
-        let head = agent
-            .checkpointer()
-            .latest(thread_id)
-            .await
-            .map_err(checkpoint)?;
-        let pending = head.as_ref().and_then(|cp| {
-            cp.values
-                .get(INTERRUPT_KEY)
-                .filter(|v| !v.is_null())
-                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
-        });
+        let (head, pending) = Self::pending_at_head(agent, thread_id).await?;
         let Some(pending) = pending else {
             return Err(ResumeError::NothingPending {
                 thread_id: thread_id.to_owned(),
             });
         };
         pending.check(&decisions)?;
-        let head = head.map(|cp| cp.seq);
         let mut update = StateUpdate::default();
         update.values.insert(
             DECISIONS_KEY.into(),
             serde_json::to_value(&decisions).unwrap_or(Value::Null),
         );
+        let parent = head.map(|cp| cp.seq);
+        Self::put_on_head(agent, thread_id, parent, "resume", "resume", update).await
+    }
+
+    /// The thread's head checkpoint and the interrupt it waits on, if any.
+    async fn pending_at_head(
+        agent: &Agent,
+        thread_id: &str,
+    ) -> Result<(Option<Checkpoint>, Option<Interrupt>), ResumeError> {
+        let head = agent
+            .checkpointer()
+            .latest(thread_id)
+            .await
+            .map_err(|source| AgentError::Checkpoint {
+                thread_id: thread_id.to_owned(),
+                source,
+            })?;
+        let pending = head.as_ref().and_then(|cp| {
+            cp.values
+                .get(INTERRUPT_KEY)
+                .filter(|v| !v.is_null())
+                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
+        });
+        Ok((head, pending))
+    }
+
+    /// Writes `update` as the step `HumanInTheLoopMiddleware.<step>` after `parent`, if
+    /// that is still the thread's head (compare-and-swap; a conflict is an error).
+    async fn put_on_head(
+        agent: &Agent,
+        thread_id: &str,
+        parent: Option<u64>,
+        run_id: &str,
+        step: &str,
+        update: StateUpdate,
+    ) -> Result<(), ResumeError> {
         let write = CheckpointWrite {
-            parent: head,
-            run_id: "resume".into(),
-            node: "HumanInTheLoopMiddleware.resume".into(),
+            parent,
+            run_id: run_id.to_owned(),
+            node: format!("HumanInTheLoopMiddleware.{step}"),
             update,
             created_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -472,11 +493,14 @@ impl HumanInTheLoop {
             .checkpointer()
             .put(thread_id, write)
             .await
-            .map_err(checkpoint)?;
+            .map_err(|source| AgentError::Checkpoint {
+                thread_id: thread_id.to_owned(),
+                source,
+            })?;
         if let PutOutcome::Conflict { head: now } = outcome {
             return Err(AgentError::Conflict {
                 thread_id: thread_id.to_owned(),
-                parent: head,
+                parent,
                 head: now,
             }
             .into());
@@ -495,21 +519,7 @@ impl HumanInTheLoop {
         thread_id: &str,
         run_id: &str,
     ) -> Result<StateUpdate, ResumeError> {
-        let checkpoint = |source| AgentError::Checkpoint {
-            thread_id: thread_id.to_owned(),
-            source,
-        };
-        let head = agent
-            .checkpointer()
-            .latest(thread_id)
-            .await
-            .map_err(checkpoint)?;
-        let pending = head.as_ref().and_then(|cp| {
-            cp.values
-                .get(INTERRUPT_KEY)
-                .filter(|v| !v.is_null())
-                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
-        });
+        let (head, pending) = Self::pending_at_head(agent, thread_id).await?;
         let (Some(pending), Some(head)) = (pending, head) else {
             return Err(ResumeError::NothingPending {
                 thread_id: thread_id.to_owned(),
@@ -523,28 +533,15 @@ impl HumanInTheLoop {
         for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
             update.values.insert(key.into(), Value::Null);
         }
-        let write = CheckpointWrite {
-            parent: Some(head.seq),
-            run_id: run_id.to_owned(),
-            node: "HumanInTheLoopMiddleware.resolve".into(),
-            update: update.clone(),
-            created_at_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64),
-        };
-        let outcome = agent
-            .checkpointer()
-            .put(thread_id, write)
-            .await
-            .map_err(checkpoint)?;
-        if let PutOutcome::Conflict { head: now } = outcome {
-            return Err(AgentError::Conflict {
-                thread_id: thread_id.to_owned(),
-                parent: Some(head.seq),
-                head: now,
-            }
-            .into());
-        }
+        Self::put_on_head(
+            agent,
+            thread_id,
+            Some(head.seq),
+            run_id,
+            "resolve",
+            update.clone(),
+        )
+        .await?;
         Ok(update)
     }
 
