@@ -326,6 +326,32 @@ pub(crate) struct EntryRow {
     pub body: String,
 }
 
+impl From<(i64, String, String, String, i64)> for StepRow {
+    /// A row as the step queries select it: seq, run id, node, values set, created at.
+    fn from(
+        (seq, run_id, node, values_set, created_at_ms): (i64, String, String, String, i64),
+    ) -> Self {
+        StepRow {
+            seq,
+            run_id,
+            node,
+            values_set,
+            created_at_ms,
+        }
+    }
+}
+
+impl From<(i64, Option<i64>, String)> for EntryRow {
+    /// A row as the entry queries select it: added at, removed at, body.
+    fn from((added_seq, removed_seq, body): (i64, Option<i64>, String)) -> Self {
+        EntryRow {
+            added_seq,
+            removed_seq,
+            body,
+        }
+    }
+}
+
 /// The latest checkpoint from its step, the head's values and its entries' bodies.
 pub(crate) fn decode_latest(
     seq: i64,
@@ -830,26 +856,8 @@ macro_rules! impl_sql_store {
                         .await
                         .map_err($crate::sql::backend)?;
                 $crate::sql::decode_history(
-                    steps
-                        .into_iter()
-                        .map(|(seq, run_id, node, values_set, created_at_ms)| {
-                            $crate::sql::StepRow {
-                                seq,
-                                run_id,
-                                node,
-                                values_set,
-                                created_at_ms,
-                            }
-                        })
-                        .collect(),
-                    entries
-                        .into_iter()
-                        .map(|(added_seq, removed_seq, body)| $crate::sql::EntryRow {
-                            added_seq,
-                            removed_seq,
-                            body,
-                        })
-                        .collect(),
+                    steps.into_iter().map(Into::into).collect(),
+                    entries.into_iter().map(Into::into).collect(),
                 )
             }
 
@@ -895,26 +903,8 @@ macro_rules! impl_sql_store {
                         .map_err($crate::sql::backend)?;
                 let mut page = $crate::sql::decode_steps(
                     $crate::sql::fold_values(&prior)?,
-                    steps
-                        .into_iter()
-                        .map(|(seq, run_id, node, values_set, created_at_ms)| {
-                            $crate::sql::StepRow {
-                                seq,
-                                run_id,
-                                node,
-                                values_set,
-                                created_at_ms,
-                            }
-                        })
-                        .collect(),
-                    entries
-                        .into_iter()
-                        .map(|(added_seq, removed_seq, body)| $crate::sql::EntryRow {
-                            added_seq,
-                            removed_seq,
-                            body,
-                        })
-                        .collect(),
+                    steps.into_iter().map(Into::into).collect(),
+                    entries.into_iter().map(Into::into).collect(),
                 )?;
                 page.reverse();
                 Ok(page)
