@@ -37,6 +37,10 @@ enum Command {
     /// offline: the tokens each model call would send, against sending the last 100
     /// messages and the whole history, summary calls, cache hits, and the memory kept.
     Replay(commands::replay::Args),
+    /// Ask probe questions after a recorded conversation, offline: does the request the
+    /// model would receive hold each probe's evidence, does it present a corrected value
+    /// as current, and what does it cost against sending the last 100 messages?
+    Eval(commands::eval::Args),
     /// Run one turn of a middleware stack (a YAML stack file) on a thread with a scripted
     /// model, offline: the final thread, every request the model received, and the
     /// middleware's stream events.
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Tokens(args) => commands::tokens::run(args, &cli.caps),
         Command::Compact(args) => commands::compact::run(args, &cli.caps),
         Command::Replay(args) => commands::replay::run(args, &cli.caps),
+        Command::Eval(args) => commands::eval::run(args, &cli.caps),
         Command::Run(args) => commands::run::run(args, &cli.caps),
         Command::Serve(args) => commands::serve::run(args),
     };

@@ -36,6 +36,9 @@ use crate::transcript::Transcript;
 /// `n_messages = 100`, the behaviour Langflow feature request #15799 sets out to improve.
 pub const BASELINE_WINDOW: usize = 100;
 
+/// The message id of every question [`ReplayEngine::run_with_questions`] asks.
+pub const QUESTION_ID: &str = "keel-eval-question";
+
 /// Node name of the model step, as the agent names it in events.
 const MODEL_NODE: &str = "model";
 
@@ -253,6 +256,16 @@ impl ReplayEngine {
         self
     }
 
+    /// The token counter the figures use (the one the middleware count with).
+    pub fn counter(&self) -> &Arc<dyn TokenCounter> {
+        &self.counter
+    }
+
+    /// The tool schemas offered on every request.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
     /// Tool schemas offered on every request (the transcript does not record them).
     pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
         self.tools = Arc::new(tools);
@@ -266,19 +279,43 @@ impl ReplayEngine {
         observer: &mut dyn ReplayObserver,
     ) -> Result<Replay, ReplayError> {
         let mut run = Run::new(self, transcript);
-        run.observer_wants_requests = observer.wants_requests();
-        observer.started(transcript.model_calls());
-        for position in 0..transcript.messages().len() {
-            let message = &transcript.messages()[position];
-            if !message.is_ai() {
-                run.observe_input(position).await?;
-                continue;
-            }
-            let (call, request) = run.model_call(position).await?;
-            observer.call_done(&call, request.as_ref());
-            run.finish_call(call, request);
-        }
+        run.replay_all(observer).await?;
         Ok(run.into_replay())
+    }
+
+    /// Replays `transcript`, then asks each of `questions` as the next user message
+    /// after the whole transcript and returns the request the model would receive for
+    /// each (`None` where a middleware answered without calling the model), in order.
+    ///
+    /// Each question is asked on its own: it runs `before_agent`, `before_model` and the
+    /// `wrap_model_call` chain like the first call of a new turn, and then the history
+    /// goes back to the end of the transcript, so no question sees another. Every
+    /// question is the same message, [`QUESTION_ID`], asked anew: middleware that record
+    /// the turn's messages by id (session memory records a turn when it starts) hold at
+    /// most that one message, which is the current turn of every later question and so
+    /// never sent as history. The transcript's own calls are replayed and reported as by
+    /// [`run`](Self::run). Each returned request's `index` is the question's 1-based
+    /// position.
+    pub async fn run_with_questions(
+        &self,
+        transcript: &Transcript,
+        questions: &[String],
+        observer: &mut dyn ReplayObserver,
+    ) -> Result<(Replay, Vec<Option<SentRequest>>), ReplayError> {
+        let mut run = Run::new(self, transcript);
+        run.replay_all(observer).await?;
+        let end = transcript.messages().len();
+        if run.in_turn {
+            // The transcript ends inside a turn (waiting on tools, or a user message
+            // without an answer): the question starts a new one, as a new user message
+            // would live.
+            run.end_turn(end).await?;
+        }
+        let mut sent = Vec::with_capacity(questions.len());
+        for (i, question) in questions.iter().enumerate() {
+            sent.push(run.question_call(i + 1, question).await?);
+        }
+        Ok((run.into_replay(), sent))
     }
 }
 
@@ -350,6 +387,80 @@ impl<'a> Run<'a> {
                 ..Default::default()
             },
             requests: Vec::new(),
+        }
+    }
+
+    /// Replays every message of the transcript.
+    async fn replay_all(&mut self, observer: &mut dyn ReplayObserver) -> Result<(), ReplayError> {
+        self.observer_wants_requests = observer.wants_requests();
+        observer.started(self.transcript.model_calls());
+        for position in 0..self.transcript.messages().len() {
+            if !self.transcript.messages()[position].is_ai() {
+                self.observe_input(position).await?;
+                continue;
+            }
+            let (call, request) = self.model_call(position).await?;
+            observer.call_done(&call, request.as_ref());
+            self.finish_call(call, request);
+        }
+        Ok(())
+    }
+
+    /// The request of the model call that would answer `question` asked after the whole
+    /// transcript; the history is left as it was (see
+    /// [`ReplayEngine::run_with_questions`]).
+    async fn question_call(
+        &mut self,
+        index: usize,
+        question: &str,
+    ) -> Result<Option<SentRequest>, ReplayError> {
+        let position = self.transcript.messages().len();
+        let saved_state = self.state.clone();
+        let saved_hook_ids = self.hook_ids.clone();
+        let saved_calls = self.calls_in_turn;
+        let asked = Message::human(question).with_id(QUESTION_ID);
+        Arc::make_mut(&mut Arc::make_mut(&mut self.state).messages).push(asked);
+        self.in_turn = true;
+        self.turns += 1;
+        self.calls_in_turn = 0;
+        let result = self.question_request(position, index).await;
+        // Back to the end of the transcript, whatever happened.
+        while self.events.try_recv().is_ok() {}
+        self.state = saved_state;
+        self.hook_ids = saved_hook_ids;
+        self.calls_in_turn = saved_calls;
+        self.in_turn = false;
+        result
+    }
+
+    async fn question_request(
+        &mut self,
+        position: usize,
+        index: usize,
+    ) -> Result<Option<SentRequest>, ReplayError> {
+        let call = self.call_index + 1;
+        let line = self.line(position);
+        self.node_hooks(position, NodeHook::BeforeAgent).await?;
+        self.node_hooks(position, NodeHook::BeforeModel).await?;
+        let terminal = TranscriptAnswer::new(Message::ai("").with_id("keel-question-answer"));
+        Next::new(&self.wrap_chain, &terminal)
+            .run(self.request())
+            .await
+            .map_err(|source| ReplayError::Model { call, line, source })?;
+        Ok(sent_request(&terminal, index))
+    }
+
+    /// The request the model node hands to the `wrap_model_call` chain.
+    fn request(&self) -> ModelRequest {
+        ModelRequest {
+            messages: self.state.messages.clone(),
+            system: self.system.clone(),
+            tools: self.engine.tools.clone(),
+            tool_choice: None,
+            settings: ModelSettings::default(),
+            model: self.model.clone(),
+            state: self.state.clone(),
+            runtime: self.runtime(MODEL_NODE),
         }
     }
 
@@ -488,29 +599,12 @@ impl<'a> Run<'a> {
         self.node_hooks(position, NodeHook::BeforeModel).await?;
 
         let answer = self.transcript.messages()[position].clone();
-        let request = ModelRequest {
-            messages: self.state.messages.clone(),
-            system: self.system.clone(),
-            tools: self.engine.tools.clone(),
-            tool_choice: None,
-            settings: ModelSettings::default(),
-            model: self.model.clone(),
-            state: self.state.clone(),
-            runtime: self.runtime(MODEL_NODE),
-        };
         let terminal = TranscriptAnswer::new(answer.clone());
         let response = Next::new(&self.wrap_chain, &terminal)
-            .run(request)
+            .run(self.request())
             .await
             .map_err(|source| ReplayError::Model { call, line, source })?;
-        let sent = terminal.take_sent().map(|r| SentRequest {
-            index: call,
-            model: r.model.profile().name.clone(),
-            system: r.system,
-            messages: r.messages,
-            tools: r.tools,
-            settings: r.settings,
-        });
+        let sent = sent_request(&terminal, call);
         self.calls_in_turn += 1;
 
         // As the agent does: the wrap hooks' update first, then the answer, which is the
@@ -609,6 +703,18 @@ impl<'a> Run<'a> {
             requests: self.requests,
         }
     }
+}
+
+/// What reached `terminal`, as call `index`.
+fn sent_request(terminal: &TranscriptAnswer, index: usize) -> Option<SentRequest> {
+    terminal.take_sent().map(|r| SentRequest {
+        index,
+        model: r.model.profile().name.clone(),
+        system: r.system,
+        messages: r.messages,
+        tools: r.tools,
+        settings: r.settings,
+    })
 }
 
 /// True for the summary message a compacting middleware puts in a request: a user-role

@@ -53,6 +53,7 @@
 pub mod answer;
 pub mod check;
 pub mod engine;
+pub mod eval;
 pub mod input;
 pub mod report;
 pub mod setup;
@@ -63,6 +64,7 @@ pub use engine::{
     BASELINE_WINDOW, Quiet, Replay, ReplayEngine, ReplayError, ReplayObserver, SentRequest,
     classify, is_summary,
 };
+pub use eval::{EvalReport, Probe, ProbeError, evaluate, read_probes};
 pub use input::Limits;
 pub use report::{CallReport, ReplayReport, Totals};
 pub use setup::{

@@ -68,6 +68,11 @@ impl Style {
         Style::Long,
     ];
 
+    /// The style named `name` (as [`as_str`](Self::as_str) spells it).
+    pub fn from_name(name: &str) -> Option<Style> {
+        Style::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// A short lower-case name for reports.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -131,6 +136,17 @@ impl StyledSession {
             out.push('\n');
         }
         Ok(out)
+    }
+
+    /// The probes, one `{"question", "needles", "stale"}` object per line (the
+    /// `keel eval --probes` format).
+    pub fn probes_jsonl(&self) -> String {
+        let mut out = String::new();
+        for p in &self.probes {
+            out.push_str(&p.to_json().to_string());
+            out.push('\n');
+        }
+        out
     }
 
     /// The probes as a JSON array of `{"question", "needles", "stale"}`.

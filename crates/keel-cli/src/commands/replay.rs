@@ -38,12 +38,10 @@ pub enum ProgressMode {
     None,
 }
 
-/// Arguments of `keel replay`.
+/// The middleware stack and database a replay runs through (shared by `keel replay`
+/// and `keel eval`).
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The transcript: one JSON message per line (OpenAI chat shape plus `id`); a
-    /// leading system message is the system prompt of every request.
-    pub transcript: PathBuf,
+pub struct StackArgs {
     /// Compact with this summarization.yaml (DeerFlow's schema).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -76,6 +74,36 @@ pub struct Args {
         value_parser = clap::value_parser!(u64).range(1..),
     )]
     pub context_window: Option<u64>,
+}
+
+impl StackArgs {
+    /// The replay options these flags ask for.
+    pub fn options(self, caps: &Caps) -> ReplayOptions {
+        ReplayOptions {
+            config: self.config,
+            memory: self.memory.map(|MemoryMode::Session| MemoryOptions {
+                n_messages: self.n_messages,
+                pinned_keys: self.pinned_keys,
+            }),
+            db: self.db,
+            summary_model: self.summary_model,
+            context_window: self.context_window,
+            session: self.session,
+            limits: caps.limits(),
+            max_config_bytes: Some(caps.max_config_bytes),
+            discard_requests: true,
+        }
+    }
+}
+
+/// Arguments of `keel replay`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The transcript: one JSON message per line (OpenAI chat shape plus `id`); a
+    /// leading system message is the system prompt of every request.
+    pub transcript: PathBuf,
+    #[command(flatten)]
+    pub stack: StackArgs,
     /// Print one JSON object (`calls`, `totals`, `pinned`, `summary`) instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -181,20 +209,7 @@ fn prepare_dump_dir(dir: &Path, force: bool) -> Result<(), String> {
 
 /// Runs the command.
 pub fn run(args: Args, caps: &Caps) -> CommandResult {
-    let options = ReplayOptions {
-        config: args.config,
-        memory: args.memory.map(|MemoryMode::Session| MemoryOptions {
-            n_messages: args.n_messages,
-            pinned_keys: args.pinned_keys,
-        }),
-        db: args.db,
-        summary_model: args.summary_model,
-        context_window: args.context_window,
-        session: args.session,
-        limits: caps.limits(),
-        max_config_bytes: Some(caps.max_config_bytes),
-        discard_requests: true,
-    };
+    let options = args.stack.options(caps);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
