@@ -54,6 +54,9 @@ sed 's/^  token_counter: approximate$/  token_counter: o200k_base/' examples/sum
 grep -q "token_counter: o200k_base" "$o200k_config"
 cargo run -q -p keel-cli -- replay examples/sessions/support-prj123.jsonl --config "$o200k_config" >/dev/null
 rm -f "$o200k_config"
+# `keel eval` on the bundled session and its probes, as docs/memory-eval.md runs it.
+cargo run -q -p keel-cli -- eval examples/sessions/support-prj123.jsonl \
+    --probes examples/sessions/support-prj123.probes.jsonl --config examples/summarization.yaml >/dev/null
 
 # --- built-in middleware ---
 # keel-middleware's behaviour against LangChain 1.5 itself: a fresh LangChain from PyPI
