@@ -487,10 +487,11 @@ impl Run {
                 NodeHook::AfterAgent => m.after_agent(&self.state, runtime).await,
             };
             let HookOutcome { update, jump } = outcome?;
+            // A node that wrote nothing emits no `values` (as in LangGraph, where values
+            // follow a step only when it wrote a channel): the state is the one the last
+            // write sent, and a client would receive the whole thread again for nothing.
             if !update.is_empty() {
                 self.commit(inner, &entry.node, update, true).await?;
-            } else {
-                self.emit_values();
             }
             if let Some(target) = jump {
                 let declared = m.jump_targets();

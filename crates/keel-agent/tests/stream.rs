@@ -127,6 +127,68 @@ async fn values_mode_yields_the_state_after_each_step_and_nothing_else() {
     assert_eq!(labels, ["values:1", "values:1", "values:2"]);
 }
 
+/// Reads state and writes nothing.
+struct Bystander;
+
+#[async_trait]
+impl Middleware for Bystander {
+    fn name(&self) -> &str {
+        "Bystander"
+    }
+    fn hooks(&self) -> Hooks {
+        Hooks {
+            before_agent: true,
+            before_model: true,
+            after_model: true,
+            after_agent: true,
+            ..Hooks::NONE
+        }
+    }
+    async fn before_agent(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        Ok(HookOutcome::proceed())
+    }
+    async fn before_model(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        Ok(HookOutcome::proceed())
+    }
+    async fn after_model(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        Ok(HookOutcome::proceed())
+    }
+    async fn after_agent(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        Ok(HookOutcome::proceed())
+    }
+}
+
+/// A node that writes nothing sends no `values`: each state reaches the client once
+/// (LangGraph's create_agent streams `[1, 2]` messages for a middleware whose hooks
+/// return None, and a `values` event carries the whole thread).
+#[tokio::test]
+async fn nodes_that_write_nothing_send_no_values() {
+    let agent = Agent::builder()
+        .model(Arc::new(ScriptedModel::new([Message::ai("a")])))
+        .middleware(Bystander)
+        .build()
+        .unwrap();
+    let stream = agent.stream("t", vec![Message::human("hi")], &[StreamMode::Values]);
+    let labels: Vec<_> = stream.map(|e| label(&e)).collect().await;
+    assert_eq!(labels, ["values:1", "values:2"]);
+}
+
 /// Makes an internal call (a summary, say) on the request's model before the real one.
 struct Summarizer;
 
