@@ -7,6 +7,7 @@
 #   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
 #   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
 #   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
+#   scripts/serve-tests.sh usestream  # a React page on the SDK's useStream hook in headless Chromium
 #   scripts/serve-tests.sh diff       # langgraph-api (PyPI) as the oracle: same scenarios, compared
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
@@ -26,6 +27,9 @@ SDK_JS_VERSION="1.15.0"
 PLAYWRIGHT_VERSION="1.65.1"
 # The oracle of the differential suite: the real Agent Server (Elastic-2.0, installed from
 # PyPI at test time, never vendored) and the LangChain its graph is built with.
+# The useStream page: React and esbuild, from npm.
+REACT_VERSION="19.3.1"
+ESBUILD_VERSION="0.28.2"
 LANGGRAPH_CLI_VERSION="0.4.40"
 LANGGRAPH_API_VERSION="0.16.7"
 LANGCHAIN_VERSION="1.5.2"
@@ -166,6 +170,43 @@ run_postgres() {
     echo "ok   no row of the database holds the deleted thread's text (pg_dump)"
 }
 
+# The useStream page's packages, in their own folder (React is a peer of the SDK's
+# react entry point); reinstalled when a pinned version changes.
+ui_env() {
+    if ! command -v chromium >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
+    node_env
+    local dir="$WORK/ui"
+    local want="react@$REACT_VERSION react-dom@$REACT_VERSION esbuild@$ESBUILD_VERSION @langchain/langgraph-sdk@$SDK_JS_VERSION playwright-core@$PLAYWRIGHT_VERSION"
+    mkdir -p "$dir"
+    if [[ "$(cat "$dir/installed" 2>/dev/null)" != "$want" ]]; then
+        echo '{"private": true, "type": "module"}' >"$dir/package.json"
+        # shellcheck disable=SC2086
+        (cd "$dir" && npm install --silent --no-audit --no-fund $want >/dev/null)
+        echo "$want" >"$dir/installed"
+    fi
+}
+
+# The useStream page (crates/keel-server/tests/browser/usestream/), bundled with esbuild
+# and driven in headless Chromium against a scripted server and a reviewing one.
+# FORKS=1 checks regenerate and edit as they will work once forks land.
+run_usestream() {
+    build
+    ui_env
+    local dir="$WORK/ui"
+    cp crates/keel-server/tests/browser/usestream/app.jsx \
+        crates/keel-server/tests/browser/usestream/usestream_test.mjs "$dir/"
+    (cd "$dir" && node_modules/.bin/esbuild app.jsx --bundle --format=esm --jsx=automatic \
+        --define:process.env.NODE_ENV='"production"' --outfile=app.js --log-level=warning)
+    start_server usestream "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    local plain="$URL"
+    start_server usestream-review "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --pace-ms 5 --config examples/keel-review.yaml
+    CHROMIUM="$(command -v chromium)" node "$dir/usestream_test.mjs" "$plain" "$URL" "$dir"
+    echo "screenshot: $dir/usestream.png"
+}
+
 oracle_env() {
     local venv="$WORK/oracle-venv"
     if [[ ! -x "$venv/bin/python" ]]; then
@@ -283,6 +324,7 @@ case "${1:-all}" in
     postgres) run_postgres ;;
     adversarial) run_adversarial "${2:-1}" ;;
     diff) run_diff "${@:2}" ;;
+    usestream) run_usestream ;;
     all)
         run_python
         run_js
@@ -292,7 +334,7 @@ case "${1:-all}" in
         run_adversarial 1
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|diff|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|diff|usestream|all" >&2
         exit 2
         ;;
 esac
