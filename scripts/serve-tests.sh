@@ -7,6 +7,8 @@
 #   scripts/serve-tests.sh load [N]   # N concurrent streaming runs (default 200)
 #   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
 #   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
+#   scripts/serve-tests.sh usestream  # a React page on the SDK's useStream hook in headless Chromium
+#   scripts/serve-tests.sh diff       # langgraph-api (PyPI) as the oracle: same scenarios, compared
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
 # Everything a test needs is installed by this script, idempotently, under
@@ -23,6 +25,14 @@ mkdir -p "$WORK"
 SDK_PY_VERSION="0.4.14"
 SDK_JS_VERSION="1.15.0"
 PLAYWRIGHT_VERSION="1.65.1"
+# The oracle of the differential suite: the real Agent Server (Elastic-2.0, installed from
+# PyPI at test time, never vendored) and the LangChain its graph is built with.
+# The useStream page: React and esbuild, from npm.
+REACT_VERSION="19.3.1"
+ESBUILD_VERSION="0.28.2"
+LANGGRAPH_CLI_VERSION="0.4.40"
+LANGGRAPH_API_VERSION="0.16.7"
+LANGCHAIN_VERSION="1.5.2"
 
 PIDS=()
 cleanup() {
@@ -33,6 +43,8 @@ cleanup() {
 trap cleanup EXIT
 
 build() {
+    # SERVE_TESTS_NO_BUILD=1 runs the binaries already under target/debug/ as they are.
+    [[ "${SERVE_TESTS_NO_BUILD:-}" == 1 ]] && return 0
     # With PostgreSQL support, as keel-cli builds keel-server: one build serves all tests.
     cargo build -q -p keel-server --features postgres --example scripted_server
     cargo build -q -p keel-cli
@@ -158,6 +170,110 @@ run_postgres() {
     echo "ok   no row of the database holds the deleted thread's text (pg_dump)"
 }
 
+# The useStream page's packages, in their own folder (React is a peer of the SDK's
+# react entry point); reinstalled when a pinned version changes.
+ui_env() {
+    if ! command -v chromium >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    fi
+    node_env
+    local dir="$WORK/ui"
+    local want="react@$REACT_VERSION react-dom@$REACT_VERSION esbuild@$ESBUILD_VERSION @langchain/langgraph-sdk@$SDK_JS_VERSION playwright-core@$PLAYWRIGHT_VERSION"
+    mkdir -p "$dir"
+    if [[ "$(cat "$dir/installed" 2>/dev/null)" != "$want" ]]; then
+        echo '{"private": true, "type": "module"}' >"$dir/package.json"
+        # shellcheck disable=SC2086
+        (cd "$dir" && npm install --silent --no-audit --no-fund $want >/dev/null)
+        echo "$want" >"$dir/installed"
+    fi
+}
+
+# The useStream page (crates/keel-server/tests/browser/usestream/), bundled with esbuild
+# and driven in headless Chromium against a scripted server and a reviewing one.
+# FORKS=1 checks regenerate and edit as they will work once forks land.
+run_usestream() {
+    build
+    ui_env
+    local dir="$WORK/ui"
+    cp crates/keel-server/tests/browser/usestream/app.jsx \
+        crates/keel-server/tests/browser/usestream/usestream_test.mjs "$dir/"
+    (cd "$dir" && node_modules/.bin/esbuild app.jsx --bundle --format=esm --jsx=automatic \
+        --define:process.env.NODE_ENV='"production"' --outfile=app.js --log-level=warning)
+    start_server usestream "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms 5
+    local plain="$URL"
+    start_server usestream-review "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --pace-ms 5 --config examples/keel-review.yaml
+    CHROMIUM="$(command -v chromium)" node "$dir/usestream_test.mjs" "$plain" "$URL" "$dir"
+    echo "screenshot: $dir/usestream.png"
+}
+
+oracle_env() {
+    local venv="$WORK/oracle-venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" - "$LANGGRAPH_API_VERSION" "$LANGCHAIN_VERSION" "$SDK_PY_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+assert [version(p) for p in ("langgraph-api", "langchain", "langgraph-sdk")] == sys.argv[1:]
+PY
+    then
+        "$venv/bin/pip" install -q "langgraph-cli[inmem]==$LANGGRAPH_CLI_VERSION" \
+            "langgraph-api==$LANGGRAPH_API_VERSION" "langchain==$LANGCHAIN_VERSION" \
+            "langgraph-sdk==$SDK_PY_VERSION" httpx
+    fi
+    ORACLE_PY="$venv/bin/python"
+}
+
+# start_oracle NAME [ENV=VALUE...] — langgraph-api's dev server (in memory, offline: no
+# browser, reload, analytics or tracing) on crates/keel-server/tests/sdk/oracle/, copied
+# under target/ so its persistence folder starts empty; sets URL. It moves off a busy
+# port without failing, so the port is read back from its log.
+start_oracle() {
+    local name="$1"
+    shift
+    local dir="$WORK/$name" log="$WORK/$name.log" port
+    rm -rf "$dir"
+    cp -r crates/keel-server/tests/sdk/oracle "$dir"
+    port="$("$ORACLE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    : >"$log"
+    (cd "$dir" && exec env "$@" LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false \
+        LANGCHAIN_TRACING_V2=false LANGSMITH_API_KEY= \
+        "$WORK/oracle-venv/bin/langgraph" dev --no-browser --no-reload --port "$port" \
+        --config langgraph.json) >"$log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 300); do
+        URL="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -o 'API: http://127.0.0.1:[0-9]*' | head -1 | cut -c6- || true)"
+        if [[ -n "$URL" ]] && curl -sf "$URL/ok" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "serve-tests: $name did not start:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+# The differential suite: the scenarios of crates/keel-server/tests/sdk/diff_test.py
+# against langgraph-api (the oracle) and the scripted server, compared field by field;
+# known differences are in crates/keel-server/tests/sdk/oracle/allowlist.json.
+run_diff() {
+    build
+    oracle_env
+    local pace=20
+    start_oracle oracle-plain ORACLE_PACE_MS="$pace"
+    local oracle="$URL"
+    start_oracle oracle-review ORACLE_PACE_MS="$pace" ORACLE_AGENT=review
+    local oracle_review="$URL"
+    start_server diff-keel "$ROOT/target/debug/examples/scripted_server" --port 0 --pace-ms "$pace"
+    local keel="$URL"
+    start_server diff-keel-review "$ROOT/target/debug/examples/scripted_server" --port 0 \
+        --pace-ms "$pace" --config examples/keel-review.yaml
+    "$ORACLE_PY" crates/keel-server/tests/sdk/diff_test.py --oracle "$oracle" \
+        --oracle-review "$oracle_review" --keel "$keel" --keel-review "$URL" \
+        --report "$WORK/diff-report.json" "$@"
+}
+
 run_python() {
     build
     python_env
@@ -207,6 +323,8 @@ case "${1:-all}" in
     load) run_load "${2:-200}" ;;
     postgres) run_postgres ;;
     adversarial) run_adversarial "${2:-1}" ;;
+    diff) run_diff "${@:2}" ;;
+    usestream) run_usestream ;;
     all)
         run_python
         run_js
@@ -216,7 +334,7 @@ case "${1:-all}" in
         run_adversarial 1
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|diff|usestream|all" >&2
         exit 2
         ;;
 esac
