@@ -35,7 +35,7 @@ use keel_core::stream::StreamWriter;
 use keel_summary::events::ContextCompacting;
 use keel_summary::extractive::{self, ExtractiveOptions};
 use keel_summary::summary_call::{
-    SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
+    ResponseSchema, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
 use keel_summary::transcript::cap_chars;
 use keel_summary::{SUMMARY_NAME, summary_message};
@@ -43,7 +43,7 @@ use keel_summary::{SUMMARY_NAME, summary_message};
 use crate::events::{FOLDING_MESSAGE, FoldFailed, FoldFailure, FoldSuperseded, Folded};
 use crate::fold::merge::{count_words, merge};
 use crate::fold::parse::{FoldOutput, parse_fold_output};
-use crate::fold::{fold_prompt, fold_template};
+use crate::fold::{fold_prompt, fold_schema, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
 use crate::tail::TailCache;
 use crate::window::provider_safe_rows;
@@ -210,6 +210,8 @@ pub struct SessionCompressor {
     summary_model: Option<Arc<dyn ChatModel>>,
     caller: Arc<SummaryCaller>,
     template: String,
+    /// The fold answer's JSON schema, sent where the provider takes `response_format`.
+    schema: ResponseSchema,
     engine: FoldEngine,
     /// The newest rows of recent sessions (checked against the store before use).
     tails: Arc<TailCache>,
@@ -253,6 +255,7 @@ impl SessionCompressor {
     ) -> Result<Self, SettingsError> {
         settings.validate()?;
         let template = fold_template(&settings.pinned_keys, settings.summary_word_budget);
+        let schema = fold_schema(&settings.pinned_keys);
         // Room for the whole window plus a turn's own messages.
         let tail_rows = window_cap(&settings).saturating_add(64);
         Ok(SessionCompressor {
@@ -262,6 +265,7 @@ impl SessionCompressor {
             summary_model: None,
             caller: Arc::new(SummaryCaller::new(SummaryCallOptions::default())),
             template,
+            schema,
             engine: FoldEngine::Model,
             tails: Arc::new(TailCache::new(tail_rows)),
         })
@@ -838,12 +842,13 @@ impl SessionCompressor {
         ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
         let output = self
             .caller
-            .call_with_cap(
+            .call_shaped(
                 &Self::breaker_key(scope),
                 models,
                 prompt,
                 Some(&check),
                 Some(fold_output_cap(&self.settings)),
+                Some(&self.schema),
             )
             .await
             .map_err(|e| {

@@ -746,3 +746,60 @@ async fn rows_from_another_writer_reach_the_next_window() {
     assert!(ids.contains(&between.message.id().to_owned()));
     assert!(ids.contains(&"zz-after".to_owned()));
 }
+
+/// A model that never lets go: every fold answers with everything it wrote before plus
+/// forty new words. Across 50 successive folds the stored summary never grows past its
+/// budget, and the extractive engine holds the same line.
+#[tokio::test]
+async fn fifty_successive_folds_never_grow_past_the_budget() {
+    let budget = 120;
+    for engine in [
+        keel_memory::FoldEngine::Model,
+        keel_memory::FoldEngine::Extractive,
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        let s = scope("u", &format!("fifty-{engine:?}"));
+        let mut cfg = settings(&s);
+        cfg.summary_word_budget = budget;
+        let c = compressor(&store, cfg).with_engine(engine);
+        let longest = Arc::new(Mutex::new(0usize));
+        let seen = longest.clone();
+        let grown = Arc::new(Mutex::new(String::new()));
+        let model = Arc::new(ScriptedModel::from_fn(move |r| {
+            // Everything it wrote before, plus forty new words.
+            let mut summary = grown.lock();
+            let fresh: Vec<String> = (0..40)
+                .map(|i| format!("fact{}-{i}", r.messages.len()))
+                .collect();
+            summary.push_str(&format!("\n- {}", fresh.join(" ")));
+            let summary = summary.clone();
+            let words = keel_memory::fold::merge::count_words(&summary);
+            let mut longest = seen.lock();
+            *longest = (*longest).max(words);
+            Ok(Message::ai(
+                json!({"pinned": {}, "summary": summary}).to_string(),
+            ))
+        }));
+        seed(store.as_ref(), &s, 0..30).await;
+        let mut versions = Vec::new();
+        for fold in 0..50 {
+            let turn = prepare_turn(&c, &s, &model).await;
+            let words = keel_memory::fold::merge::count_words(&turn.state.summary);
+            assert!(
+                words <= budget,
+                "{engine:?} fold {fold}: {words} words > {budget}"
+            );
+            versions.push(turn.state.version);
+            seed(store.as_ref(), &s, 30 + fold * 20..50 + fold * 20).await;
+        }
+        if engine == keel_memory::FoldEngine::Model {
+            // The model did re-send everything it read: the budget is what held.
+            assert!(*longest.lock() > budget, "{}", *longest.lock());
+        }
+        assert_eq!(
+            versions.last().copied(),
+            Some(50),
+            "{engine:?}: one fold per 20 older messages, 50 in all"
+        );
+    }
+}

@@ -150,6 +150,76 @@ pub struct SummaryOutput {
     pub used_fallback: bool,
 }
 
+/// A JSON schema the answer must follow, sent as the OpenAI `response_format`
+/// (`{"type": "json_schema", "json_schema": {"name", "schema", "strict": false}}`) to
+/// providers that take it: OpenAI, and the OpenAI-compatible servers that constrain
+/// decoding with it (llama.cpp's server, vLLM), so a small local model's answer parses.
+/// A server that rejects the parameter is remembered and asked again without it, at no
+/// extra attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResponseSchema {
+    /// The schema's name (letters, digits, `_` and `-`).
+    pub name: &'static str,
+    /// The JSON schema.
+    pub schema: serde_json::Value,
+    /// When set, an answer that is a JSON object with this string field is reduced to
+    /// that field (a summary asked for as `{"summary": "..."}` stays plain text for
+    /// everyone downstream); any other answer is kept as it is.
+    pub unwrap_field: Option<&'static str>,
+}
+
+impl ResponseSchema {
+    /// `{"summary": "<text>"}`, unwrapped to the text: the compaction summary.
+    pub fn summary_text() -> Self {
+        ResponseSchema {
+            name: "summary",
+            schema: serde_json::json!({
+                "type": "object",
+                "properties": {"summary": {"type": "string"}},
+                "required": ["summary"],
+                "additionalProperties": false
+            }),
+            unwrap_field: Some("summary"),
+        }
+    }
+
+    /// The `response_format` body field.
+    pub fn response_format(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "json_schema",
+            "json_schema": {"name": self.name, "schema": self.schema, "strict": false}
+        })
+    }
+
+    /// `text` reduced to [`unwrap_field`](Self::unwrap_field) when it is such an object.
+    pub fn unwrap(&self, text: String) -> String {
+        let Some(field) = self.unwrap_field else {
+            return text;
+        };
+        match serde_json::from_str::<serde_json::Value>(text.trim()) {
+            Ok(serde_json::Value::Object(mut o)) => match o.remove(field) {
+                Some(serde_json::Value::String(inner)) => inner,
+                _ => text,
+            },
+            _ => text,
+        }
+    }
+}
+
+/// True for providers whose chat endpoint takes `response_format` with a JSON schema.
+fn takes_response_format(provider: &str) -> bool {
+    matches!(provider, "openai" | "openai-compatible")
+}
+
+/// True when `error` is a server refusing the `response_format` parameter itself.
+fn refuses_response_format(error: &ModelError) -> bool {
+    let message = error.message.to_ascii_lowercase();
+    matches!(
+        error.kind,
+        ModelErrorKind::Rejected | ModelErrorKind::InvalidRequest
+    ) && (message.contains("response_format") || message.contains("json_schema"))
+}
+
 /// Why no summary came back.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SummaryCallError {
@@ -179,6 +249,8 @@ pub type OutputCheck<'a> = &'a (dyn Fn(&str) -> Result<(), String> + Send + Sync
 pub struct SummaryCaller {
     options: SummaryCallOptions,
     breaker: Arc<CircuitBreaker>,
+    /// Models whose server refused `response_format`: asked without it from then on.
+    refused_schema: Mutex<std::collections::HashSet<String>>,
 }
 
 impl SummaryCaller {
@@ -189,7 +261,11 @@ impl SummaryCaller {
 
     /// A caller sharing `breaker` (use one per process so it survives rebuilt agents).
     pub fn with_breaker(options: SummaryCallOptions, breaker: Arc<CircuitBreaker>) -> Self {
-        SummaryCaller { options, breaker }
+        SummaryCaller {
+            options,
+            breaker,
+            refused_schema: Mutex::new(std::collections::HashSet::new()),
+        }
     }
 
     /// The options.
@@ -224,6 +300,21 @@ impl SummaryCaller {
         check: Option<OutputCheck<'_>>,
         max_output_tokens: Option<u32>,
     ) -> Result<SummaryOutput, SummaryCallError> {
+        self.call_shaped(key, models, prompt, check, max_output_tokens, None)
+            .await
+    }
+
+    /// [`call_with_cap`](Self::call_with_cap), asking for an answer that follows
+    /// `schema` where the provider takes `response_format` (see [`ResponseSchema`]).
+    pub async fn call_shaped(
+        &self,
+        key: &str,
+        models: &SummaryModels,
+        prompt: &SummaryPrompt,
+        check: Option<OutputCheck<'_>>,
+        max_output_tokens: Option<u32>,
+        schema: Option<&ResponseSchema>,
+    ) -> Result<SummaryOutput, SummaryCallError> {
         if let Err(retry_in) = self.breaker.check(key) {
             return Err(SummaryCallError::CircuitOpen { retry_in });
         }
@@ -257,7 +348,14 @@ impl SummaryCaller {
                 model_attempts += 1;
                 attempts += 1;
                 let error = match self
-                    .attempt(model.as_ref(), &prompt, check, timeout, max_output_tokens)
+                    .attempt(
+                        model.as_ref(),
+                        &prompt,
+                        check,
+                        timeout,
+                        max_output_tokens,
+                        schema,
+                    )
                     .await
                 {
                     Ok(text) => {
@@ -324,24 +422,52 @@ impl SummaryCaller {
         check: Option<OutputCheck<'_>>,
         timeout: Duration,
         max_output_tokens: Option<u32>,
+        schema: Option<&ResponseSchema>,
     ) -> Result<String, ModelError> {
         let messages = [Message::human(prompt.render())];
-        let settings = ModelSettings {
+        let mut settings = ModelSettings {
             max_tokens: max_output_tokens,
             ..ModelSettings::default()
         };
-        let mut request = ChatRequest::new(&messages, &settings);
-        request.internal = true;
-        let answer = match tokio::time::timeout(timeout, model.invoke(request)).await {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(ModelError::new(
+        let profile = model.profile();
+        let sent_schema = schema.filter(|_| {
+            takes_response_format(&profile.provider)
+                && !self.refused_schema.lock().contains(&profile.name)
+        });
+        if let Some(schema) = sent_schema {
+            settings
+                .extra
+                .insert("response_format".into(), schema.response_format());
+        }
+        let started = Instant::now();
+        let messages = &messages;
+        let call = |settings: ModelSettings| async move {
+            let mut request = ChatRequest::new(messages, &settings);
+            request.internal = true;
+            let left = timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, model.invoke(request)).await {
+                Ok(result) => result,
+                Err(_) => Err(ModelError::new(
                     ModelErrorKind::Timeout,
                     format!("no summary within {}s", timeout.as_secs_f32()),
-                ));
+                )),
             }
         };
-        let text = validate_output(&answer.text(), self.options.max_output_chars)
+        let answer = match call(settings.clone()).await {
+            Err(e) if sent_schema.is_some() && refuses_response_format(&e) => {
+                // The server does not take the parameter: remember it, ask plainly.
+                tracing::info!(model = %profile.name, error = %e.message, "the summary model refused response_format; asking without it");
+                self.refused_schema.lock().insert(profile.name.clone());
+                settings.extra.remove("response_format");
+                call(settings).await?
+            }
+            other => other?,
+        };
+        let mut text = answer.text().into_owned();
+        if let Some(schema) = schema {
+            text = schema.unwrap(text);
+        }
+        let text = validate_output(&text, self.options.max_output_chars)
             .map_err(|reason| ModelError::new(ModelErrorKind::MalformedResponse, reason))?;
         if let Some(check) = check {
             check(&text)

@@ -77,7 +77,7 @@ Write one updated summary that replaces both. Keep:
 - facts, names, numbers, file paths and decisions that were established;
 - what the agent already did (tool calls and their outcomes, including failures) so it does not repeat work;
 - open questions and the next steps.
-Keep every fact from the existing summary that is still true. Be concise and factual; use short bullet points. Respond with the summary only, no preamble.
+Keep every fact from the existing summary that is still true. When a value changed (a correction, \"instead\", \"switch to\", a tool result showing a new value), keep only the current value, written as \"<new> (was <old>)\"; never leave the old value standing on its own. Be concise and factual; use short bullet points. Respond with the summary only, no preamble.
 
 {messages}"
 );

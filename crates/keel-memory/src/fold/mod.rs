@@ -5,6 +5,7 @@ pub mod merge;
 pub mod parse;
 
 use keel_core::store::SessionMemoryState;
+use keel_summary::summary_call::ResponseSchema;
 use keel_summary::transcript::{MissingSlot, RECORD_FORMAT_NOTE, SummaryPrompt, TranscriptOptions};
 
 /// The fold prompt. `{messages}` receives the fenced memory and batch, one JSON record
@@ -24,7 +25,7 @@ Pinned keys: @PINNED@
 - Omit a key to keep its current value. Use null only when the messages say the value no longer applies.
 - Use no other keys.
 
-Summary: bullet points, at most @WORDS@ words in total. Keep every fact from the existing summary that is still true, then add what the new messages establish: the user's goals and constraints, facts, names, numbers, decisions, what was tried and how it ended, and open questions.
+Summary: bullet points, at most @WORDS@ words in total. Keep every fact from the existing summary that is still true, then add what the new messages establish: the user's goals and constraints, facts, names, numbers, decisions, what was tried and how it ended, and open questions. When a value changed (a correction, \"instead\", \"switch to\", a tool result showing a new value), keep only the current value, written as \"<new> (was <old>)\"; never leave the old value standing on its own.
 
 {messages}";
 
@@ -39,6 +40,29 @@ pub fn fold_template(pinned_keys: &[String], word_budget: usize) -> String {
         .replace("@PINNED@", &pinned)
         .replace("@WORDS@", &word_budget.to_string())
         .replace("@FORMAT@", RECORD_FORMAT_NOTE)
+}
+
+/// The fold answer's JSON schema: `{"pinned": {<key>: string | null}, "summary":
+/// string}`, the configured keys only. Not strict, so a key may be left out (its value
+/// is kept), as the prompt says.
+pub fn fold_schema(pinned_keys: &[String]) -> ResponseSchema {
+    let keys: serde_json::Map<String, serde_json::Value> = pinned_keys
+        .iter()
+        .map(|k| (k.clone(), serde_json::json!({"type": ["string", "null"]})))
+        .collect();
+    ResponseSchema {
+        name: "session_memory_fold",
+        schema: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "pinned": {"type": "object", "properties": keys, "additionalProperties": false},
+                "summary": {"type": "string"}
+            },
+            "required": ["pinned", "summary"],
+            "additionalProperties": false
+        }),
+        unwrap_field: None,
+    }
 }
 
 /// The memory so far as the fold model reads it: `{"pinned": {...}, "summary": "..."}`,

@@ -15,7 +15,7 @@ use crate::events::{ContextCompacting, SummarySource};
 use crate::extractive;
 use crate::middleware::{Action, Prepared, SummarizationMiddleware, Summarizer};
 use crate::stages::{Call, Planned};
-use crate::summary_call::{SummaryCallError, SummaryModels};
+use crate::summary_call::{ResponseSchema, SummaryCallError, SummaryModels};
 use crate::transcript::SummaryPrompt;
 
 /// A new summary.
@@ -110,7 +110,15 @@ impl SummarizationMiddleware {
             ContextCompacting::new(self.config.compacting_message.clone())
                 .emit(&request.runtime.writer);
         }
-        let err = match self.caller.call(thread, &models, &prompt, None).await {
+        // Structured output where the provider takes it: a small local model's answer
+        // is then one JSON string, unwrapped back to the summary text.
+        let schema = ResponseSchema::summary_text();
+        let cap = self.caller.options().max_output_tokens;
+        let err = match self
+            .caller
+            .call_shaped(thread, &models, &prompt, None, cap, Some(&schema))
+            .await
+        {
             Ok(out) => {
                 return Written::Summary(Summary {
                     text: out.text,
