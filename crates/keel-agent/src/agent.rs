@@ -163,8 +163,7 @@ impl Agent {
     ) -> AgentStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let modes = Modes::from(modes);
-        let run =
-            Run::new(thread_id, StreamWriter::new(tx), modes).from_checkpoint(checkpoint);
+        let run = Run::new(thread_id, StreamWriter::new(tx), modes).from_checkpoint(checkpoint);
         let inner = self.inner.clone();
         AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
     }

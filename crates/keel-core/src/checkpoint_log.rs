@@ -134,9 +134,7 @@ struct Branch {
 
 impl Branch {
     fn holds(&self, seq: u64) -> bool {
-        self.steps
-            .binary_search_by_key(&seq, |s| s.seq)
-            .is_ok()
+        self.steps.binary_search_by_key(&seq, |s| s.seq).is_ok()
     }
 
     /// The state after `seq` (a step of this branch).

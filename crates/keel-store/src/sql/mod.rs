@@ -370,9 +370,7 @@ pub(crate) struct EntryRow {
 impl From<StepTuple> for StepRow {
     /// A row as the step queries select it: seq, run id, node, values set, created at,
     /// parent, depth.
-    fn from(
-        (seq, run_id, node, values_set, created_at_ms, parent_seq, depth): StepTuple,
-    ) -> Self {
+    fn from((seq, run_id, node, values_set, created_at_ms, parent_seq, depth): StepTuple) -> Self {
         StepRow {
             seq,
             run_id,
