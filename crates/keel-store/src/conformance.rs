@@ -1222,7 +1222,11 @@ pub async fn checkpoint_forks<S: Storage>(store: &S) -> Checked {
         history.iter().map(|c| c.parent).collect::<Vec<_>>(),
         history.iter().map(|c| c.depth).collect::<Vec<_>>()
     );
-    let texts: Vec<String> = history[3].messages.iter().map(|m| m.text().into_owned()).collect();
+    let texts: Vec<String> = history[3]
+        .messages
+        .iter()
+        .map(|m| m.text().into_owned())
+        .collect();
     ensure!(
         C,
         message_ids(&history[3..]) == [vec!["h1", "a1", "c"], vec!["a1", "c"]]

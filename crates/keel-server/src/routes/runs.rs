@@ -321,7 +321,11 @@ pub(crate) fn checkpoint_of(
 /// clients name with every message, the same as naming none), its seq for an earlier
 /// checkpoint of the thread (the run forks: a new branch whose parent it is). An id the
 /// thread does not hold is a 422 naming it.
-pub(crate) async fn fork_point(app: &AppState, thread_id: &str, id: &str) -> Result<Option<u64>, ApiError> {
+pub(crate) async fn fork_point(
+    app: &AppState,
+    thread_id: &str,
+    id: &str,
+) -> Result<Option<u64>, ApiError> {
     let wanted = parse_checkpoint_id(id)?;
     let checkpointer = app.manager.agent().checkpointer();
     let head = checkpointer
@@ -343,7 +347,10 @@ pub(crate) async fn fork_point(app: &AppState, thread_id: &str, id: &str) -> Res
         Err(ApiError::Invalid(format!(
             "checkpoint_id {id:?} is not a checkpoint of thread {}; runs start from one of the thread's checkpoints (its head: {})",
             public_thread_id(thread_id),
-            head.map_or_else(|| "none yet".to_owned(), |seq| format!("{:?}", checkpoint_id(seq)))
+            head.map_or_else(
+                || "none yet".to_owned(),
+                |seq| format!("{:?}", checkpoint_id(seq))
+            )
         )))
     }
 }

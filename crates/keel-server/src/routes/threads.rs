@@ -823,7 +823,11 @@ pub async fn update_state(
         ..Default::default()
     };
     let outcome = match from {
-        Some(from) => checkpointer.fork(key, from, write(head, &node, update)).await,
+        Some(from) => {
+            checkpointer
+                .fork(key, from, write(head, &node, update))
+                .await
+        }
         None => checkpointer.put(key, write(head, &node, update)).await,
     };
     let outcome = match outcome {
@@ -858,7 +862,11 @@ pub async fn copy(
         .await;
     if let Err(e) = copied {
         // Nothing of the copy is kept: its record goes with the failed copy.
-        if let Err(undo) = app.registry.delete_thread(&owner.0, &record.thread_id).await {
+        if let Err(undo) = app
+            .registry
+            .delete_thread(&owner.0, &record.thread_id)
+            .await
+        {
             tracing::error!("removing a failed copy's thread record: {undo}");
         }
         return Err(ApiError::storage("copying the thread's checkpoints", e));
