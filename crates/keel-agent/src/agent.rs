@@ -147,7 +147,7 @@ impl Agent {
         input: Vec<Message>,
     ) -> Result<RunOutput, AgentError> {
         let run = Run::new(thread_id, StreamWriter::disconnected(), Modes::NONE)
-            .from_checkpoint(Some(checkpoint));
+            .starting_at(Some(checkpoint));
         run.execute(self.inner.clone(), input).await
     }
 
@@ -163,7 +163,7 @@ impl Agent {
     ) -> AgentStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let modes = Modes::from(modes);
-        let run = Run::new(thread_id, StreamWriter::new(tx), modes).from_checkpoint(checkpoint);
+        let run = Run::new(thread_id, StreamWriter::new(tx), modes).starting_at(checkpoint);
         let inner = self.inner.clone();
         AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
     }

@@ -176,7 +176,7 @@ impl Run {
 
     /// Starts the run from checkpoint `from` of its thread instead of the head: its
     /// first write forks a new branch there (see [`Checkpointer::fork`]).
-    pub(crate) fn from_checkpoint(mut self, from: Option<u64>) -> Self {
+    pub(crate) fn starting_at(mut self, from: Option<u64>) -> Self {
         self.from = from;
         self
     }

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::http::StatusCode;
-use common::json;
 use keel_core::message::Message;
 use keel_server::auth::ApiKeys;
 use keel_server::config::StackConfig;
