@@ -83,6 +83,9 @@ impl Checkpointer for Buggy {
         }
         self.inner.fork(t, from, w).await
     }
+    async fn checkpoint_at(&self, t: &str, seq: u64) -> Result<Option<Checkpoint>, StoreError> {
+        self.inner.checkpoint_at(t, seq).await
+    }
     async fn branch_page(
         &self,
         t: &str,
