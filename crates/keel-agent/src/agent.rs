@@ -127,6 +127,47 @@ impl Agent {
         run.execute(self.inner.clone(), input).await
     }
 
+    /// Runs the agent on a thread from one of its checkpoints (LangGraph's time travel):
+    /// from the head this is [`invoke`](Self::invoke); from an earlier checkpoint the
+    /// run forks, starting a new branch whose parent is that checkpoint, with `input`
+    /// appended to that checkpoint's messages. The new branch becomes the thread's head
+    /// (its state, and where the next run continues); the older branch is left as it
+    /// was and stays readable through the checkpointer
+    /// ([`Checkpointer::checkpoint_at`], [`Checkpointer::branch_page`]).
+    ///
+    /// `checkpoint` is a [`Checkpoint::seq`](keel_core::store::Checkpoint::seq) of the
+    /// thread; one the thread does not hold is [`AgentError::UnknownCheckpoint`]. To
+    /// edit the first message, fork from the thread's first checkpoint, which is empty.
+    /// Another writer moving the head before the fork's first write is
+    /// [`AgentError::Conflict`], as for any run.
+    pub async fn invoke_from(
+        &self,
+        thread_id: &str,
+        checkpoint: u64,
+        input: Vec<Message>,
+    ) -> Result<RunOutput, AgentError> {
+        let run = Run::new(thread_id, StreamWriter::disconnected(), Modes::NONE)
+            .starting_at(Some(checkpoint));
+        run.execute(self.inner.clone(), input).await
+    }
+
+    /// [`stream`](Self::stream) from one of the thread's checkpoints: a fork when it is
+    /// not the head, as [`invoke_from`](Self::invoke_from) describes (`None`: the head,
+    /// the same as [`stream`](Self::stream)).
+    pub fn stream_from(
+        &self,
+        thread_id: &str,
+        checkpoint: Option<u64>,
+        input: Vec<Message>,
+        modes: &[StreamMode],
+    ) -> AgentStream {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let modes = Modes::from(modes);
+        let run = Run::new(thread_id, StreamWriter::new(tx), modes).starting_at(checkpoint);
+        let inner = self.inner.clone();
+        AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
+    }
+
     /// Runs the agent, yielding the events of the requested modes in the order they
     /// happen. Drive the stream to its end, then take the outcome with
     /// [`AgentStream::into_result`], or call [`AgentStream::finish`].

@@ -126,6 +126,51 @@ impl Checkpointer for InMemoryCheckpointer {
             .and_then(|log| log.head_seq())
             .map_or(0, |seq| seq + 1))
     }
+
+    async fn fork(
+        &self,
+        thread_id: &str,
+        from: u64,
+        write: CheckpointWrite,
+    ) -> Result<PutOutcome, StoreError> {
+        match self.threads.lock().get_mut(thread_id) {
+            Some(log) => log.fork(from, write),
+            None if write.parent.is_some() => Ok(PutOutcome::Conflict { head: None }),
+            None => Err(StoreError::Invalid(format!(
+                "checkpoint {from} is not a checkpoint of thread {thread_id:?}, which has none"
+            ))),
+        }
+    }
+
+    async fn branch_page(
+        &self,
+        thread_id: &str,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .peek(thread_id)
+            .map(|log| log.branch_page(tip, before, limit))
+            .unwrap_or_default())
+    }
+
+    async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        let mut threads = self.threads.lock();
+        if threads.contains(to) {
+            return Err(StoreError::Invalid(format!(
+                "thread {to:?} already has checkpoints; a copy needs a thread without any"
+            )));
+        }
+        let Some(log) = threads.peek(from).cloned() else {
+            return Ok(0);
+        };
+        let steps = log.retained() as u64;
+        threads.put(to.to_owned(), log);
+        Ok(steps)
+    }
 }
 
 #[cfg(test)]

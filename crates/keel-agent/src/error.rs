@@ -158,6 +158,17 @@ pub enum AgentError {
         #[source]
         source: StoreError,
     },
+    /// A run was asked to start from a checkpoint its thread does not hold (or no longer
+    /// keeps).
+    #[error(
+        "checkpoint {checkpoint} is not a checkpoint of thread {thread_id:?}: a run starts from one of the thread's own checkpoints"
+    )]
+    UnknownCheckpoint {
+        /// The thread.
+        thread_id: String,
+        /// The seq asked for.
+        checkpoint: u64,
+    },
     /// A middleware could not delete what it keeps for a thread; the thread's
     /// checkpoints were left in place, so deleting it again retries the whole deletion.
     #[error("middleware {middleware} could not delete its data for thread {thread_id:?}: {source}")]

@@ -147,6 +147,9 @@ pub(crate) struct Run {
     head: Option<u64>,
     /// True once this run saved a checkpoint.
     wrote: bool,
+    /// The earlier checkpoint the run starts from (a fork), until its first write
+    /// starts the new branch; `None`: the run continues the thread's head.
+    from: Option<u64>,
     /// The state the run started from, before its input (what `rollback` restores).
     base: Option<Arc<AgentState>>,
     /// Calls that reached the model (every attempt of a retrying wrap hook counts).
@@ -164,10 +167,18 @@ impl Run {
             state: Arc::new(AgentState::default()),
             head: None,
             wrote: false,
+            from: None,
             base: None,
             calls: AtomicU64::new(0),
             model_steps: 0,
         }
+    }
+
+    /// Starts the run from checkpoint `from` of its thread instead of the head: its
+    /// first write forks a new branch there (see [`Checkpointer::fork`]).
+    pub(crate) fn starting_at(mut self, from: Option<u64>) -> Self {
+        self.from = from;
+        self
     }
 
     pub(crate) async fn execute(
@@ -297,7 +308,34 @@ impl Run {
             .latest(&self.thread_id)
             .await
             .map_err(|source| self.store_error(source))?;
+        let head = latest.as_ref().map(|cp| cp.seq);
+        if head == self.from {
+            self.from = None;
+        }
+        let latest = match self.from {
+            // A fork: the run works on `from`'s state and swaps the head it read.
+            Some(from) if !self.wrote => Some(
+                inner
+                    .checkpointer
+                    .checkpoint_at(&self.thread_id, from)
+                    .await
+                    .map_err(|source| self.store_error(source))?
+                    .ok_or_else(|| AgentError::UnknownCheckpoint {
+                        thread_id: self.thread_id.to_string(),
+                        checkpoint: from,
+                    })?,
+            ),
+            _ => latest,
+        };
         (self.state, self.head) = match latest {
+            Some(cp) if self.from.is_some() => (
+                Arc::new(AgentState {
+                    lineage: Lineage::fresh(),
+                    messages: Arc::new(cp.messages),
+                    values: cp.values,
+                }),
+                head,
+            ),
             Some(cp) => (
                 Arc::new(AgentState {
                     lineage: inner
@@ -313,7 +351,34 @@ impl Run {
             ),
             None => (Arc::new(AgentState::default()), None),
         };
-        if let Some(base) = rollback_to
+        if self.head.is_none() {
+            // A thread's first checkpoint is empty (LangGraph's step -1, before the
+            // input), so a fork from it can replace the first message.
+            let write = CheckpointWrite {
+                parent: None,
+                run_id: self.run_id.to_string(),
+                node: INPUT_NODE.to_owned(),
+                update: StateUpdate::default(),
+                created_at_ms: now_ms(),
+            };
+            match inner
+                .checkpointer
+                .put(&self.thread_id, write)
+                .await
+                .map_err(|source| self.store_error(source))?
+            {
+                PutOutcome::Saved { seq } => self.head = Some(seq),
+                PutOutcome::Conflict { head } => {
+                    return Err(AgentError::Conflict {
+                        thread_id: self.thread_id.to_string(),
+                        parent: None,
+                        head,
+                    });
+                }
+            }
+        }
+        // A fork leaves the head's run alone: there is nothing of it to roll back.
+        if let Some(base) = rollback_to.filter(|_| self.from.is_none())
             && *base != *self.state
         {
             let mut update = StateUpdate {
@@ -430,15 +495,16 @@ impl Run {
                 update,
             });
         }
-        let outcome = inner
-            .checkpointer
-            .put(&self.thread_id, write)
-            .await
-            .map_err(|source| self.store_error(source))?;
+        let outcome = match self.from {
+            Some(from) => inner.checkpointer.fork(&self.thread_id, from, write).await,
+            None => inner.checkpointer.put(&self.thread_id, write).await,
+        }
+        .map_err(|source| self.store_error(source))?;
         match outcome {
             PutOutcome::Saved { seq } => {
                 self.head = Some(seq);
                 self.wrote = true;
+                self.from = None;
             }
             PutOutcome::Conflict { head } => {
                 return Err(AgentError::Conflict {

@@ -69,8 +69,13 @@ async fn dropping_a_run_during_a_large_input_writes_nothing() {
         "the whole run happened in one poll"
     );
     drop(run);
+    // At most the thread's empty first checkpoint, which holds no message.
     assert!(
-        checkpointer.latest("t").await.unwrap().is_none(),
+        checkpointer
+            .latest("t")
+            .await
+            .unwrap()
+            .is_none_or(|cp| cp.messages.is_empty()),
         "the input was checkpointed before the run first gave control back"
     );
     // The thread is free again: a new run on it proceeds normally.

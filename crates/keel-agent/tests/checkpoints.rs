@@ -41,7 +41,8 @@ async fn a_thread_resumes_from_its_latest_checkpoint() {
         .into_iter()
         .map(|c| c.node)
         .collect();
-    assert_eq!(nodes, ["input", "model", "input", "model"]);
+    // The first checkpoint is the empty one before the input.
+    assert_eq!(nodes, ["input", "input", "model", "input", "model"]);
     // Another thread starts empty.
     assert!(agent.state("u").await.unwrap().is_none());
     assert_eq!(agent.state("t").await.unwrap().unwrap().messages.len(), 4);
@@ -94,9 +95,13 @@ async fn removals_change_current_state_but_earlier_checkpoints_keep_everything()
     assert_eq!(out.state.messages.len(), 2, "wiped, then the answer");
     let history = checkpointer.history("t").await.unwrap();
     let nodes: Vec<_> = history.iter().map(|c| c.node.as_str()).collect();
-    assert_eq!(nodes, ["input", "Wipe.before_model", "model"]);
+    assert_eq!(nodes, ["input", "input", "Wipe.before_model", "model"]);
+    assert!(
+        history[0].messages.is_empty(),
+        "the first checkpoint is empty"
+    );
     assert_eq!(
-        history[0].messages.len(),
+        history[1].messages.len(),
         3,
         "the input checkpoint keeps every message"
     );

@@ -8,6 +8,12 @@
 //! the base and the deltas, so a message is held once however many steps mention it.
 //! With a limit, the oldest steps are folded into a base state and dropped.
 //!
+//! Checkpoints form a tree: [`CheckpointLog::fork`] starts a branch from any retained
+//! checkpoint, and that branch becomes the current one (the head is its newest step).
+//! Each branch keeps its own base state (the state it forked from, its messages shared
+//! with the parent's) and its deltas, so a fork costs one pass over the parent's deltas
+//! and a step on any branch still costs what it changed.
+//!
 //! ```
 //! use keel_core::checkpoint_log::CheckpointLog;
 //! use keel_core::message::Message;
@@ -92,6 +98,8 @@ impl State {
     fn checkpoint(&self, step: &Step) -> Checkpoint {
         Checkpoint {
             seq: step.seq,
+            parent: step.parent,
+            depth: step.depth,
             run_id: step.run_id.clone(),
             node: step.node.clone(),
             messages: self.messages.iter().map(|m| (**m).clone()).collect(),
@@ -105,6 +113,8 @@ impl State {
 #[derive(Clone, Debug)]
 struct Step {
     seq: u64,
+    parent: Option<u64>,
+    depth: u64,
     run_id: String,
     node: String,
     created_at_ms: i64,
@@ -112,15 +122,40 @@ struct Step {
     values: Map<String, Value>,
 }
 
+/// One branch: a base state and the steps after it, each the parent of the next.
+#[derive(Clone, Debug, Default)]
+struct Branch {
+    /// The state before the branch's oldest retained step.
+    base: State,
+    /// The checkpoint the branch forked from (`None` for the thread's first branch).
+    from: Option<u64>,
+    steps: VecDeque<Step>,
+}
+
+impl Branch {
+    fn holds(&self, seq: u64) -> bool {
+        self.steps.binary_search_by_key(&seq, |s| s.seq).is_ok()
+    }
+
+    /// The state after `seq` (a step of this branch).
+    fn state_at(&self, seq: u64) -> State {
+        let mut state = self.base.clone();
+        for step in self.steps.iter().take_while(|s| s.seq <= seq) {
+            state.apply(&step.ops, &step.values);
+        }
+        state
+    }
+}
+
 /// One thread's checkpoints as deltas (see the [module docs](self)).
 #[derive(Clone, Debug)]
 pub struct CheckpointLog {
-    /// The state before the oldest retained step.
-    base: State,
-    /// The state after the newest step.
+    /// Oldest first; the last is the current branch, whose newest step is the head.
+    branches: Vec<Branch>,
+    /// The state after the head.
     head: State,
-    steps: VecDeque<Step>,
     head_seq: Option<u64>,
+    head_depth: u64,
     keep: usize,
 }
 
@@ -128,10 +163,10 @@ impl CheckpointLog {
     /// An empty log keeping the last `keep` steps (0: keep every step).
     pub fn new(keep: usize) -> Self {
         CheckpointLog {
-            base: State::default(),
+            branches: vec![Branch::default()],
             head: State::default(),
-            steps: VecDeque::new(),
             head_seq: None,
+            head_depth: 0,
             keep,
         }
     }
@@ -151,9 +186,9 @@ impl CheckpointLog {
         self.head.messages.is_empty()
     }
 
-    /// Steps retained.
+    /// Steps retained, on every branch.
     pub fn retained(&self) -> usize {
-        self.steps.len()
+        self.branches.iter().map(|b| b.steps.len()).sum()
     }
 
     /// Appends a step after `write.parent` if that is the head; a write whose parent is
@@ -167,12 +202,60 @@ impl CheckpointLog {
             });
         }
         check_ops(&self.head, &write.update.messages)?;
-        let seq = match self.head_seq {
+        let seq = self.next_seq()?;
+        let depth = match self.head_seq {
             None => 0,
+            Some(_) => self.head_depth + 1,
+        };
+        let parent = self.head_seq;
+        self.push(seq, parent, depth, write);
+        Ok(PutOutcome::Saved { seq })
+    }
+
+    /// Starts a branch from checkpoint `from` (see
+    /// [`Checkpointer::fork`](crate::store::Checkpointer::fork)): the step applies to
+    /// `from`'s state and becomes the head, provided `write.parent` is still the head
+    /// ([`PutOutcome::Conflict`] otherwise). A `from` not retained is
+    /// [`StoreError::Invalid`].
+    pub fn fork(&mut self, from: u64, write: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        if write.parent != self.head_seq {
+            return Ok(PutOutcome::Conflict {
+                head: self.head_seq,
+            });
+        }
+        if Some(from) == self.head_seq {
+            return self.put(write);
+        }
+        let Some((branch, step)) = self.find(from) else {
+            return Err(StoreError::Invalid(format!(
+                "checkpoint {from} is not a retained checkpoint of this thread"
+            )));
+        };
+        let depth = step.depth + 1;
+        let base = branch.state_at(from);
+        check_ops(&base, &write.update.messages)?;
+        let seq = self.next_seq()?;
+        self.branches.push(Branch {
+            base: base.clone(),
+            from: Some(from),
+            steps: VecDeque::new(),
+        });
+        self.head = base;
+        self.push(seq, Some(from), depth, write);
+        Ok(PutOutcome::Saved { seq })
+    }
+
+    fn next_seq(&self) -> Result<u64, StoreError> {
+        match self.head_seq {
+            None => Ok(0),
             Some(s) => s.checked_add(1).ok_or_else(|| {
                 StoreError::Invalid(format!("thread seq {s} cannot be incremented"))
-            })?,
-        };
+            }),
+        }
+    }
+
+    /// Applies a checked write to the head and appends it to the current branch.
+    fn push(&mut self, seq: u64, parent: Option<u64>, depth: u64, write: CheckpointWrite) {
         let ops: Vec<Op> = write
             .update
             .messages
@@ -184,72 +267,130 @@ impl CheckpointLog {
             })
             .collect();
         self.head.apply(&ops, &write.update.values);
-        self.steps.push_back(Step {
+        let step = Step {
             seq,
+            parent,
+            depth,
             run_id: write.run_id,
             node: write.node,
             created_at_ms: write.created_at_ms,
             ops,
             values: write.update.values,
-        });
+        };
+        if let Some(current) = self.branches.last_mut() {
+            current.steps.push_back(step);
+        }
         self.head_seq = Some(seq);
-        while self.keep > 0 && self.steps.len() > self.keep {
-            if let Some(old) = self.steps.pop_front() {
-                self.base.apply(&old.ops, &old.values);
+        self.head_depth = depth;
+        self.fold();
+    }
+
+    /// Folds the oldest steps (of any branch) into their branch's base while more than
+    /// `keep` are retained; a branch left without steps goes, unless it is the current
+    /// one.
+    fn fold(&mut self) {
+        while self.keep > 0 && self.retained() > self.keep {
+            let oldest = self
+                .branches
+                .iter()
+                .enumerate()
+                .filter_map(|(i, b)| b.steps.front().map(|s| (s.seq, i)))
+                .min();
+            let Some((_, i)) = oldest else { return };
+            let branch = &mut self.branches[i];
+            if let Some(old) = branch.steps.pop_front() {
+                branch.base.apply(&old.ops, &old.values);
+            }
+            if branch.steps.is_empty() && i + 1 < self.branches.len() {
+                self.branches.remove(i);
             }
         }
-        Ok(PutOutcome::Saved { seq })
+    }
+
+    /// The branch holding step `seq`, and the step.
+    fn find(&self, seq: u64) -> Option<(&Branch, &Step)> {
+        self.branches.iter().find_map(|b| {
+            let i = b.steps.binary_search_by_key(&seq, |s| s.seq).ok()?;
+            Some((b, &b.steps[i]))
+        })
     }
 
     /// The newest checkpoint with its full state.
     pub fn latest(&self) -> Option<Checkpoint> {
-        self.steps.back().map(|step| self.head.checkpoint(step))
+        let step = self.branches.last()?.steps.back()?;
+        Some(self.head.checkpoint(step))
     }
 
-    /// Up to `limit` retained checkpoints with a seq below `before` (all when `None`),
-    /// newest first. The state is rebuilt once, walking the deltas forward from the
-    /// base, and only the checkpoints returned are materialised.
+    /// Up to `limit` retained checkpoints of the current branch with a seq below
+    /// `before` (all when `None`), newest first.
     pub fn history_page(&self, before: Option<u64>, limit: usize) -> Vec<Checkpoint> {
-        let end = before.map_or(self.steps.len(), |b| {
-            self.steps.partition_point(|s| s.seq < b)
-        });
-        let start = end.saturating_sub(limit);
-        if start == end {
-            return Vec::new();
+        self.branch_page(None, before, limit)
+    }
+
+    /// Up to `limit` retained checkpoints of the branch ending at `tip` (the head when
+    /// `None`) with a seq below `before`, newest first: `tip`, its parent, and so on.
+    /// Each branch's states are rebuilt once, walking its deltas forward from its base,
+    /// and only the checkpoints returned are materialised.
+    pub fn branch_page(
+        &self,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Vec<Checkpoint> {
+        let mut page = Vec::new();
+        let Some(mut cut) = tip.or(self.head_seq) else {
+            return page;
+        };
+        if limit == 0 {
+            return page;
         }
-        if end == self.steps.len() && limit == 1 {
+        if tip.is_none() && before.is_none() && limit == 1 {
             return self.latest().into_iter().collect();
         }
-        let mut state = self.base.clone();
-        let mut page = Vec::with_capacity(end - start);
-        for (i, step) in self.steps.iter().enumerate().take(end) {
-            state.apply(&step.ops, &step.values);
-            if i >= start {
-                page.push(state.checkpoint(step));
+        while page.len() < limit {
+            let Some(branch) = self.branches.iter().rev().find(|b| b.holds(cut)) else {
+                break;
+            };
+            let end = before.map_or(cut, |b| cut.min(b.saturating_sub(1)));
+            let eligible = if before.is_some_and(|b| b == 0) {
+                0
+            } else {
+                branch.steps.partition_point(|s| s.seq <= end)
+            };
+            let start = eligible.saturating_sub(limit - page.len());
+            let mut state = branch.base.clone();
+            let mut segment = Vec::with_capacity(eligible - start);
+            for (i, step) in branch.steps.iter().enumerate().take(eligible) {
+                state.apply(&step.ops, &step.values);
+                if i >= start {
+                    segment.push(state.checkpoint(step));
+                }
+            }
+            segment.reverse();
+            page.extend(segment);
+            match branch.from {
+                Some(from) => cut = from,
+                None => break,
             }
         }
-        page.reverse();
         page
     }
 
-    /// The retained checkpoint with this seq.
+    /// The retained checkpoint with this seq, on any branch.
     pub fn checkpoint_at(&self, seq: u64) -> Option<Checkpoint> {
-        let before = seq.checked_add(1)?;
-        self.history_page(Some(before), 1)
-            .into_iter()
-            .find(|cp| cp.seq == seq)
+        if Some(seq) == self.head_seq {
+            return self.latest();
+        }
+        let (branch, step) = self.find(seq)?;
+        Some(branch.state_at(seq).checkpoint(step))
     }
 
-    /// Every retained checkpoint with its full state, oldest first.
+    /// Every retained checkpoint of the current branch with its full state, oldest
+    /// first.
     pub fn history(&self) -> Vec<Checkpoint> {
-        let mut state = self.base.clone();
-        self.steps
-            .iter()
-            .map(|step| {
-                state.apply(&step.ops, &step.values);
-                state.checkpoint(step)
-            })
-            .collect()
+        let mut all = self.branch_page(None, None, usize::MAX);
+        all.reverse();
+        all
     }
 }
 

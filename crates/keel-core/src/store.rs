@@ -33,8 +33,21 @@ pub enum StoreError {
 /// One saved step of a thread, as read back: the full state at that point.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// Position in the thread's history, from 0, assigned by the checkpointer.
+    /// The checkpoint's id within its thread, from 0, assigned by the checkpointer: unique
+    /// across the thread's branches and increasing with time, so the newest checkpoint
+    /// has the highest seq.
     pub seq: u64,
+    /// The checkpoint this one follows: the previous step of its branch, or for a
+    /// branch's first step the checkpoint it forked from. `None` for the thread's first
+    /// checkpoint (and for one whose parent was never stored, such as a thread migrated
+    /// with its latest checkpoint only).
+    #[serde(default)]
+    pub parent: Option<u64>,
+    /// How many checkpoints come before this one on its branch (0 for the thread's
+    /// first): LangGraph's `step` plus one, since LangGraph numbers a thread's first,
+    /// empty checkpoint -1.
+    #[serde(default)]
+    pub depth: u64,
     /// The run that wrote it.
     pub run_id: String,
     /// Which node wrote it (`input`, `model`, `tools`, `<Middleware>.<hook>`).
@@ -95,18 +108,25 @@ pub enum PutOutcome {
 /// `put` is a compare-and-swap on the thread's head: two writers that read the same head
 /// cannot both append to it, so the second gets [`PutOutcome::Conflict`] and no message
 /// of the first is ever overwritten, in one process or across many sharing a database.
+///
+/// Checkpoints form a tree (LangGraph's time travel): [`fork`](Self::fork) starts a new
+/// branch from any earlier checkpoint, and that branch's newest checkpoint becomes the
+/// thread's head, so the thread's state and its next run follow the newest branch. Older
+/// branches are never changed and stay readable ([`checkpoint_at`](Self::checkpoint_at),
+/// [`branch_page`](Self::branch_page)). "History" means the current branch: the head and
+/// its ancestors.
 #[async_trait]
 pub trait Checkpointer: Send + Sync {
     /// Appends a step after `write.parent` if that is still the thread's head.
     async fn put(&self, thread_id: &str, write: CheckpointWrite) -> Result<PutOutcome, StoreError>;
     /// The newest checkpoint, with its full state.
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError>;
-    /// Every retained checkpoint with its full state, oldest first (a bounded
-    /// checkpointer documents how many it keeps).
+    /// Every retained checkpoint of the current branch (the head and its ancestors) with
+    /// its full state, oldest first (a bounded checkpointer documents how many it keeps).
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError>;
-    /// Up to `limit` retained checkpoints whose seq is below `before` (every one when
-    /// `None`), newest first, with their full state: the newest `limit` entries of
-    /// [`history`](Self::history) before `before`, in reverse.
+    /// Up to `limit` retained checkpoints of the current branch whose seq is below
+    /// `before` (every one when `None`), newest first, with their full state: the newest
+    /// `limit` entries of [`history`](Self::history) before `before`, in reverse.
     ///
     /// The default reads the whole history; the stores in this workspace rebuild the
     /// state once from their deltas and materialise only the checkpoints returned, so a
@@ -139,9 +159,70 @@ pub trait Checkpointer: Send + Sync {
             .into_iter()
             .find(|cp| cp.seq == seq))
     }
-    /// Deletes every checkpoint of a thread (part of deleting a session); returns how
-    /// many steps went. The thread starts again from seq 0.
+    /// Deletes every checkpoint of a thread, on every branch (part of deleting a
+    /// session); returns how many steps went. The thread starts again from seq 0.
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError>;
+
+    /// Starts a new branch: applies `write.update` to the state of checkpoint `from`
+    /// (any retained checkpoint of the thread) and stores the result as the thread's new
+    /// head, whose parent is `from`. `write.parent` is the head the writer read: the
+    /// write is a compare-and-swap on it, as for [`put`](Self::put), so of two writers
+    /// that read the same head exactly one moves it ([`PutOutcome::Conflict`] for the
+    /// other). Forking from the head is a `put`.
+    ///
+    /// A `from` the thread does not hold (or no longer keeps) is
+    /// [`StoreError::Invalid`]. The default supports no fork (only `from` equal to
+    /// `write.parent`); every store in this workspace implements it.
+    async fn fork(
+        &self,
+        thread_id: &str,
+        from: u64,
+        write: CheckpointWrite,
+    ) -> Result<PutOutcome, StoreError> {
+        if write.parent == Some(from) {
+            return self.put(thread_id, write).await;
+        }
+        Err(StoreError::Invalid(format!(
+            "checkpoint {from} is not the head of thread {thread_id:?} and this checkpointer cannot fork"
+        )))
+    }
+
+    /// Up to `limit` checkpoints of the branch that ends at `tip` (the current branch,
+    /// ending at the head, when `None`): `tip` and its retained ancestors whose seq is
+    /// below `before`, newest first, with their full state. A `tip` the thread does not
+    /// hold gives an empty page.
+    ///
+    /// The default serves a checkpointer without forks, whose history is one branch.
+    async fn branch_page(
+        &self,
+        thread_id: &str,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        let Some(tip) = tip else {
+            return self.history_page(thread_id, before, limit).await;
+        };
+        let end = before.map_or(tip.saturating_add(1), |b| b.min(tip.saturating_add(1)));
+        let page = self.history_page(thread_id, Some(end), limit).await?;
+        if page.first().is_some_and(|cp| cp.seq == tip) || before.is_some_and(|b| b <= tip) {
+            Ok(page)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
+    /// Copies every checkpoint of thread `from`, on every branch, to thread `to`, which
+    /// must hold none (`POST /threads/{id}/copy`); returns how many steps were copied.
+    /// The copy is independent: writing to either thread leaves the other unchanged.
+    ///
+    /// The default cannot copy ([`StoreError::Invalid`]); every store in this workspace
+    /// implements it.
+    async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        Err(StoreError::Invalid(format!(
+            "this checkpointer cannot copy thread {from:?} to {to:?}"
+        )))
+    }
 }
 
 /// The scope of chat history and session memory: `(flow_id, user_id, session_id,

@@ -158,7 +158,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
                 .patch(threads::patch)
                 .delete(threads::delete),
         )
-        .route("/threads/{thread_id}/state", get(threads::state))
+        .route(
+            "/threads/{thread_id}/state",
+            get(threads::state).post(threads::update_state),
+        )
+        .route("/threads/{thread_id}/copy", post(threads::copy))
         .route("/threads/{thread_id}/stream", get(thread_stream::join))
         .route(
             "/threads/{thread_id}/state/{checkpoint_id}",

@@ -127,7 +127,7 @@ fn status_of(events: &[(String, Value)]) -> Value {
 }
 
 #[tokio::test]
-async fn a_run_naming_the_head_checkpoint_is_accepted_and_an_earlier_one_is_refused() {
+async fn a_run_naming_the_head_checkpoint_continues_and_an_earlier_one_forks() {
     let app = app();
     let t = thread(&app).await;
     let (status, events, text) = stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
@@ -161,16 +161,45 @@ async fn a_run_naming_the_head_checkpoint_is_accepted_and_an_earlier_one_is_refu
         6
     );
 
-    // An earlier checkpoint (a fork) is refused, saying so.
+    // An earlier checkpoint forks: the new branch starts from the state before "two".
     let (status, body) = call(
         &app,
         "POST",
         &format!("/threads/{t}/runs/stream"),
-        Some(ui_body(json!({"input": human("three"), "checkpoint": cp}))),
+        Some(ui_body(
+            json!({"input": human("three"), "checkpoint": cp.clone()}),
+        )),
     )
     .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert!(body.contains("earlier checkpoint"), "{body}");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let now = state(&app, &t).await;
+    let texts: Vec<&str> = now["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"three") && !texts.contains(&"two"),
+        "{texts:?}"
+    );
+    // The current branch runs through the checkpoint forked from.
+    let (status, branch) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/history"),
+        Some(json!({"limit": 100})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{branch}");
+    assert!(
+        json(&branch)
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["checkpoint"]["checkpoint_id"] == cp["checkpoint_id"]),
+        "{branch}"
+    );
     // A checkpoint the thread never had, or of another namespace.
     for (checkpoint, expect) in [
         (

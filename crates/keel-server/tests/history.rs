@@ -85,12 +85,12 @@ async fn thread_with_runs(runs: usize) -> (Router, String, Arc<NoWholeHistory>) 
     (app, thread, checkpointer)
 }
 
-fn steps(states: &Value) -> Vec<u64> {
+fn steps(states: &Value) -> Vec<i64> {
     states
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["metadata"]["step"].as_u64().unwrap())
+        .map(|s| s["metadata"]["step"].as_i64().unwrap())
         .collect()
 }
 
@@ -122,7 +122,8 @@ async fn history_reads_only_the_page_it_returns() {
         None,
     )
     .await;
-    assert_eq!(steps(&json(&text)), [0]);
+    // The thread's first checkpoint is the empty step -1.
+    assert_eq!(steps(&json(&text)), [-1]);
 
     // A metadata filter pages through the history until enough match (inputs are the
     // even steps), across more than one page.
@@ -134,7 +135,7 @@ async fn history_reads_only_the_page_it_returns() {
         Some(json!({"limit": 20, "metadata": {"source": "input"}})),
     )
     .await;
-    let want: Vec<u64> = (0..25).rev().map(|i| 2 * i).take(20).collect();
+    let want: Vec<i64> = (0..25).rev().map(|i| 2 * i).take(20).collect();
     assert_eq!(steps(&json(&text)), want);
     let (_, text) = call(
         &app,
@@ -144,7 +145,8 @@ async fn history_reads_only_the_page_it_returns() {
         Some(json!({"limit": 100, "metadata": {"source": "input"}})),
     )
     .await;
-    assert_eq!(steps(&json(&text)).len(), 25);
+    // Every run's input, and the empty first checkpoint.
+    assert_eq!(steps(&json(&text)).len(), 26);
     let (_, text) = call(
         &app,
         "POST",
@@ -160,7 +162,7 @@ async fn history_reads_only_the_page_it_returns() {
 async fn state_at_a_checkpoint_reads_that_checkpoint_only() {
     let (app, thread, checkpointer) = thread_with_runs(3).await;
     checkpointer.materialised.store(0, Ordering::Relaxed);
-    let id = "00000000-0000-4000-8000-000000000002";
+    let id = "00000000-0000-4000-8000-000000000003";
     let (status, text) = call(
         &app,
         "GET",
@@ -172,7 +174,8 @@ async fn state_at_a_checkpoint_reads_that_checkpoint_only() {
     assert_eq!(status, StatusCode::OK, "{text}");
     let state = json(&text);
     assert_eq!(state["checkpoint"]["checkpoint_id"], id);
-    // Step 2 is the second run's input: q0, its answer, q1.
+    // Seq 3 (after the empty first checkpoint) is the second run's input: q0, its
+    // answer, q1.
     assert_eq!(state["values"]["messages"].as_array().unwrap().len(), 3);
     assert_eq!(checkpointer.materialised.load(Ordering::Relaxed), 1);
     let (status, _) = call(

@@ -73,6 +73,7 @@ pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
     checkpoints_append_only(&*store).await?;
     checkpoint_pages(&*store).await?;
     checkpoint_compare_and_swap(&*store).await?;
+    checkpoint_forks(&*store).await?;
     summary_cache(&*store).await?;
     migrations_rerun(&*store).await?;
     concurrent_cas(store.clone(), 64).await?;
@@ -1106,6 +1107,354 @@ pub async fn checkpoint_pages<S: Storage>(store: &S) -> Checked {
         empty.is_empty(),
         "an unknown thread has a page: {empty:?}"
     );
+    Ok(())
+}
+
+/// The ids of each checkpoint's messages.
+fn message_ids(cps: &[keel_core::store::Checkpoint]) -> Vec<Vec<String>> {
+    cps.iter()
+        .map(|c| c.messages.iter().map(|m| m.id().to_owned()).collect())
+        .collect()
+}
+
+/// Time travel: `fork` starts a branch from any checkpoint (nested forks too), whose
+/// first step's parent is that checkpoint and which becomes the head; the current
+/// branch's history follows parents back to the thread's first checkpoint, while older
+/// branches keep their states ([`checkpoint_at`](keel_core::store::Checkpointer::checkpoint_at),
+/// [`branch_page`](keel_core::store::Checkpointer::branch_page)). A fork is a
+/// compare-and-swap on the head (of two concurrent forks exactly one is stored), a fork
+/// from a checkpoint the thread lacks or with an invalid update is `Invalid`, a copy is
+/// independent of its source, and deleting the thread deletes every branch.
+pub async fn checkpoint_forks<S: Storage>(store: &S) -> Checked {
+    const C: &str = "checkpoint_forks";
+    let ns = namespace();
+    let thread = format!("{ns}-thread");
+    let m = |id: &str| Message::human(format!("text {id}")).with_id(id);
+    let seqs = |cps: &[keel_core::store::Checkpoint]| cps.iter().map(|c| c.seq).collect::<Vec<_>>();
+    // 0: empty, 1: [h1], 2: [h1 a1] k=1, 3: [h1 a1 h2 a2].
+    let line = [
+        StateUpdate::default(),
+        StateUpdate::messages([m("h1")]),
+        StateUpdate {
+            messages: StateUpdate::messages([m("a1")]).messages,
+            values: StateUpdate::value("k", json!(1)).values,
+        },
+        StateUpdate::messages([m("h2"), m("a2")]),
+    ];
+    for (i, update) in line.into_iter().enumerate() {
+        let parent = i.checked_sub(1).map(|p| p as u64);
+        call(
+            C,
+            "put",
+            store.put(&thread, step(parent, "input", update)).await,
+        )?;
+    }
+    let before_fork = call(C, "history", store.history(&thread).await)?;
+    // Editing the first message: a fork from the empty first checkpoint.
+    let out = call(
+        C,
+        "fork",
+        store
+            .fork(
+                &thread,
+                0,
+                step(Some(3), "input", StateUpdate::messages([m("x")])),
+            )
+            .await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Saved { seq: 4 },
+        "the first fork gave {out:?}"
+    );
+    let head = call(C, "latest", store.latest(&thread).await)?;
+    ensure!(
+        C,
+        head.as_ref().map(|h| (
+            h.seq,
+            h.parent,
+            h.depth,
+            message_ids(std::slice::from_ref(h))
+        )) == Some((4, Some(0), 1, vec![vec!["x".to_owned()]])),
+        "the fork's head is {head:?}"
+    );
+    ensure!(
+        C,
+        head.as_ref().is_some_and(|h| h.values.is_empty()),
+        "the fork from an empty checkpoint has values {:?}",
+        head.map(|h| h.values)
+    );
+    // A fork from the middle, then a step on the new branch.
+    let edit = StateUpdate::messages([Message::ai("text a1 again").with_id("a1"), m("c")]);
+    let out = call(
+        C,
+        "fork",
+        store.fork(&thread, 2, step(Some(4), "update", edit)).await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Saved { seq: 5 },
+        "the second fork gave {out:?}"
+    );
+    let drop_h1 = StateUpdate {
+        messages: vec![MessageOp::Remove { id: "h1".into() }],
+        values: StateUpdate::value("k", json!(2)).values,
+    };
+    let out = call(
+        C,
+        "put",
+        store.put(&thread, step(Some(5), "model", drop_h1)).await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Saved { seq: 6 },
+        "a step on the branch gave {out:?}"
+    );
+    let history = call(C, "history", store.history(&thread).await)?;
+    ensure!(
+        C,
+        seqs(&history) == [0, 1, 2, 5, 6]
+            && history.iter().map(|c| c.parent).collect::<Vec<_>>()
+                == [None, Some(0), Some(1), Some(2), Some(5)]
+            && history.iter().map(|c| c.depth).collect::<Vec<_>>() == [0, 1, 2, 3, 4],
+        "the current branch is {:?} with parents {:?} and depths {:?}",
+        seqs(&history),
+        history.iter().map(|c| c.parent).collect::<Vec<_>>(),
+        history.iter().map(|c| c.depth).collect::<Vec<_>>()
+    );
+    let texts: Vec<String> = history[3]
+        .messages
+        .iter()
+        .map(|m| m.text().into_owned())
+        .collect();
+    ensure!(
+        C,
+        message_ids(&history[3..]) == [vec!["h1", "a1", "c"], vec!["a1", "c"]]
+            && texts[1] == "text a1 again"
+            && history[3].values.get("k") == Some(&json!(1))
+            && history[4].values.get("k") == Some(&json!(2)),
+        "the branch's states are {:?} with values {:?}",
+        message_ids(&history[3..]),
+        history[3..].iter().map(|c| &c.values).collect::<Vec<_>>()
+    );
+    // A nested fork from the second branch, clearing everything.
+    let clear = StateUpdate {
+        messages: vec![MessageOp::RemoveAll, MessageOp::Upsert { message: m("z") }],
+        ..Default::default()
+    };
+    let out = call(
+        C,
+        "fork",
+        store.fork(&thread, 5, step(Some(6), "update", clear)).await,
+    )?;
+    ensure!(
+        C,
+        out == PutOutcome::Saved { seq: 7 },
+        "the nested fork gave {out:?}"
+    );
+    let page = call(
+        C,
+        "history_page",
+        store.history_page(&thread, None, 10).await,
+    )?;
+    ensure!(
+        C,
+        seqs(&page) == [7, 5, 2, 1, 0] && message_ids(&page[..1]) == [vec!["z"]],
+        "after the nested fork the current branch is {:?} ({:?})",
+        seqs(&page),
+        message_ids(&page)
+    );
+    let page = call(
+        C,
+        "history_page",
+        store.history_page(&thread, Some(5), 2).await,
+    )?;
+    ensure!(
+        C,
+        seqs(&page) == [2, 1],
+        "a page before 5 is {:?}",
+        seqs(&page)
+    );
+    // Older branches are unchanged, and readable by checkpoint and by branch.
+    for cp in &before_fork {
+        let got = call(
+            C,
+            "checkpoint_at",
+            store.checkpoint_at(&thread, cp.seq).await,
+        )?;
+        ensure!(
+            C,
+            got.as_ref() == Some(cp),
+            "checkpoint {} changed after the forks: {got:?}, was {cp:?}",
+            cp.seq
+        );
+    }
+    for (tip, before, want) in [
+        (Some(3), None, vec![3, 2, 1, 0]),
+        (Some(3), Some(2), vec![1, 0]),
+        (Some(6), None, vec![6, 5, 2, 1, 0]),
+        (Some(4), None, vec![4, 0]),
+        (None, None, vec![7, 5, 2, 1, 0]),
+        (Some(99), None, vec![]),
+    ] {
+        let got = call(
+            C,
+            "branch_page",
+            store.branch_page(&thread, tip, before, 10).await,
+        )?;
+        ensure!(
+            C,
+            seqs(&got) == want,
+            "branch_page({tip:?}, before {before:?}) is {:?}, want {want:?}",
+            seqs(&got)
+        );
+    }
+    let six = call(C, "checkpoint_at", store.checkpoint_at(&thread, 6).await)?;
+    ensure!(
+        C,
+        six.as_ref().map(|c| message_ids(std::slice::from_ref(c)))
+            == Some(vec![vec!["a1".to_owned(), "c".to_owned()]]),
+        "checkpoint 6 is {six:?}"
+    );
+    // Compare-and-swap and validation: nothing is written.
+    for (parent, from) in [(Some(6), 1), (Some(3), 2), (None, 1)] {
+        let out = call(
+            C,
+            "fork",
+            store
+                .fork(
+                    &thread,
+                    from,
+                    step(parent, "input", StateUpdate::messages([m("lost")])),
+                )
+                .await,
+        )?;
+        ensure!(
+            C,
+            out == PutOutcome::Conflict { head: Some(7) },
+            "a fork after a stale head {parent:?} gave {out:?}"
+        );
+    }
+    let unknown = store
+        .fork(
+            &thread,
+            99,
+            step(Some(7), "input", StateUpdate::messages([m("lost")])),
+        )
+        .await;
+    ensure!(
+        C,
+        is_invalid(&unknown),
+        "a fork from checkpoint 99 gave {unknown:?}"
+    );
+    let bad = StateUpdate {
+        messages: vec![MessageOp::Remove { id: "x".into() }],
+        ..Default::default()
+    };
+    let r = store.fork(&thread, 3, step(Some(7), "input", bad)).await;
+    ensure!(
+        C,
+        is_invalid(&r),
+        "a fork removing a message its base lacks gave {r:?}"
+    );
+    // Two forks from the same checkpoint after the same head: exactly one is stored.
+    let (a, b) = tokio::join!(
+        store.fork(
+            &thread,
+            1,
+            step(Some(7), "input", StateUpdate::messages([m("p")]))
+        ),
+        store.fork(
+            &thread,
+            1,
+            step(Some(7), "input", StateUpdate::messages([m("q")]))
+        ),
+    );
+    let (a, b) = (call(C, "fork", a)?, call(C, "fork", b)?);
+    let saved = [a, b]
+        .iter()
+        .filter(|o| **o == PutOutcome::Saved { seq: 8 })
+        .count();
+    ensure!(
+        C,
+        saved == 1 && [a, b].contains(&PutOutcome::Conflict { head: Some(8) }),
+        "two forks after one head gave {a:?} and {b:?}"
+    );
+    let page = call(
+        C,
+        "history_page",
+        store.history_page(&thread, None, 10).await,
+    )?;
+    ensure!(
+        C,
+        seqs(&page) == [8, 1, 0],
+        "after the race the branch is {:?}",
+        seqs(&page)
+    );
+    // A copy holds every branch and is independent of its source.
+    let copy = format!("{ns}-copy");
+    let copied = call(C, "copy_thread", store.copy_thread(&thread, &copy).await)?;
+    ensure!(C, copied == 9, "copy_thread copied {copied} steps, want 9");
+    let (src, dst) = (
+        call(C, "latest", store.latest(&thread).await)?,
+        call(C, "latest", store.latest(&copy).await)?,
+    );
+    ensure!(
+        C,
+        src == dst && src.is_some(),
+        "the copy's head {dst:?} is not {src:?}"
+    );
+    let three = call(C, "checkpoint_at", store.checkpoint_at(&copy, 3).await)?;
+    ensure!(
+        C,
+        three.as_ref() == before_fork.get(3),
+        "the copy's checkpoint 3 is {three:?}"
+    );
+    call(
+        C,
+        "fork",
+        store
+            .fork(
+                &copy,
+                2,
+                step(Some(8), "input", StateUpdate::messages([m("y")])),
+            )
+            .await,
+    )?;
+    let src_after = call(C, "latest", store.latest(&thread).await)?;
+    ensure!(
+        C,
+        src_after == src,
+        "writing the copy changed its source: {src_after:?}"
+    );
+    let again = store.copy_thread(&thread, &copy).await;
+    ensure!(
+        C,
+        is_invalid(&again),
+        "copying onto a thread with checkpoints gave {again:?}"
+    );
+    // Deleting a thread deletes every branch.
+    let deleted = call(C, "delete_thread", store.delete_thread(&thread).await)?;
+    ensure!(
+        C,
+        deleted == 9,
+        "delete_thread deleted {deleted} steps, want 9"
+    );
+    for seq in [3, 6, 8] {
+        let got = call(C, "checkpoint_at", store.checkpoint_at(&thread, seq).await)?;
+        ensure!(
+            C,
+            got.is_none(),
+            "checkpoint {seq} survived the deletion: {got:?}"
+        );
+    }
+    let copy_left = call(C, "latest", store.latest(&copy).await)?;
+    ensure!(
+        C,
+        copy_left.is_some_and(|c| c.seq == 9),
+        "deleting the source touched the copy"
+    );
+    call(C, "delete_thread", store.delete_thread(&copy).await)?;
     Ok(())
 }
 

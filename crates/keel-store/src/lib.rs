@@ -90,6 +90,12 @@
 //!   versions. A replacement under the same id closes the old version and opens one at
 //!   the same position, so every step's state stays readable. These columns are `TEXT`
 //!   on both dialects (never queried inside), so both run the same statements.
+//! - Checkpoint branches (migration 0003, time travel): `checkpoint_steps` gains
+//!   `parent_seq`, `branch` (the seq of the branch's first step, 0 for the first branch)
+//!   and `depth`; `checkpoint_entries` and `checkpoint_heads` gain `branch`. A fork's
+//!   first step copies its fork point's entries into the new branch with one
+//!   `INSERT ... SELECT`, then every step of the branch costs what it changed and touches
+//!   that branch only; the head row names the current branch, the only one written again.
 //! - `checkpoint_messages` and `checkpoints` (migration 0001): the earlier layout, a
 //!   content-addressed message per row and a list of hashes per step. Migration 0002
 //!   carries each thread's latest checkpoint over; older steps stay readable there.

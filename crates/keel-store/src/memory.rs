@@ -158,6 +158,56 @@ impl Checkpointer for MemoryStore {
             .and_then(|log| log.head_seq())
             .map_or(0, |seq| seq + 1))
     }
+
+    async fn fork(
+        &self,
+        thread_id: &str,
+        from: u64,
+        write: CheckpointWrite,
+    ) -> Result<PutOutcome, StoreError> {
+        check_checkpoint(thread_id, &write)?;
+        let mut inner = self.inner.lock();
+        match inner.checkpoints.get_mut(thread_id) {
+            Some(log) => log.fork(from, write),
+            None if write.parent.is_some() => Ok(PutOutcome::Conflict { head: None }),
+            None => Err(StoreError::Invalid(format!(
+                "checkpoint {from} is not a checkpoint of thread {thread_id:?}, which has none"
+            ))),
+        }
+    }
+
+    async fn branch_page(
+        &self,
+        thread_id: &str,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .map(|log| log.branch_page(tip, before, limit))
+            .unwrap_or_default())
+    }
+
+    async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        check::text("thread_id", from)?;
+        check::text("thread_id", to)?;
+        let mut inner = self.inner.lock();
+        if inner.checkpoints.contains_key(to) {
+            return Err(StoreError::Invalid(format!(
+                "thread {to:?} already has checkpoints; a copy needs a thread without any"
+            )));
+        }
+        let Some(log) = inner.checkpoints.get(from).cloned() else {
+            return Ok(0);
+        };
+        let steps = log.retained() as u64;
+        inner.checkpoints.insert(to.to_owned(), log);
+        Ok(steps)
+    }
 }
 
 #[async_trait]

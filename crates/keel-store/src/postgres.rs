@@ -43,7 +43,7 @@ const QUERIES: Queries = Queries {
              updated_at_ms = excluded.updated_at_ms",
     // PostgreSQL's planner picks the partial index on (thread_id, message_id) itself.
     entry_live: "SELECT position, added_seq FROM checkpoint_entries \
-             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL",
+             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL AND branch = $3",
 };
 
 /// The embedded migrations, in order. Expand-only. sqlx takes an advisory lock while
@@ -62,6 +62,13 @@ fn migrator() -> Migrator {
             "checkpoint deltas".into(),
             MigrationType::Simple,
             include_str!("../migrations/postgres/0002_checkpoint_deltas.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            3,
+            "checkpoint branches".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0003_checkpoint_branches.sql").into_sql_str(),
             false,
         ),
     ])

@@ -45,7 +45,7 @@ const QUERIES: Queries = Queries {
     // every entry of the thread for each message written.
     entry_live: "SELECT position, added_seq FROM checkpoint_entries \
              INDEXED BY checkpoint_entries_live \
-             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL",
+             WHERE thread_id = $1 AND message_id = $2 AND removed_seq IS NULL AND branch = $3",
 };
 
 /// The embedded migrations, in order. Expand-only.
@@ -85,6 +85,13 @@ fn migrator() -> Migrator {
             "checkpoint deltas".into(),
             MigrationType::Simple,
             include_str!("../migrations/sqlite/0002_checkpoint_deltas.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            3,
+            "checkpoint branches".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0003_checkpoint_branches.sql").into_sql_str(),
             false,
         ),
     ])
@@ -342,6 +349,7 @@ mod tests {
         )))
         .bind("t")
         .bind("m")
+        .bind(0_i64)
         .fetch_all(store.pool())
         .await
         .unwrap();

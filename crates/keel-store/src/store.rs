@@ -212,6 +212,29 @@ impl Checkpointer for Store {
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
         dispatch!(self, s => s.delete_thread(thread_id).await)
     }
+
+    async fn fork(
+        &self,
+        thread_id: &str,
+        from: u64,
+        write: CheckpointWrite,
+    ) -> Result<PutOutcome, StoreError> {
+        dispatch!(self, s => s.fork(thread_id, from, write).await)
+    }
+
+    async fn branch_page(
+        &self,
+        thread_id: &str,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        dispatch!(self, s => s.branch_page(thread_id, tip, before, limit).await)
+    }
+
+    async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.copy_thread(from, to).await)
+    }
 }
 
 #[async_trait]

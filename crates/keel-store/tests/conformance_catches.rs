@@ -25,6 +25,8 @@ enum Bug {
     CheckpointLastWriterWins,
     /// Stamps recorded messages with the caller's clock, not after the newest row.
     StampsAtTheClock,
+    /// A fork ignores the checkpoint it starts from and continues the head.
+    ForkContinuesTheHead,
     /// No bug: the trait's default methods (`append_stamped`) over a correct store.
     None,
 }
@@ -74,6 +76,27 @@ impl Checkpointer for Buggy {
     }
     async fn delete_thread(&self, t: &str) -> Result<u64, StoreError> {
         self.inner.delete_thread(t).await
+    }
+    async fn fork(&self, t: &str, from: u64, w: CheckpointWrite) -> Result<PutOutcome, StoreError> {
+        if let Bug::ForkContinuesTheHead = self.bug {
+            return self.inner.put(t, w).await;
+        }
+        self.inner.fork(t, from, w).await
+    }
+    async fn checkpoint_at(&self, t: &str, seq: u64) -> Result<Option<Checkpoint>, StoreError> {
+        self.inner.checkpoint_at(t, seq).await
+    }
+    async fn branch_page(
+        &self,
+        t: &str,
+        tip: Option<u64>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        self.inner.branch_page(t, tip, before, limit).await
+    }
+    async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+        self.inner.copy_thread(from, to).await
     }
 }
 
@@ -303,6 +326,12 @@ async fn a_checkpoint_without_a_parent_check_is_caught() {
 async fn stamping_with_the_clock_is_caught() {
     let f = failure(Bug::StampsAtTheClock).await;
     assert_eq!(f.check, "stamped_history", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_that_continues_the_head_is_caught() {
+    let f = failure(Bug::ForkContinuesTheHead).await;
+    assert_eq!(f.check, "checkpoint_forks", "{f}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -104,6 +104,8 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "chat_messages_by_position",
         "checkpoint_entries",
         "checkpoint_entries_live",
+        "checkpoint_entries_by_branch",
+        "checkpoint_steps_by_branch",
         "checkpoint_heads",
         "checkpoint_messages",
         "checkpoint_steps",
@@ -128,7 +130,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 2);
+    assert_eq!(applied, 3);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

@@ -81,7 +81,7 @@ const NOT_SUPPORTED: [(&str, &str); 8] = [
     ),
     (
         "state.fork",
-        "runs continue from the thread's latest state; forking from a checkpoint is not supported",
+        "fork with a run that names the checkpoint (POST /threads/{thread_id}/runs, checkpoint_id) or with POST /threads/{thread_id}/state",
     ),
 ];
 

@@ -268,7 +268,7 @@ fn without_unstreamed(stream_mode: Option<Value>) -> (Option<Value>, Vec<&'stati
 /// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
 /// object's (LangGraph's `{checkpoint_id, checkpoint_ns, checkpoint_map}`, what
 /// agent-chat-ui's `useStream` sends with every message). `None`: the thread's head.
-fn checkpoint_of(
+pub(crate) fn checkpoint_of(
     checkpoint: &Option<Value>,
     checkpoint_id: &Option<Value>,
 ) -> Result<Option<String>, ApiError> {
@@ -317,30 +317,41 @@ fn checkpoint_of(
     }
 }
 
-/// A run may start from the thread's head only (forking from an earlier checkpoint is
-/// not supported): naming the head, as LangGraph clients do on every message, is the
-/// same as naming none.
-async fn check_from_head(app: &AppState, thread_id: &str, id: &str) -> Result<(), ApiError> {
+/// The checkpoint a run starts from: `None` for the thread's head (what LangGraph
+/// clients name with every message, the same as naming none), its seq for an earlier
+/// checkpoint of the thread (the run forks: a new branch whose parent it is). An id the
+/// thread does not hold is a 422 naming it.
+pub(crate) async fn fork_point(
+    app: &AppState,
+    thread_id: &str,
+    id: &str,
+) -> Result<Option<u64>, ApiError> {
     let wanted = parse_checkpoint_id(id)?;
-    let head = app
-        .manager
-        .agent()
-        .checkpointer()
+    let checkpointer = app.manager.agent().checkpointer();
+    let head = checkpointer
         .latest(thread_id)
         .await
         .map_err(|e| ApiError::storage("reading the thread", e))?
         .map(|cp| cp.seq);
-    match head {
-        Some(seq) if seq == wanted => Ok(()),
-        Some(seq) if wanted < seq => Err(ApiError::Invalid(format!(
-            "checkpoint_id {id:?} is an earlier checkpoint of thread {}; starting from an earlier checkpoint (a fork) is not supported, runs continue from its latest checkpoint {:?}",
+    if head == Some(wanted) {
+        return Ok(None);
+    }
+    let held = checkpointer
+        .checkpoint_at(thread_id, wanted)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's history", e))?
+        .is_some();
+    if held {
+        Ok(Some(wanted))
+    } else {
+        Err(ApiError::Invalid(format!(
+            "checkpoint_id {id:?} is not a checkpoint of thread {}; runs start from one of the thread's checkpoints (its head: {})",
             public_thread_id(thread_id),
-            checkpoint_id(seq)
-        ))),
-        Some(_) | None => Err(ApiError::Invalid(format!(
-            "checkpoint_id {id:?} is not a checkpoint of thread {}",
-            public_thread_id(thread_id)
-        ))),
+            head.map_or_else(
+                || "none yet".to_owned(),
+                |seq| format!("{:?}", checkpoint_id(seq))
+            )
+        )))
     }
 }
 
@@ -484,6 +495,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         from_checkpoint,
         run: NewRun {
             input,
+            from_checkpoint: None,
             resume,
             modes,
             metadata,
@@ -546,7 +558,12 @@ async fn start_keeping(
         },
     };
     if let Some(id) = &parsed.from_checkpoint {
-        check_from_head(app, &thread_id, id).await?;
+        parsed.run.from_checkpoint = fork_point(app, &thread_id, id).await?;
+    }
+    if parsed.run.from_checkpoint.is_some() && parsed.run.resume.is_some() {
+        return Err(ApiError::Invalid(
+            "command with an earlier checkpoint: a command applies to the thread's head; a run from an earlier checkpoint (a fork) takes input only".into(),
+        ));
     }
     match &parsed.run.resume {
         Some(RunCommand::Decide(decisions)) => {
@@ -554,6 +571,8 @@ async fn start_keeping(
         }
         Some(RunCommand::Resolve) => check_resume(app, &thread_id, None).await?,
         Some(RunCommand::Update(_)) => check_update(app, &thread_id, &mut parsed.run).await?,
+        // A fork starts from its own checkpoint: the head's pending review is not its.
+        None if parsed.run.from_checkpoint.is_some() => {}
         None => {
             let input = std::mem::take(&mut parsed.run.input);
             parsed.run.input = answer_pending(app, &thread_id, input).await?;

@@ -21,6 +21,13 @@ use crate::wire::state_to_values;
 /// The most threads or checkpoints one page returns.
 const MAX_PAGE: usize = 1000;
 
+/// The node of a checkpoint written by `POST /threads/{id}/state` (`update:<as_node>`
+/// when the request names one).
+const UPDATE_NODE: &str = "update";
+
+/// The nodes `as_node` may name.
+const AS_NODES: [&str; 3] = ["model", "tools", "input"];
+
 /// A checkpoint's id: a UUID-shaped string carrying its position, so ids sort like the
 /// checkpoints and read back without a lookup table.
 pub fn checkpoint_id(seq: u64) -> String {
@@ -80,7 +87,7 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             "checkpoint": checkpoint_ref(thread_id, cp.seq),
             "metadata": metadata_of(thread_id, cp),
             "created_at": rfc3339(cp.created_at_ms),
-            "parent_checkpoint": cp.seq.checked_sub(1).map(|p| checkpoint_ref(thread_id, p)),
+            "parent_checkpoint": cp.parent.map(|p| checkpoint_ref(thread_id, p)),
             "interrupts": interrupts,
             })
         }
@@ -90,9 +97,18 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
 /// A checkpoint's `metadata` (what `POST /history` filters on): from the step's header,
 /// never its messages.
 fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
+    let source = match cp.node.as_str() {
+        "input" => "input",
+        UPDATE_NODE => "update",
+        node if node.starts_with(UPDATE_NODE) && node[UPDATE_NODE.len()..].starts_with(':') => {
+            "update"
+        }
+        _ => "loop",
+    };
     json!({
-        "source": if cp.node == "input" { "input" } else { "loop" },
-        "step": cp.seq,
+        "source": source,
+        // LangGraph numbers a thread's first, empty checkpoint -1.
+        "step": i64::try_from(cp.depth).map_or(i64::MAX, |d| d - 1),
         "writes": null,
         "node": cp.node,
         "run_id": cp.run_id,
@@ -593,16 +609,15 @@ pub async fn history_post(
             ));
         }
     };
-    if body.checkpoint.as_ref().is_some_and(|c| !c.is_null()) {
-        return Err(ApiError::Invalid(
-            "checkpoint is not supported in history; use before".into(),
-        ));
-    }
+    // The branch ending at `checkpoint` (the current branch when absent).
+    let tip = crate::routes::runs::checkpoint_of(&body.checkpoint, &None)?
+        .map(|id| parse_checkpoint_id(&id))
+        .transpose()?;
     history(
         &app,
         &thread_id,
         body.limit.unwrap_or(10),
-        before,
+        (tip, before),
         body.metadata.unwrap_or_default(),
     )
     .await
@@ -621,17 +636,19 @@ pub async fn history_get(
         &app,
         &thread_id,
         query.usize_or("limit", 10)?,
-        before,
+        (None, before),
         Map::new(),
     )
     .await
 }
 
+/// Up to `limit` states of the branch ending at `tip` (the current branch when `None`),
+/// newest first, below `before`, whose metadata holds every pair of `metadata`.
 async fn history(
     app: &AppState,
     thread_id: &str,
     limit: usize,
-    before: Option<u64>,
+    (tip, before): (Option<u64>, Option<u64>),
     metadata: Map<String, Value>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = limit.min(MAX_PAGE);
@@ -647,7 +664,7 @@ async fn history(
     let mut before = before;
     while states.len() < limit {
         let page = checkpointer
-            .history_page(thread_id, before, page_size)
+            .branch_page(thread_id, tip, before, page_size)
             .await
             .map_err(|e| ApiError::storage("reading the thread's history", e))?;
         for cp in &page {
@@ -667,6 +684,202 @@ async fn history(
         }
     }
     Ok(Json(Value::Array(states)))
+}
+
+/// The body of `POST /threads/{thread_id}/state`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct UpdateStateBody {
+    values: Option<Value>,
+    as_node: Option<Value>,
+    checkpoint: Option<Value>,
+    checkpoint_id: Option<Value>,
+}
+
+/// The message ops of `values` in `POST /threads/{id}/state`: `{"messages": ...}` (a
+/// list, one message or a string), applied with the add-messages reducer: a message
+/// whose id the state holds replaces it, a LangChain `RemoveMessage` (`{"type":
+/// "remove", "id"}`, id `__remove_all__` for every message) removes, others append.
+fn update_ops(values: &Option<Value>) -> Result<Vec<keel_core::state::MessageOp>, ApiError> {
+    use keel_core::state::MessageOp;
+    let fields = match values {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(fields)) => fields,
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "values must be an object like {{\"messages\": [...]}}, not {}",
+                crate::wire::kind(other)
+            )));
+        }
+    };
+    let mut ops = Vec::new();
+    for (key, value) in fields {
+        if key != "messages" {
+            return Err(ApiError::Invalid(format!(
+                "values.{key}: this agent's state takes only messages"
+            )));
+        }
+        let items: Vec<&Value> = match value {
+            Value::Array(items) => items.iter().collect(),
+            other => vec![other],
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let path = format!("values.messages[{i}]");
+            if item.get("type").and_then(Value::as_str) == Some("remove") {
+                let id = item
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty())
+                    .ok_or_else(|| {
+                        ApiError::Invalid(format!("{path}: a remove message needs an \"id\""))
+                    })?;
+                ops.push(if id == "__remove_all__" {
+                    MessageOp::RemoveAll
+                } else {
+                    MessageOp::Remove { id: id.to_owned() }
+                });
+                continue;
+            }
+            let mut message = crate::wire::messages_from_input(item, &path)
+                .map_err(ApiError::Invalid)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| ApiError::Invalid(format!("{path} holds no message")))?;
+            if message.id().is_empty() {
+                message.set_id(keel_core::message::new_id());
+            }
+            ops.push(MessageOp::Upsert { message });
+        }
+    }
+    Ok(ops)
+}
+
+/// `POST /threads/{thread_id}/state`: writes `values` as a node would (LangGraph's
+/// `update_state`), as a new checkpoint after the head, or after `checkpoint` (a fork,
+/// whose branch becomes the head). Answers `{"checkpoint": {...}}` naming the new
+/// checkpoint. Refused (409) while a run of the thread is active.
+pub async fn update_state(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+    JsonBody(body): JsonBody<UpdateStateBody>,
+) -> Result<Json<Value>, ApiError> {
+    use keel_core::state::StateUpdate;
+    use keel_core::store::{CheckpointWrite, PutOutcome};
+    let thread = owned(&app, &owner, &thread_id).await?;
+    let key = thread.thread_id.as_str();
+    let node = match &body.as_node {
+        None | Some(Value::Null) => UPDATE_NODE.to_owned(),
+        Some(Value::String(n)) if AS_NODES.contains(&n.as_str()) => format!("{UPDATE_NODE}:{n}"),
+        Some(other) => {
+            return Err(ApiError::Invalid(format!(
+                "as_node {other} is not a node of this agent; use one of {}",
+                AS_NODES.join(", ")
+            )));
+        }
+    };
+    let ops = update_ops(&body.values)?;
+    let from = match crate::routes::runs::checkpoint_of(&body.checkpoint, &body.checkpoint_id)? {
+        Some(id) => crate::routes::runs::fork_point(&app, key, &id).await?,
+        None => None,
+    };
+    if app.manager.is_busy(key).await? {
+        return Err(ApiError::Conflict(format!(
+            "thread {thread_id} is running a run; update its state once the run ends"
+        )));
+    }
+    let checkpointer = app.manager.agent().checkpointer();
+    let storage = |e| ApiError::storage("updating the thread's state", e);
+    let mut head = checkpointer
+        .latest(key)
+        .await
+        .map_err(storage)?
+        .map(|cp| cp.seq);
+    let write = |parent, node: &str, update| CheckpointWrite {
+        parent,
+        run_id: keel_core::message::new_id(),
+        node: node.to_owned(),
+        update,
+        created_at_ms: now_ms(),
+    };
+    let conflict = || {
+        ApiError::Conflict(format!(
+            "thread {thread_id} changed while its state was updated; read it and try again"
+        ))
+    };
+    if head.is_none() {
+        // A thread's first checkpoint is empty, as a run writes it.
+        match checkpointer
+            .put(key, write(None, "input", StateUpdate::default()))
+            .await
+            .map_err(storage)?
+        {
+            PutOutcome::Saved { seq } => head = Some(seq),
+            PutOutcome::Conflict { .. } => return Err(conflict()),
+        }
+    }
+    let update = StateUpdate {
+        messages: ops,
+        ..Default::default()
+    };
+    let outcome = match from {
+        Some(from) => {
+            checkpointer
+                .fork(key, from, write(head, &node, update))
+                .await
+        }
+        None => checkpointer.put(key, write(head, &node, update)).await,
+    };
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(keel_core::store::StoreError::Invalid(e)) => {
+            return Err(ApiError::Invalid(format!("values: {e}")));
+        }
+        Err(e) => return Err(storage(e)),
+    };
+    match outcome {
+        PutOutcome::Saved { seq } => Ok(Json(json!({"checkpoint": checkpoint_ref(key, seq)}))),
+        PutOutcome::Conflict { .. } => Err(conflict()),
+    }
+}
+
+/// `POST /threads/{thread_id}/copy`: a new thread of the same owner with the source's
+/// metadata, status and every checkpoint (all branches); answers the new thread. What
+/// middleware keep per thread (session memory, cached summaries) is not copied: the
+/// copy's middleware start afresh.
+pub async fn copy(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let source = owned(&app, &owner, &thread_id).await?;
+    let record = new_thread(&app, &owner, None, source.metadata.clone()).await?;
+    let copied = app
+        .manager
+        .agent()
+        .checkpointer()
+        .copy_thread(&source.thread_id, &record.thread_id)
+        .await;
+    if let Err(e) = copied {
+        // Nothing of the copy is kept: its record goes with the failed copy.
+        if let Err(undo) = app
+            .registry
+            .delete_thread(&owner.0, &record.thread_id)
+            .await
+        {
+            tracing::error!("removing a failed copy's thread record: {undo}");
+        }
+        return Err(ApiError::storage("copying the thread's checkpoints", e));
+    }
+    let status = source.status;
+    let record = app
+        .registry
+        .update_thread(&owner.0, &record.thread_id, |t| t.status = status)
+        .await
+        .map_err(|e| ApiError::storage("copying the thread", e))?
+        .unwrap_or(record);
+    let values = current_values(&app, &record.thread_id).await?;
+    Ok(Json(record.to_json(values)))
 }
 
 #[cfg(test)]

@@ -152,6 +152,7 @@ struct Queued {
     live: Arc<LiveRun>,
     input: Vec<Message>,
     resume: Option<RunCommand>,
+    from: Option<u64>,
 }
 
 /// What [`RunManager::admit`] decided.
@@ -218,6 +219,9 @@ const FOLLOW_ORPHAN_CHECKS: u32 = 5;
 pub struct NewRun {
     /// Messages appended to the thread.
     pub input: Vec<Message>,
+    /// The earlier checkpoint the run forks from (a new branch whose parent it is);
+    /// `None`: the run continues the thread's head.
+    pub from_checkpoint: Option<u64>,
     /// The run's `command` (an answer to the thread's pending interrupt, or a state
     /// update), applied when the run starts; the input is then empty.
     pub resume: Option<RunCommand>,
@@ -391,7 +395,13 @@ impl RunManager {
                 .set_thread_status(thread_id, ThreadStatus::Busy)
                 .await,
         );
-        let admitted = match self.admit(thread_id, &live, run.input, run.resume, run.strategy) {
+        let admitted = match self.admit(
+            thread_id,
+            &live,
+            (run.input, run.from_checkpoint),
+            run.resume,
+            run.strategy,
+        ) {
             Ok(admitted) => admitted,
             Err(e) => {
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
@@ -427,7 +437,7 @@ impl RunManager {
         &self,
         thread_id: &str,
         live: &Arc<LiveRun>,
-        input: Vec<Message>,
+        (input, from): (Vec<Message>, Option<u64>),
         resume: Option<RunCommand>,
         strategy: Strategy,
     ) -> Result<Admitted, ApiError> {
@@ -438,6 +448,7 @@ impl RunManager {
             live: live.clone(),
             input,
             resume,
+            from,
         };
         let mut admitted = Admitted::default();
         match (&slot.active, strategy) {
@@ -885,9 +896,12 @@ impl RunManager {
             live,
             input,
             resume,
+            from,
         } = queued;
         let mut cancel = live.cancel.subscribe();
-        let ending = self.execute(&live, input, resume, &mut cancel).await;
+        let ending = self
+            .execute(&live, (input, from), resume, &mut cancel)
+            .await;
         let mut paused = false;
         let status = match ending {
             Ending::Done(Ok(output)) => {
@@ -1031,7 +1045,7 @@ impl RunManager {
     async fn execute(
         &self,
         live: &LiveRun,
-        input: Vec<Message>,
+        (input, from): (Vec<Message>, Option<u64>),
         resume: Option<RunCommand>,
         cancel: &mut watch::Receiver<Option<CancelAction>>,
     ) -> Ending {
@@ -1120,9 +1134,9 @@ impl RunManager {
             json!({"messages": input.iter().map(message_to_lc).collect::<Vec<_>>()}),
             &mut out,
         );
-        let mut stream = self
-            .agent
-            .stream(&live.thread_id, input, &live.modes.agent_modes());
+        let mut stream =
+            self.agent
+                .stream_from(&live.thread_id, from, input, &live.modes.agent_modes());
         let ending = loop {
             for (mode, event, data) in out.drain(..) {
                 push_mode(&live.log, event, &data, mode);
@@ -1344,7 +1358,9 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::Model { .. } => "ModelError",
         AgentError::State { .. } => "InvalidUpdateError",
         AgentError::RecursionLimit { .. } => "GraphRecursionError",
-        AgentError::Checkpoint { .. } | AgentError::DeleteThreadData { .. } => "CheckpointError",
+        AgentError::Checkpoint { .. }
+        | AgentError::DeleteThreadData { .. }
+        | AgentError::UnknownCheckpoint { .. } => "CheckpointError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }
@@ -1378,6 +1394,7 @@ mod tests {
     fn new_run() -> NewRun {
         NewRun {
             input: vec![Message::human("hi")],
+            from_checkpoint: None,
             resume: None,
             modes: ModeSet::of(&[WireMode::Values]),
             metadata: Map::new(),

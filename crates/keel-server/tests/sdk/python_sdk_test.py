@@ -572,15 +572,88 @@ async def agent_chat_ui_requests_work():
     assert kinds == ["tool", "human", "ai"], state["values"]["messages"][-3:]
     assert state["next"] == [], state
 
-    # An earlier checkpoint is still refused, saying so.
+    # An earlier checkpoint forks: the new branch's first parent is that checkpoint.
     [_, earlier, *_] = await c.threads.get_history(tid, limit=10)
-    try:
-        await c.runs.create(tid, "agent", input={"messages": [{"type": "human", "content": "fork"}]},
-                            checkpoint=earlier["checkpoint"])
-        raise AssertionError("a run from an earlier checkpoint was accepted")
-    except httpx.HTTPStatusError as e:
-        assert e.response.status_code == 422 and "earlier checkpoint" in e.response.text, e.response.text
+    await run(tid, input={"messages": [{"type": "human", "content": "fork"}]},
+              checkpoint=earlier["checkpoint"])
+    history = await c.threads.get_history(tid, limit=100)
+    forked = [h for h in history if h["parent_checkpoint"]
+              and h["parent_checkpoint"]["checkpoint_id"] == earlier["checkpoint"]["checkpoint_id"]]
+    assert forked, history
+    assert forked[0]["values"]["messages"][-1]["content"] == "fork", forked[0]
     assert (await c.threads.prune([tid]))["pruned_count"] == 1
+
+
+@test
+async def time_travel_forks_updates_and_copies():
+    """Forks (edit, regenerate), update_state, copy and history paging, as LangGraph's."""
+    c = client()
+    tid = (await c.threads.create())["thread_id"]
+    await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "first"}]})
+    await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "second"}]})
+    head = await c.threads.get_state(tid)
+    history = await c.threads.get_history(tid, limit=100)
+    assert history[0]["checkpoint"] == head["checkpoint"], history[0]
+    for newer, older in zip(history, history[1:]):
+        assert newer["parent_checkpoint"]["checkpoint_id"] == older["checkpoint"]["checkpoint_id"]
+    empty = history[-1]
+    assert empty["metadata"]["step"] == -1 and empty["values"]["messages"] == [], empty
+    assert empty["parent_checkpoint"] is None, empty
+
+    # Paging: before and limit walk the branch newest first.
+    page = await c.threads.get_history(tid, limit=2)
+    rest = await c.threads.get_history(tid, limit=100, before=page[-1]["checkpoint"])
+    assert [h["checkpoint"] for h in page + rest] == [h["checkpoint"] for h in history]
+
+    # Edit the first message: a fork from the empty first checkpoint, streamed.
+    parts = await collect(c.runs.stream(
+        tid, "agent", input={"messages": [{"role": "user", "content": "edited"}]},
+        checkpoint_id=empty["checkpoint"]["checkpoint_id"], stream_mode="values"))
+    assert not [p for p in parts if p.event == "error"], parts
+    state = await c.threads.get_state(tid)
+    humans = [m["content"] for m in state["values"]["messages"] if m["type"] == "human"]
+    assert humans == ["edited"], state["values"]["messages"]
+    # The old branch stays readable.
+    old = await c.threads.get_state(tid, checkpoint_id=head["checkpoint"]["checkpoint_id"])
+    assert old["values"] == head["values"], old
+
+    # Regenerate: from the checkpoint before the answer, with no input.
+    before_answer = next(h for h in await c.threads.get_history(tid, limit=100)
+                         if h["values"]["messages"] and h["values"]["messages"][-1]["type"] == "human")
+    await c.runs.wait(tid, "agent", input=None,
+                      checkpoint_id=before_answer["checkpoint"]["checkpoint_id"])
+    state = await c.threads.get_state(tid)
+    assert state["parent_checkpoint"]["checkpoint_id"] == before_answer["checkpoint"]["checkpoint_id"], state
+
+    # update_state as a node: replaces a message by id, appends one without.
+    first = state["values"]["messages"][0]
+    updated = await c.threads.update_state(
+        tid, {"messages": [{"type": "human", "content": "rewritten", "id": first["id"]},
+                           {"type": "ai", "content": "noted"}]}, as_node="model")
+    assert updated["checkpoint"]["thread_id"] == tid, updated
+    state = await c.threads.get_state(tid)
+    assert state["checkpoint"]["checkpoint_id"] == updated["checkpoint"]["checkpoint_id"]
+    assert state["values"]["messages"][0]["content"] == "rewritten", state["values"]["messages"]
+    assert state["values"]["messages"][-1]["content"] == "noted"
+    assert state["metadata"]["source"] == "update", state["metadata"]
+    try:
+        await c.threads.update_state(tid, {"messages": []}, as_node="planner")
+        raise AssertionError("an unknown as_node was accepted")
+    except httpx.HTTPStatusError as e:
+        assert e.response.status_code == 422 and "as_node" in e.response.text, e.response.text
+
+    # copy: a new thread with the same state and metadata, independent of its source.
+    await c.threads.update(tid, metadata={"topic": "tt"})
+    copied = await c.threads.copy(tid)
+    copy_state = await c.threads.get_state(copied["thread_id"])
+    assert copied["thread_id"] != tid
+    assert copy_state["values"] == state["values"], copy_state
+    assert (await c.threads.get(copied["thread_id"]))["metadata"]["topic"] == "tt"
+    await c.runs.wait(copied["thread_id"], "agent",
+                      input={"messages": [{"role": "user", "content": "only in the copy"}]})
+    assert (await c.threads.get_state(tid))["values"] == state["values"]
+    await c.threads.delete(tid)
+    await c.threads.delete(copied["thread_id"])
 
 
 async def main():

@@ -179,46 +179,82 @@ pub(crate) const DELETE_HISTORY: &str =
 pub(crate) const DELETE_SUMMARIES: &str = "DELETE FROM summary_cache \
      WHERE substr(key, 1, length(CAST($1 AS TEXT))) = CAST($1 AS TEXT)";
 
-// Checkpoints (migration 0002): the same statements on both dialects.
+// Checkpoints (migrations 0002 and 0003): the same statements on both dialects.
 pub(crate) const HEAD_CREATE: &str = "INSERT INTO checkpoint_heads \
      (thread_id, head_seq, next_position, state_values) VALUES ($1, 0, 0, '{}') \
      ON CONFLICT (thread_id) DO NOTHING";
 pub(crate) const HEAD_ADVANCE: &str = "UPDATE checkpoint_heads SET head_seq = $2 \
-     WHERE thread_id = $1 AND head_seq = $3 RETURNING next_position, state_values";
+     WHERE thread_id = $1 AND head_seq = $3 RETURNING next_position, state_values, branch";
+/// A fork's compare-and-swap: `$2` the new head, which also names its new branch.
+pub(crate) const HEAD_FORK: &str = "UPDATE checkpoint_heads SET head_seq = $2, branch = $2 \
+     WHERE thread_id = $1 AND head_seq = $3 RETURNING next_position";
 pub(crate) const HEAD_SEQ: &str = "SELECT head_seq FROM checkpoint_heads WHERE thread_id = $1";
+pub(crate) const HEAD_ROW: &str =
+    "SELECT head_seq, branch FROM checkpoint_heads WHERE thread_id = $1";
 pub(crate) const HEAD_SET: &str =
     "UPDATE checkpoint_heads SET next_position = $2, state_values = $3 WHERE thread_id = $1";
 pub(crate) const STEP_INSERT: &str = "INSERT INTO checkpoint_steps \
-     (thread_id, seq, run_id, node, values_set, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
+     (thread_id, seq, run_id, node, values_set, created_at_ms, parent_seq, branch, depth) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+/// The branch and depth of step `$2`.
+pub(crate) const STEP_AT: &str = "SELECT branch, COALESCE(depth, seq) FROM checkpoint_steps \
+     WHERE thread_id = $1 AND seq = $2";
+/// The parent of branch `$2`'s first step: the checkpoint the branch forked from.
+pub(crate) const BRANCH_FROM: &str = "SELECT parent_seq FROM checkpoint_steps \
+     WHERE thread_id = $1 AND branch = $2 ORDER BY seq LIMIT 1";
 pub(crate) const ENTRY_INSERT: &str = "INSERT INTO checkpoint_entries \
-     (thread_id, position, added_seq, removed_seq, message_id, body) \
-     VALUES ($1, $2, $3, NULL, $4, $5)";
+     (thread_id, position, added_seq, removed_seq, message_id, body, branch) \
+     VALUES ($1, $2, $3, NULL, $4, $5, $6)";
 pub(crate) const ENTRY_REWRITE: &str = "UPDATE checkpoint_entries SET body = $4 \
      WHERE thread_id = $1 AND position = $2 AND added_seq = $3";
 pub(crate) const ENTRY_RETIRE: &str = "UPDATE checkpoint_entries SET removed_seq = $4 \
      WHERE thread_id = $1 AND position = $2 AND added_seq = $3";
 pub(crate) const ENTRY_RETIRE_ALL: &str = "UPDATE checkpoint_entries SET removed_seq = $2 \
-     WHERE thread_id = $1 AND removed_seq IS NULL";
+     WHERE thread_id = $1 AND removed_seq IS NULL AND branch = $3";
+/// A fork's first step: the messages of checkpoint `$4` (on branch `$3`) as entries of
+/// the new branch `$2`, added by its first step `$2`. One statement, run by the server.
+pub(crate) const ENTRY_FORK: &str = "INSERT INTO checkpoint_entries \
+     (thread_id, position, added_seq, removed_seq, message_id, body, branch) \
+     SELECT thread_id, position, $2, CAST(NULL AS BIGINT), message_id, body, $2 \
+     FROM checkpoint_entries \
+     WHERE thread_id = $1 AND branch = $3 AND added_seq <= $4 \
+     AND (removed_seq IS NULL OR removed_seq > $4)";
+/// A position after every entry of the thread, on any branch.
+pub(crate) const NEXT_POSITION: &str =
+    "SELECT COALESCE(MAX(position), -1) + 1 FROM checkpoint_entries WHERE thread_id = $1";
 pub(crate) const LATEST_STEP: &str = "SELECT h.head_seq, h.state_values, s.run_id, s.node, \
-     s.created_at_ms FROM checkpoint_heads h JOIN checkpoint_steps s \
+     s.created_at_ms, s.parent_seq, COALESCE(s.depth, s.seq), h.branch \
+     FROM checkpoint_heads h JOIN checkpoint_steps s \
      ON s.thread_id = h.thread_id AND s.seq = h.head_seq WHERE h.thread_id = $1";
 pub(crate) const ENTRIES_AT: &str = "SELECT body FROM checkpoint_entries \
-     WHERE thread_id = $1 AND added_seq <= $2 AND (removed_seq IS NULL OR removed_seq > $2) \
-     ORDER BY position";
-pub(crate) const ALL_STEPS: &str = "SELECT seq, run_id, node, values_set, created_at_ms \
-     FROM checkpoint_steps WHERE thread_id = $1 ORDER BY seq";
-pub(crate) const ALL_ENTRIES: &str = "SELECT added_seq, removed_seq, body \
-     FROM checkpoint_entries WHERE thread_id = $1 ORDER BY position, added_seq";
-/// A page of steps, newest first: `$2` the exclusive upper seq, `$3` the row count.
-pub(crate) const PAGE_STEPS: &str = "SELECT seq, run_id, node, values_set, created_at_ms \
-     FROM checkpoint_steps WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
-/// The values set by the steps before `$2` (steps that set none are skipped).
-pub(crate) const VALUES_BEFORE: &str = "SELECT values_set FROM checkpoint_steps \
-     WHERE thread_id = $1 AND seq < $2 AND values_set <> '{}' ORDER BY seq";
-/// The entries in the state of some seq in `[$3, $2]`.
+     WHERE thread_id = $1 AND branch = $3 AND added_seq <= $2 \
+     AND (removed_seq IS NULL OR removed_seq > $2) ORDER BY position";
+/// A page of one branch's steps, newest first: `$3` the highest seq, `$4` the row count.
+pub(crate) const PAGE_STEPS: &str = "SELECT seq, run_id, node, values_set, created_at_ms, \
+     parent_seq, COALESCE(depth, seq) FROM checkpoint_steps \
+     WHERE thread_id = $1 AND branch = $2 AND seq <= $3 ORDER BY seq DESC LIMIT $4";
+/// The values set by the steps of branch `$3` up to `$2` (steps that set none are
+/// skipped). A branch's first step holds every value of the state it forked from.
+pub(crate) const VALUES_UPTO: &str = "SELECT values_set FROM checkpoint_steps \
+     WHERE thread_id = $1 AND branch = $3 AND seq <= $2 AND values_set <> '{}' ORDER BY seq";
+/// The entries of branch `$4` in the state of some seq in `[$3, $2]`.
 pub(crate) const PAGE_ENTRIES: &str = "SELECT added_seq, removed_seq, body \
-     FROM checkpoint_entries WHERE thread_id = $1 AND added_seq <= $2 \
+     FROM checkpoint_entries WHERE thread_id = $1 AND branch = $4 AND added_seq <= $2 \
      AND (removed_seq IS NULL OR removed_seq > $3) ORDER BY position, added_seq";
+/// Copying a thread (`$1`) to a new id (`$2`): every branch, as stored.
+pub(crate) const COPY_THREAD: [&str; 3] = [
+    "INSERT INTO checkpoint_heads (thread_id, head_seq, next_position, state_values, branch) \
+     SELECT CAST($2 AS TEXT), head_seq, next_position, state_values, branch \
+     FROM checkpoint_heads WHERE thread_id = $1",
+    "INSERT INTO checkpoint_entries \
+     (thread_id, position, added_seq, removed_seq, message_id, body, branch) \
+     SELECT CAST($2 AS TEXT), position, added_seq, removed_seq, message_id, body, branch \
+     FROM checkpoint_entries WHERE thread_id = $1",
+    "INSERT INTO checkpoint_steps \
+     (thread_id, seq, run_id, node, values_set, created_at_ms, parent_seq, branch, depth) \
+     SELECT CAST($2 AS TEXT), seq, run_id, node, values_set, created_at_ms, parent_seq, \
+     branch, depth FROM checkpoint_steps WHERE thread_id = $1",
+];
 /// Deleting a thread: every checkpoint table, the ones of migration 0001 included.
 pub(crate) const DELETE_THREAD: [&str; 5] = [
     "DELETE FROM checkpoint_entries WHERE thread_id = $1",
@@ -317,7 +353,12 @@ pub(crate) struct StepRow {
     pub node: String,
     pub values_set: String,
     pub created_at_ms: i64,
+    pub parent_seq: Option<i64>,
+    pub depth: i64,
 }
+
+/// A step row as the page query selects it.
+pub(crate) type StepTuple = (i64, String, String, String, i64, Option<i64>, i64);
 
 /// A `checkpoint_entries` row, in `(position, added_seq)` order.
 pub(crate) struct EntryRow {
@@ -326,17 +367,18 @@ pub(crate) struct EntryRow {
     pub body: String,
 }
 
-impl From<(i64, String, String, String, i64)> for StepRow {
-    /// A row as the step queries select it: seq, run id, node, values set, created at.
-    fn from(
-        (seq, run_id, node, values_set, created_at_ms): (i64, String, String, String, i64),
-    ) -> Self {
+impl From<StepTuple> for StepRow {
+    /// A row as the step queries select it: seq, run id, node, values set, created at,
+    /// parent, depth.
+    fn from((seq, run_id, node, values_set, created_at_ms, parent_seq, depth): StepTuple) -> Self {
         StepRow {
             seq,
             run_id,
             node,
             values_set,
             created_at_ms,
+            parent_seq,
+            depth,
         }
     }
 }
@@ -352,17 +394,21 @@ impl From<(i64, Option<i64>, String)> for EntryRow {
     }
 }
 
+/// The row [`LATEST_STEP`] selects.
+pub(crate) type LatestRow = (i64, String, String, String, i64, Option<i64>, i64, i64);
+
 /// The latest checkpoint from its step, the head's values and its entries' bodies.
 pub(crate) fn decode_latest(
-    seq: i64,
-    values: &str,
-    run_id: String,
-    node: String,
-    created_at_ms: i64,
+    (seq, values, run_id, node, created_at_ms, parent_seq, depth, _branch): LatestRow,
     bodies: &[(String,)],
 ) -> Result<Checkpoint, StoreError> {
+    let values = values.as_str();
     Ok(Checkpoint {
         seq: check::to_u64("checkpoint_heads.head_seq", seq)?,
+        parent: parent_seq
+            .map(|p| check::to_u64("checkpoint_steps.parent_seq", p))
+            .transpose()?,
+        depth: check::to_u64("checkpoint_steps.depth", depth)?,
         run_id,
         node,
         messages: bodies
@@ -372,17 +418,6 @@ pub(crate) fn decode_latest(
         values: decode_json("checkpoint_heads.state_values", values)?,
         created_at_ms,
     })
-}
-
-/// Every step's full state: a step's messages are the entries whose range
-/// `[added_seq, removed_seq)` holds its seq, by position; its values fold every
-/// `values_set` up to it. Entries written after the last step read are ignored, so a
-/// concurrent writer cannot tear the result.
-pub(crate) fn decode_history(
-    steps: Vec<StepRow>,
-    entries: Vec<EntryRow>,
-) -> Result<Vec<Checkpoint>, StoreError> {
-    decode_steps(Map::new(), steps, entries)
 }
 
 /// The values the steps before a page set, folded in seq order.
@@ -395,8 +430,12 @@ pub(crate) fn fold_values(rows: &[(String,)]) -> Result<Map<String, Value>, Stor
     Ok(values)
 }
 
-/// As [`decode_history`] for consecutive steps (oldest first) after the state whose
-/// values are `prior`; `entries` must hold every entry in the state of one of them.
+/// The full state of consecutive steps of one branch (oldest first) after the state
+/// whose values are `prior`: a step's messages are the branch's entries whose range
+/// `[added_seq, removed_seq)` holds its seq, by position; its values fold every
+/// `values_set` up to it. `entries` must hold every entry in the state of one of them;
+/// entries written after the last step read are ignored, so a concurrent writer cannot
+/// tear the result.
 pub(crate) fn decode_steps(
     prior: Map<String, Value>,
     steps: Vec<StepRow>,
@@ -416,6 +455,11 @@ pub(crate) fn decode_steps(
             let s = step.seq;
             Ok(Checkpoint {
                 seq: check::to_u64("checkpoint_steps.seq", s)?,
+                parent: step
+                    .parent_seq
+                    .map(|p| check::to_u64("checkpoint_steps.parent_seq", p))
+                    .transpose()?,
+                depth: check::to_u64("checkpoint_steps.depth", step.depth)?,
                 run_id: step.run_id,
                 node: step.node,
                 messages: entries
@@ -660,6 +704,164 @@ macro_rules! impl_sql_store {
             }
         }
 
+        impl $store {
+            /// Applies a checked write's message ops to branch `branch` as step `seq`,
+            /// inside the step's transaction; returns the branch's next free position.
+            async fn write_ops(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                thread_id: &str,
+                branch: i64,
+                seq: i64,
+                mut next_position: i64,
+                write: &keel_core::store::CheckpointWrite,
+                bodies: &[Option<String>],
+            ) -> Result<i64, StoreError> {
+                use keel_core::state::MessageOp;
+                for ((i, op), body) in write.update.messages.iter().enumerate().zip(bodies) {
+                    let id = match op {
+                        MessageOp::Upsert { message } => message.id(),
+                        MessageOp::Remove { id } => id.as_str(),
+                        MessageOp::RemoveAll => {
+                            sqlx::query($crate::sql::ENTRY_RETIRE_ALL)
+                                .bind(thread_id)
+                                .bind(seq)
+                                .bind(branch)
+                                .execute(&mut **tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            continue;
+                        }
+                    };
+                    let live: Option<(i64, i64)> = sqlx::query_as($q.entry_live)
+                        .bind(thread_id)
+                        .bind(id)
+                        .bind(branch)
+                        .fetch_optional(&mut **tx)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                    match (body, live) {
+                        // A version written by this same step was never visible: rewrite it.
+                        (Some(body), Some((position, added))) if added == seq => {
+                            sqlx::query($crate::sql::ENTRY_REWRITE)
+                                .bind(thread_id)
+                                .bind(position)
+                                .bind(added)
+                                .bind(body)
+                                .execute(&mut **tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                        }
+                        (_, Some((position, added))) => {
+                            sqlx::query($crate::sql::ENTRY_RETIRE)
+                                .bind(thread_id)
+                                .bind(position)
+                                .bind(added)
+                                .bind(seq)
+                                .execute(&mut **tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            if let Some(body) = body {
+                                sqlx::query($crate::sql::ENTRY_INSERT)
+                                    .bind(thread_id)
+                                    .bind(position)
+                                    .bind(seq)
+                                    .bind(id)
+                                    .bind(body)
+                                    .bind(branch)
+                                    .execute(&mut **tx)
+                                    .await
+                                    .map_err($crate::sql::backend)?;
+                            }
+                        }
+                        (Some(body), None) => {
+                            sqlx::query($crate::sql::ENTRY_INSERT)
+                                .bind(thread_id)
+                                .bind(next_position)
+                                .bind(seq)
+                                .bind(id)
+                                .bind(body)
+                                .bind(branch)
+                                .execute(&mut **tx)
+                                .await
+                                .map_err($crate::sql::backend)?;
+                            next_position += 1;
+                        }
+                        (None, None) => {
+                            // Dropping the transaction rolls the whole step back.
+                            return Err(StoreError::Invalid(format!(
+                                "update.messages[{i}] removes message {id:?}, which is not in the state"
+                            )));
+                        }
+                    }
+                }
+                Ok(next_position)
+            }
+
+            /// The branch and depth of step `seq`, if the thread holds it.
+            async fn step_at(
+                &self,
+                thread_id: &str,
+                seq: i64,
+            ) -> Result<Option<(i64, i64)>, StoreError> {
+                sqlx::query_as($crate::sql::STEP_AT)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)
+            }
+
+            /// Up to `limit` checkpoints of branch `branch` with a seq up to `upto`,
+            /// newest first, each with its full state.
+            async fn segment(
+                &self,
+                thread_id: &str,
+                branch: i64,
+                upto: i64,
+                limit: usize,
+            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                let mut steps: Vec<$crate::sql::StepTuple> =
+                    sqlx::query_as($crate::sql::PAGE_STEPS)
+                        .bind(thread_id)
+                        .bind(branch)
+                        .bind(upto)
+                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                steps.reverse();
+                let (Some(lo), Some(hi)) = (steps.first().map(|s| s.0), steps.last().map(|s| s.0))
+                else {
+                    return Ok(Vec::new());
+                };
+                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_UPTO)
+                    .bind(thread_id)
+                    .bind(lo - 1)
+                    .bind(branch)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                // Read after the steps: every entry a listed step needs is committed, and
+                // a later writer's entries start after `hi`.
+                let entries: Vec<(i64, Option<i64>, String)> =
+                    sqlx::query_as($crate::sql::PAGE_ENTRIES)
+                        .bind(thread_id)
+                        .bind(hi)
+                        .bind(lo)
+                        .bind(branch)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err($crate::sql::backend)?;
+                let mut page = $crate::sql::decode_steps(
+                    $crate::sql::fold_values(&prior)?,
+                    steps.into_iter().map(Into::into).collect(),
+                    entries.into_iter().map(Into::into).collect(),
+                )?;
+                page.reverse();
+                Ok(page)
+            }
+        }
+
         #[async_trait::async_trait]
         impl keel_core::store::Checkpointer for $store {
             async fn put(
@@ -683,27 +885,36 @@ macro_rules! impl_sql_store {
                         _ => Ok(None),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
+                let parent = write
+                    .parent
+                    .map(|p| $crate::check::to_i64("checkpoint parent", p))
+                    .transpose()?;
+                let depth = match parent {
+                    None => 0,
+                    // Read before the swap: a step, once written, never changes.
+                    Some(p) => self.step_at(thread_id, p).await?.map_or(p + 1, |(_, d)| d + 1),
+                };
                 let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
                 // Compare-and-swap on the head row: under concurrent writers exactly one
                 // moves it from `parent`; the others change nothing and report a conflict.
-                let head: Option<(i64, String)> = match write.parent {
+                let head: Option<(i64, String, i64)> = match parent {
                     None => {
                         let done = sqlx::query($crate::sql::HEAD_CREATE)
                             .bind(thread_id)
                             .execute(&mut *tx)
                             .await
                             .map_err($crate::sql::backend)?;
-                        (done.rows_affected() == 1).then(|| (0, "{}".to_owned()))
+                        (done.rows_affected() == 1).then(|| (0, "{}".to_owned(), 0))
                     }
                     Some(parent) => sqlx::query_as($crate::sql::HEAD_ADVANCE)
                         .bind(thread_id)
                         .bind(seq)
-                        .bind($crate::check::to_i64("checkpoint parent", parent)?)
+                        .bind(parent)
                         .fetch_optional(&mut *tx)
                         .await
                         .map_err($crate::sql::backend)?,
                 };
-                let Some((mut next_position, stored_values)) = head else {
+                let Some((start_position, stored_values, branch)) = head else {
                     drop(tx);
                     return Ok(PutOutcome::Conflict {
                         head: self.head_seq(thread_id).await?,
@@ -716,83 +927,22 @@ macro_rules! impl_sql_store {
                     .bind(&write.node)
                     .bind(&values_set)
                     .bind(write.created_at_ms)
+                    .bind(parent)
+                    .bind(branch)
+                    .bind(depth)
                     .execute(&mut *tx)
                     .await
                     .map_err($crate::sql::backend)?;
-                let start_position = next_position;
-                for ((i, op), body) in write.update.messages.iter().enumerate().zip(&bodies) {
-                    let id = match op {
-                        MessageOp::Upsert { message } => message.id(),
-                        MessageOp::Remove { id } => id.as_str(),
-                        MessageOp::RemoveAll => {
-                            sqlx::query($crate::sql::ENTRY_RETIRE_ALL)
-                                .bind(thread_id)
-                                .bind(seq)
-                                .execute(&mut *tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            continue;
-                        }
-                    };
-                    let live: Option<(i64, i64)> = sqlx::query_as($q.entry_live)
-                        .bind(thread_id)
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                    match (body, live) {
-                        // A version written by this same step was never visible: rewrite it.
-                        (Some(body), Some((position, added))) if added == seq => {
-                            sqlx::query($crate::sql::ENTRY_REWRITE)
-                                .bind(thread_id)
-                                .bind(position)
-                                .bind(added)
-                                .bind(body)
-                                .execute(&mut *tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                        }
-                        (_, Some((position, added))) => {
-                            sqlx::query($crate::sql::ENTRY_RETIRE)
-                                .bind(thread_id)
-                                .bind(position)
-                                .bind(added)
-                                .bind(seq)
-                                .execute(&mut *tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            if let Some(body) = body {
-                                sqlx::query($crate::sql::ENTRY_INSERT)
-                                    .bind(thread_id)
-                                    .bind(position)
-                                    .bind(seq)
-                                    .bind(id)
-                                    .bind(body)
-                                    .execute(&mut *tx)
-                                    .await
-                                    .map_err($crate::sql::backend)?;
-                            }
-                        }
-                        (Some(body), None) => {
-                            sqlx::query($crate::sql::ENTRY_INSERT)
-                                .bind(thread_id)
-                                .bind(next_position)
-                                .bind(seq)
-                                .bind(id)
-                                .bind(body)
-                                .execute(&mut *tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            next_position += 1;
-                        }
-                        (None, None) => {
-                            // Dropping the transaction rolls the whole step back.
-                            return Err(StoreError::Invalid(format!(
-                                "update.messages[{i}] removes message {id:?}, which is not in the state"
-                            )));
-                        }
-                    }
-                }
+                let next_position = Self::write_ops(
+                    &mut tx,
+                    thread_id,
+                    branch,
+                    seq,
+                    start_position,
+                    &write,
+                    &bodies,
+                )
+                .await?;
                 if next_position != start_position || !write.update.values.is_empty() {
                     let values = $crate::sql::merge_values(&stored_values, &write.update.values)?;
                     sqlx::query($crate::sql::HEAD_SET)
@@ -809,56 +959,147 @@ macro_rules! impl_sql_store {
                 })
             }
 
+            async fn fork(
+                &self,
+                thread_id: &str,
+                from: u64,
+                write: keel_core::store::CheckpointWrite,
+            ) -> Result<keel_core::store::PutOutcome, StoreError> {
+                use keel_core::state::MessageOp;
+                use keel_core::store::PutOutcome;
+                $crate::sql::check_write(thread_id, &write)?;
+                if write.parent == Some(from) {
+                    return self.put(thread_id, write).await;
+                }
+                let not_held = || {
+                    StoreError::Invalid(format!(
+                        "checkpoint {from} is not a checkpoint of thread {thread_id:?}"
+                    ))
+                };
+                let Some(parent) = write.parent else {
+                    return match self.head_seq(thread_id).await? {
+                        Some(head) => Ok(PutOutcome::Conflict { head: Some(head) }),
+                        None => Err(not_held()),
+                    };
+                };
+                let parent = $crate::check::to_i64("checkpoint parent", parent)?;
+                let from_seq = i64::try_from(from).map_err(|_| not_held())?;
+                let seq = $crate::sql::next_seq(write.parent)?;
+                let bodies = write
+                    .update
+                    .messages
+                    .iter()
+                    .map(|op| match op {
+                        MessageOp::Upsert { message } => {
+                            $crate::sql::encode_message(message).map(Some)
+                        }
+                        _ => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let Some((from_branch, from_depth)) = self.step_at(thread_id, from_seq).await?
+                else {
+                    return Err(not_held());
+                };
+                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                let (start_position,): (i64,) = sqlx::query_as($crate::sql::NEXT_POSITION)
+                    .bind(thread_id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                // The same compare-and-swap as `put`: one writer per head, fork or not.
+                let swapped: Option<(i64,)> = sqlx::query_as($crate::sql::HEAD_FORK)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .bind(parent)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                if swapped.is_none() {
+                    drop(tx);
+                    return Ok(PutOutcome::Conflict {
+                        head: self.head_seq(thread_id).await?,
+                    });
+                }
+                // The branch starts from `from`'s messages and values.
+                sqlx::query($crate::sql::ENTRY_FORK)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .bind(from_branch)
+                    .bind(from_seq)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_UPTO)
+                    .bind(thread_id)
+                    .bind(from_seq)
+                    .bind(from_branch)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                let mut values = $crate::sql::fold_values(&prior)?;
+                values.extend(write.update.values.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let values = $crate::sql::encode_values(&values)?;
+                sqlx::query($crate::sql::STEP_INSERT)
+                    .bind(thread_id)
+                    .bind(seq)
+                    .bind(&write.run_id)
+                    .bind(&write.node)
+                    .bind(&values)
+                    .bind(write.created_at_ms)
+                    .bind(from_seq)
+                    .bind(seq)
+                    .bind(from_depth + 1)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                let next_position =
+                    Self::write_ops(&mut tx, thread_id, seq, seq, start_position, &write, &bodies)
+                        .await?;
+                sqlx::query($crate::sql::HEAD_SET)
+                    .bind(thread_id)
+                    .bind(next_position)
+                    .bind(&values)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                tx.commit().await.map_err($crate::sql::backend)?;
+                Ok(PutOutcome::Saved {
+                    seq: $crate::check::to_u64("seq", seq)?,
+                })
+            }
+
             async fn latest(
                 &self,
                 thread_id: &str,
             ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
                 $crate::check::text("thread_id", thread_id)?;
-                let row: Option<(i64, String, String, String, i64)> =
+                let row: Option<$crate::sql::LatestRow> =
                     sqlx::query_as($crate::sql::LATEST_STEP)
                         .bind(thread_id)
                         .fetch_optional(&self.pool)
                         .await
                         .map_err($crate::sql::backend)?;
-                let Some((seq, values, run_id, node, created_at_ms)) = row else {
+                let Some(row) = row else {
                     return Ok(None);
                 };
-                // The state at `seq`, whatever a concurrent writer commits meanwhile.
+                // The state at the head's seq, whatever a concurrent writer commits meanwhile.
                 let bodies: Vec<(String,)> = sqlx::query_as($crate::sql::ENTRIES_AT)
                     .bind(thread_id)
-                    .bind(seq)
+                    .bind(row.0)
+                    .bind(row.7)
                     .fetch_all(&self.pool)
                     .await
                     .map_err($crate::sql::backend)?;
-                $crate::sql::decode_latest(seq, &values, run_id, node, created_at_ms, &bodies)
-                    .map(Some)
+                $crate::sql::decode_latest(row, &bodies).map(Some)
             }
 
             async fn history(
                 &self,
                 thread_id: &str,
             ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let steps: Vec<(i64, String, String, String, i64)> =
-                    sqlx::query_as($crate::sql::ALL_STEPS)
-                        .bind(thread_id)
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                if steps.is_empty() {
-                    return Ok(Vec::new());
-                }
-                // Read after the steps: every entry a listed step needs is committed.
-                let entries: Vec<(i64, Option<i64>, String)> =
-                    sqlx::query_as($crate::sql::ALL_ENTRIES)
-                        .bind(thread_id)
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                $crate::sql::decode_history(
-                    steps.into_iter().map(Into::into).collect(),
-                    entries.into_iter().map(Into::into).collect(),
-                )
+                let mut all = self.branch_page(thread_id, None, None, usize::MAX).await?;
+                all.reverse();
+                Ok(all)
             }
 
             async fn history_page(
@@ -867,46 +1108,59 @@ macro_rules! impl_sql_store {
                 before: Option<u64>,
                 limit: usize,
             ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                self.branch_page(thread_id, None, before, limit).await
+            }
+
+            async fn branch_page(
+                &self,
+                thread_id: &str,
+                tip: Option<u64>,
+                before: Option<u64>,
+                limit: usize,
+            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
                 $crate::check::text("thread_id", thread_id)?;
-                if limit == 0 {
-                    return Ok(Vec::new());
+                let mut page = Vec::new();
+                if limit == 0 || before == Some(0) {
+                    return Ok(page);
                 }
-                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                let mut steps: Vec<(i64, String, String, String, i64)> =
-                    sqlx::query_as($crate::sql::PAGE_STEPS)
+                let start: Option<(i64, i64)> = match tip {
+                    None => sqlx::query_as($crate::sql::HEAD_ROW)
                         .bind(thread_id)
-                        .bind(before)
-                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                        .fetch_all(&self.pool)
+                        .fetch_optional(&self.pool)
                         .await
-                        .map_err($crate::sql::backend)?;
-                steps.reverse();
-                let (Some(lo), Some(hi)) = (steps.first().map(|s| s.0), steps.last().map(|s| s.0))
-                else {
-                    return Ok(Vec::new());
+                        .map_err($crate::sql::backend)?,
+                    Some(tip) => match i64::try_from(tip) {
+                        Ok(tip) => self.step_at(thread_id, tip).await?.map(|(b, _)| (tip, b)),
+                        Err(_) => None,
+                    },
                 };
-                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_BEFORE)
-                    .bind(thread_id)
-                    .bind(lo)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                // Read after the steps: every entry a listed step needs is committed, and
-                // a later writer's entries start after `hi`.
-                let entries: Vec<(i64, Option<i64>, String)> =
-                    sqlx::query_as($crate::sql::PAGE_ENTRIES)
+                let Some((mut cut, mut branch)) = start else {
+                    return Ok(page);
+                };
+                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                while page.len() < limit {
+                    let upto = cut.min(before - 1);
+                    let segment = self.segment(thread_id, branch, upto, limit - page.len()).await?;
+                    page.extend(segment);
+                    if page.len() >= limit {
+                        break;
+                    }
+                    // On to the checkpoint this branch forked from, on its own branch.
+                    let from: Option<(Option<i64>,)> = sqlx::query_as($crate::sql::BRANCH_FROM)
                         .bind(thread_id)
-                        .bind(hi)
-                        .bind(lo)
-                        .fetch_all(&self.pool)
+                        .bind(branch)
+                        .fetch_optional(&self.pool)
                         .await
                         .map_err($crate::sql::backend)?;
-                let mut page = $crate::sql::decode_steps(
-                    $crate::sql::fold_values(&prior)?,
-                    steps.into_iter().map(Into::into).collect(),
-                    entries.into_iter().map(Into::into).collect(),
-                )?;
-                page.reverse();
+                    let Some((Some(from),)) = from else { break };
+                    let Some((from_branch, _)) = self.step_at(thread_id, from).await? else {
+                        break;
+                    };
+                    if from_branch == branch {
+                        break;
+                    }
+                    (cut, branch) = (from, from_branch);
+                }
                 Ok(page)
             }
 
@@ -915,14 +1169,18 @@ macro_rules! impl_sql_store {
                 thread_id: &str,
                 seq: u64,
             ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
-                let Some(before) = seq.checked_add(1) else {
+                $crate::check::text("thread_id", thread_id)?;
+                let Ok(seq) = i64::try_from(seq) else {
+                    return Ok(None);
+                };
+                let Some((branch, _)) = self.step_at(thread_id, seq).await? else {
                     return Ok(None);
                 };
                 Ok(self
-                    .history_page(thread_id, Some(before), 1)
+                    .segment(thread_id, branch, seq, 1)
                     .await?
                     .into_iter()
-                    .find(|cp| cp.seq == seq))
+                    .find(|cp| i64::try_from(cp.seq) == Ok(seq)))
             }
 
             async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
@@ -936,6 +1194,38 @@ macro_rules! impl_sql_store {
                         .execute(&mut *tx)
                         .await
                         .map_err($crate::sql::backend)?
+                        .rows_affected();
+                }
+                tx.commit().await.map_err($crate::sql::backend)?;
+                Ok(steps)
+            }
+
+            async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
+                $crate::check::text("thread_id", from)?;
+                $crate::check::text("thread_id", to)?;
+                if self.head_seq(to).await?.is_some() {
+                    return Err(StoreError::Invalid(format!(
+                        "thread {to:?} already has checkpoints; a copy needs a thread without any"
+                    )));
+                }
+                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
+                let mut steps = 0;
+                for q in $crate::sql::COPY_THREAD {
+                    // The last statement copies the steps: its count is the answer.
+                    steps = sqlx::query(q)
+                        .bind(from)
+                        .bind(to)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| {
+                            if $crate::sql::is_unique_violation(&e) {
+                                StoreError::Invalid(format!(
+                                    "thread {to:?} already has checkpoints; a copy needs a thread without any"
+                                ))
+                            } else {
+                                $crate::sql::backend(e)
+                            }
+                        })?
                         .rows_affected();
                 }
                 tx.commit().await.map_err($crate::sql::backend)?;
