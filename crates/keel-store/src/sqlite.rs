@@ -87,6 +87,13 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0002_checkpoint_deltas.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            3,
+            "recall index".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0003_recall_index.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
 
