@@ -16,6 +16,10 @@ use crate::store::Store;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 const CANDIDATES: i64 = 256;
 
+/// Documents per INSERT (10 parameters each, well under both dialects' limits).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const ROWS_PER_STATEMENT: usize = 200;
+
 /// Query terms used at most (a long question is cut).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 const MAX_QUERY_TERMS: usize = 32;
@@ -138,31 +142,37 @@ mod sqlite {
                 return Ok(0);
             }
             let tag = scope_tag(scope);
-            let mut tx = self.pool().begin().await.map_err(backend)?;
             let mut added = 0;
-            for (d, (json, t, count)) in rows {
-                let r = sqlx::query(
+            // One statement per chunk: atomic by itself, and no transaction that would
+            // have to upgrade a read lock while other writers wait.
+            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                let sql = crate::sql::multi_row(
                     "INSERT INTO recall_documents (flow_id, user_id, session_id, context_id, \
                      message_id, seq, document, scope_tag, terms, term_count) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
                      ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
-                )
-                .bind(&scope.flow_id)
-                .bind(&scope.user_id)
-                .bind(&scope.session_id)
-                .bind(&scope.context_id)
-                .bind(&d.message_id)
-                .bind(seq(d))
-                .bind(json)
-                .bind(&tag)
-                .bind(t)
-                .bind(count)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-                added += r.rows_affected();
+                    chunk.len(),
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (d, (json, t, count)) in chunk {
+                    q = q
+                        .bind(&scope.flow_id)
+                        .bind(&scope.user_id)
+                        .bind(&scope.session_id)
+                        .bind(&scope.context_id)
+                        .bind(&d.message_id)
+                        .bind(seq(d))
+                        .bind(json)
+                        .bind(&tag)
+                        .bind(t)
+                        .bind(*count);
+                }
+                added += q
+                    .execute(self.pool())
+                    .await
+                    .map_err(backend)?
+                    .rows_affected();
             }
-            tx.commit().await.map_err(backend)?;
             Ok(added)
         }
 
@@ -323,30 +333,34 @@ mod postgres {
             if rows.is_empty() {
                 return Ok(0);
             }
-            let mut tx = self.pool().begin().await.map_err(backend)?;
             let mut added = 0;
-            for (d, (json, t, count)) in rows {
-                let r = sqlx::query(
+            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                let sql = crate::sql::multi_row(
                     "INSERT INTO recall_documents (flow_id, user_id, session_id, context_id, \
                      message_id, seq, document, terms, term_count) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                      ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
-                )
-                .bind(&scope.flow_id)
-                .bind(&scope.user_id)
-                .bind(&scope.session_id)
-                .bind(&scope.context_id)
-                .bind(&d.message_id)
-                .bind(seq(d))
-                .bind(json)
-                .bind(t)
-                .bind(count)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend)?;
-                added += r.rows_affected();
+                    chunk.len(),
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (d, (json, t, count)) in chunk {
+                    q = q
+                        .bind(&scope.flow_id)
+                        .bind(&scope.user_id)
+                        .bind(&scope.session_id)
+                        .bind(&scope.context_id)
+                        .bind(&d.message_id)
+                        .bind(seq(d))
+                        .bind(json)
+                        .bind(t)
+                        .bind(*count);
+                }
+                added += q
+                    .execute(self.pool())
+                    .await
+                    .map_err(backend)?
+                    .rows_affected();
             }
-            tx.commit().await.map_err(backend)?;
             Ok(added)
         }
 
