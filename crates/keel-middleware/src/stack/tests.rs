@@ -289,11 +289,11 @@ fn recall_entries_load_and_name_bad_values() {
     assert_eq!(names, ["summarization", "recall"]);
     assert_eq!(
         err("middleware:\n  - recall: {max_excerpts: 0}\n"),
-        "middleware[0].recall.max_excerpts = 0 (line 2): is out of range; allowed: a whole number in [1, 50]"
+        "middleware[0].recall.max_excerpts = 0: is out of range; allowed: a whole number in [1, 50] (line 2)"
     );
     assert!(
         err("middleware:\n  - recall: {min_score: 2}\n").contains(
-            "recall.min_score = 2 (line 2): is out of range; allowed: a number in [0, 1]"
+            "recall.min_score = 2: is out of range; allowed: a number in [0, 1] (line 2)"
         )
     );
     assert!(
