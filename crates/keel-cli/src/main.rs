@@ -48,6 +48,8 @@ enum Command {
     /// Serve an agent described in a keel.yaml over the LangGraph Agent Server protocol
     /// (assistants, threads, runs, SSE streaming), with a chat page at `/`.
     Serve(commands::serve::Args),
+    /// Manage the recall index (`rebuild --db URL` indexes a database from scratch).
+    RecallIndex(commands::recall_index::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => commands::eval::run(args, &cli.caps),
         Command::Run(args) => commands::run::run(args, &cli.caps),
         Command::Serve(args) => commands::serve::run(args),
+        Command::RecallIndex(args) => commands::recall_index::run(args),
     };
     match result {
         Ok(code) => code,

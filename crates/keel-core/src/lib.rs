@@ -38,6 +38,7 @@ pub mod message;
 pub mod middleware;
 pub mod model;
 pub mod pairs;
+pub mod recall;
 pub mod state;
 pub mod store;
 pub mod stream;

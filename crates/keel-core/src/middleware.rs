@@ -233,6 +233,51 @@ impl<'a> Next<'a> {
     }
 }
 
+/// A last change to a model request, applied after every inner `wrap_model_call` hook,
+/// just before the model gets it: see [`Next::run_with_final`].
+#[async_trait]
+pub trait FinalRequest: Send + Sync {
+    /// Returns the request to send instead of `request`.
+    async fn finish(&self, request: ModelRequest) -> Result<ModelRequest, ModelError>;
+}
+
+/// The terminal of a [`Next::run_with_final`] chain.
+struct Finishing<'b> {
+    last: &'b dyn FinalRequest,
+    terminal: &'b dyn ModelHandler,
+}
+
+#[async_trait]
+impl ModelHandler for Finishing<'_> {
+    async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let request = self.last.finish(request).await?;
+        self.terminal.call(request).await
+    }
+}
+
+impl Next<'_> {
+    /// Runs the rest of the chain as [`run`](Self::run) does, with `last` applied to the
+    /// request that the innermost hook hands to the model. A middleware that must see
+    /// the final request (what inner summarization or session memory left of the
+    /// history) uses it, so its place in the stack does not matter.
+    pub async fn run_with_final(
+        self,
+        request: ModelRequest,
+        last: &dyn FinalRequest,
+    ) -> Result<ModelResponse, ModelError> {
+        let terminal = Finishing {
+            last,
+            terminal: self.terminal,
+        };
+        Next {
+            chain: self.chain,
+            terminal: &terminal,
+        }
+        .run(request)
+        .await
+    }
+}
+
 /// One tool call as middleware see it.
 #[derive(Clone)]
 pub struct ToolCallRequest {

@@ -68,7 +68,7 @@ pub use eval::{EvalReport, Probe, ProbeError, evaluate, read_probes};
 pub use input::Limits;
 pub use report::{CallReport, ReplayReport, Totals};
 pub use setup::{
-    DEFAULT_DB_URL, FinishError, MemoryOptions, Prepared, ReplayOptions, SetupError,
+    DEFAULT_DB_URL, FinishError, MemoryOptions, Prepared, ReplayOptions, SetupError, load_recall,
     load_summarization, prepare, transcript_warnings,
 };
 pub use transcript::{InvalidTranscript, LoadError, Transcript};

@@ -127,6 +127,14 @@ pub enum SetupError {
         /// The URL, password hidden.
         url: String,
     },
+    /// The configuration's `recall:` section is invalid.
+    #[error("{}: recall: {message}", path.display())]
+    Recall {
+        /// The YAML file.
+        path: PathBuf,
+        /// What is wrong, with the key.
+        message: String,
+    },
     /// The database could not be opened.
     #[error("--db: {0}")]
     Connect(#[from] ConnectError),
@@ -253,6 +261,37 @@ pub fn load_summarization(
     Ok((config, warnings))
 }
 
+/// The top-level `recall:` section of a configuration file (`None` when it has none;
+/// `recall: {}` turns recall on with its defaults). Its keys are
+/// [`RecallSettings`](keel_recall::RecallSettings)'s; an unknown key or a value out of
+/// range is an error naming it.
+pub fn load_recall(
+    path: &Path,
+    max_bytes: Option<u64>,
+) -> Result<Option<keel_recall::RecallSettings>, SetupError> {
+    #[derive(serde::Deserialize)]
+    struct Top {
+        #[serde(default)]
+        recall: Option<keel_recall::RecallSettings>,
+    }
+    let cap = max_bytes.unwrap_or(keel_summarization::config::MAX_CONFIG_BYTES);
+    let bad = |message: String| SetupError::Recall {
+        path: path.to_owned(),
+        message,
+    };
+    let text =
+        crate::input::read_text(path, usize::try_from(cap).unwrap_or(usize::MAX)).map_err(bad)?;
+    if !text.lines().any(|l| l.starts_with("recall:")) {
+        return Ok(None);
+    }
+    let top: Top = serde_saphyr::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let Some(settings) = top.recall else {
+        return Ok(None);
+    };
+    settings.validate().map_err(|e| bad(e.to_string()))?;
+    Ok(Some(settings))
+}
+
 /// Checks every input, then builds the middleware stack and opens the database.
 pub async fn prepare(
     transcript: impl AsRef<Path>,
@@ -293,6 +332,15 @@ pub async fn prepare(
         }
         None => None,
     };
+    // Recall: the configuration's top-level `recall:` section.
+    let mut recall_settings = match &options.config {
+        Some(path) => load_recall(path, options.max_config_bytes)?,
+        None => None,
+    };
+    if let Some(r) = &mut recall_settings {
+        r.flow_id = REPLAY_FLOW_ID.to_owned();
+        r.user_id = REPLAY_USER_ID.to_owned();
+    }
     let memory_settings = match &options.memory {
         Some(m) => {
             let scope = SessionScope::new(REPLAY_FLOW_ID, REPLAY_USER_ID, "", "");
@@ -338,6 +386,20 @@ pub async fn prepare(
     // 3. The stack, outermost first: session memory builds `[summary, *last N]`, then
     // summarization compacts whatever is still over its trigger.
     let mut stack: Vec<Arc<dyn Middleware>> = Vec::new();
+    // Recall sits outermost and still sees the final request (it adds its excerpts
+    // after the inner middleware ran); with a database it indexes there.
+    if let Some(settings) = recall_settings {
+        let mut builder = keel_recall::RecallMiddleware::builder(settings);
+        if let Some(store) = &store {
+            builder = builder.index(store.clone());
+        }
+        stack.push(Arc::new(builder.build().map_err(|e| {
+            SetupError::Recall {
+                path: options.config.clone().unwrap_or_default(),
+                message: e.to_string(),
+            }
+        })?));
+    }
     let mut memory = None;
     if let (Some(settings), Some(store)) = (memory_settings, &store) {
         let scope = settings.scope_for_thread(&thread_id);

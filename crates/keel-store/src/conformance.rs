@@ -1789,3 +1789,365 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
     );
     Ok(())
 }
+
+/// Runs the recall-index checks: [`recall_index`], [`recall_ranking`] and
+/// [`concurrent_recall_writers`] with 16 tasks.
+pub async fn run_recall<S: keel_core::recall::RecallIndex + 'static>(store: Arc<S>) -> Checked {
+    recall_index(&*store).await?;
+    recall_ranking(&*store).await?;
+    concurrent_recall_writers(store, 16).await
+}
+
+fn recall_doc(id: &str, seq: u64, text: &str) -> keel_core::recall::RecallDocument {
+    keel_core::recall::RecallDocument {
+        message_id: id.to_owned(),
+        seq,
+        role: "user".to_owned(),
+        who: None,
+        text: text.to_owned(),
+        untrusted: false,
+    }
+}
+
+/// Indexing skips ids already indexed, search is scoped (owner and thread), CJK and
+/// accented text is found by CJK and accented queries, bad documents are refused, and
+/// deleting a session deletes the index of every one of its contexts and nothing else.
+pub async fn recall_index<S: keel_core::recall::RecallIndex>(store: &S) -> Checked {
+    use keel_core::recall::query_terms;
+    const C: &str = "recall_index";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-f"), "ada", "s1", "");
+    let context = SessionScope::new(format!("{ns}-f"), "ada", "s1", "ctx");
+    let other_user = SessionScope::new(format!("{ns}-f"), "bob", "s1", "");
+    let other_thread = SessionScope::new(format!("{ns}-f"), "ada", "s2", "");
+    let docs = [
+        recall_doc(
+            "m1",
+            0,
+            "We're going with Vendorix for the billing backups.",
+        ),
+        recall_doc("m2", 1, "这个项目的负责人是王芳，有问题先找他。"),
+        recall_doc(
+            "m3",
+            2,
+            "Die Kundendaten dürfen das Rechenzentrum in Zürich nicht verlassen.",
+        ),
+        recall_doc("m4", 3, "lunch at noon"),
+    ];
+    let n = call(
+        C,
+        "index_documents",
+        store.index_documents(&scope, &docs).await,
+    )?;
+    ensure!(C, n == 4, "indexed {n} of 4 new documents");
+    let again = call(
+        C,
+        "index_documents",
+        store.index_documents(&scope, &docs).await,
+    )?;
+    ensure!(C, again == 0, "indexing the same ids again indexed {again}");
+    call(
+        C,
+        "index_documents",
+        store.index_documents(&context, &docs[..1]).await,
+    )?;
+    call(
+        C,
+        "index_documents",
+        store.index_documents(&other_user, &docs[..1]).await,
+    )?;
+    call(
+        C,
+        "index_documents",
+        store.index_documents(&other_thread, &docs[..1]).await,
+    )?;
+    let top =
+        |hits: &[keel_core::recall::RecallHit]| hits.first().map(|h| h.document.message_id.clone());
+    for (q, want) in [
+        ("Which vendor takes the billing backups?", "m1"),
+        ("负责人是谁？", "m2"),
+        ("Wo müssen die Kundendaten bleiben?", "m3"),
+    ] {
+        let hits = call(C, "search", store.search(&scope, &query_terms(q), 5).await)?;
+        ensure!(
+            C,
+            top(&hits).as_deref() == Some(want),
+            "{q:?} found {:?}, not {want}",
+            top(&hits)
+        );
+        let h = &hits[0];
+        ensure!(
+            C,
+            h.document
+                == docs
+                    .iter()
+                    .find(|d| d.message_id == want)
+                    .cloned()
+                    .unwrap_or_else(|| recall_doc("", 0, "")),
+            "the hit's document did not round-trip: {:?}",
+            h.document
+        );
+        ensure!(
+            C,
+            h.coverage > 0.0 && h.coverage <= 1.0 && h.score > 0.0,
+            "score {} coverage {}",
+            h.score,
+            h.coverage
+        );
+    }
+    let none = call(
+        C,
+        "search",
+        store
+            .search(&scope, &query_terms("kubernetes ingress"), 5)
+            .await,
+    )?;
+    ensure!(C, none.is_empty(), "an unrelated query found {none:?}");
+    let empty = call(C, "search", store.search(&scope, &[], 5).await)?;
+    ensure!(C, empty.is_empty(), "an empty query found {empty:?}");
+    let stranger = SessionScope::new(format!("{ns}-f"), "eve", "s1", "");
+    let leaked = call(
+        C,
+        "search",
+        store
+            .search(&stranger, &query_terms("billing backups"), 5)
+            .await,
+    )?;
+    ensure!(
+        C,
+        leaked.is_empty(),
+        "another owner's search found {leaked:?}"
+    );
+    ensure!(
+        C,
+        is_invalid(
+            &store
+                .index_documents(&scope, &[recall_doc("", 9, "x")])
+                .await
+        ),
+        "an empty message id was accepted"
+    );
+    ensure!(
+        C,
+        is_invalid(
+            &store
+                .index_documents(&scope, &[recall_doc("nul", 9, "a\0b")])
+                .await
+        ),
+        "a NUL character was accepted"
+    );
+    let gone = call(
+        C,
+        "delete_session_index",
+        store
+            .delete_session_index(&scope.flow_id, "ada", "s1")
+            .await,
+    )?;
+    ensure!(
+        C,
+        gone == 5,
+        "deleting the session removed {gone} documents, not 5 (4 + 1 in another context)"
+    );
+    for s in [&scope, &context] {
+        let left = call(C, "indexed_count", store.indexed_count(s).await)?;
+        ensure!(
+            C,
+            left == 0,
+            "{left} documents left in {s:?} after deletion"
+        );
+        let found = call(
+            C,
+            "search",
+            store.search(s, &query_terms("billing backups"), 5).await,
+        )?;
+        ensure!(
+            C,
+            found.is_empty(),
+            "a deleted session's search found {found:?}"
+        );
+    }
+    for s in [&other_user, &other_thread] {
+        let left = call(C, "indexed_count", store.indexed_count(s).await)?;
+        ensure!(C, left == 1, "deleting one session took {s:?}'s document");
+    }
+    let again = call(
+        C,
+        "delete_session_index",
+        store
+            .delete_session_index(&scope.flow_id, "ada", "s1")
+            .await,
+    )?;
+    ensure!(C, again == 0, "deleting again removed {again}");
+    Ok(())
+}
+
+/// The ranking every backend agrees on: BM25 over the scope, newest first on ties.
+pub async fn recall_ranking<S: keel_core::recall::RecallIndex>(store: &S) -> Checked {
+    use keel_core::recall::query_terms;
+    const C: &str = "recall_ranking";
+    let scope = SessionScope::new(format!("{}-f", namespace()), "u", "t", "");
+    let docs = [
+        recall_doc("a", 0, "the primary host is db-1.acme.net"),
+        recall_doc("b", 1, "status page is green"),
+        recall_doc("c", 2, "correction: the primary host is db-7.acme.net now"),
+        recall_doc("d", 3, "host host host"),
+        recall_doc("e", 4, "the primary database is in Frankfurt"),
+    ];
+    call(
+        C,
+        "index_documents",
+        store.index_documents(&scope, &docs).await,
+    )?;
+    // The reference: the shared scorer over every document of the scope.
+    let query = query_terms("What is the current primary host?");
+    let all: Vec<_> = docs
+        .iter()
+        .map(|d| (d.clone(), keel_core::recall::terms(&d.text)))
+        .collect();
+    let mut df = std::collections::HashMap::new();
+    for q in &query {
+        let n = all.iter().filter(|(_, t)| t.contains(q)).count() as u64;
+        if n > 0 {
+            df.insert(q.clone(), n);
+        }
+    }
+    let stats = keel_core::recall::CorpusStats {
+        documents: all.len() as u64,
+        total_terms: all.iter().map(|(_, t)| t.len() as u64).sum(),
+    };
+    let want = keel_core::recall::rank(&query, all, &df, stats, 10);
+    let hits = call(C, "search", store.search(&scope, &query, 10).await)?;
+    let order: Vec<&str> = hits
+        .iter()
+        .map(|h| h.document.message_id.as_str())
+        .collect();
+    let want_order: Vec<&str> = want
+        .iter()
+        .map(|h| h.document.message_id.as_str())
+        .collect();
+    ensure!(
+        C,
+        order == want_order && order.len() == 4,
+        "ranked {order:?}, the reference ranks {want_order:?}"
+    );
+    for (h, w) in hits.iter().zip(&want) {
+        ensure!(
+            C,
+            (h.score - w.score).abs() < 1e-9 && (h.coverage - w.coverage).abs() < 1e-9,
+            "{} scored {} / {}, the reference {} / {}",
+            h.document.message_id,
+            h.score,
+            h.coverage,
+            w.score,
+            w.coverage
+        );
+    }
+    let limited = call(
+        C,
+        "search",
+        store.search(&scope, &query_terms("primary host"), 2).await,
+    )?;
+    ensure!(C, limited.len() == 2, "limit 2 returned {}", limited.len());
+    Ok(())
+}
+
+/// `tasks` writers index overlapping batches into one scope and their own batches into
+/// their own scopes at the same time: every document is indexed once, none is lost,
+/// and no scope sees another's.
+pub async fn concurrent_recall_writers<S: keel_core::recall::RecallIndex + 'static>(
+    store: Arc<S>,
+    tasks: usize,
+) -> Checked {
+    use keel_core::recall::query_terms;
+    const C: &str = "concurrent_recall_writers";
+    let ns = namespace();
+    let shared = SessionScope::new(format!("{ns}-f"), "u", "shared", "");
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let store = store.clone();
+        let shared = shared.clone();
+        let own = SessionScope::new(format!("{ns}-f"), "u", format!("own-{t}"), "");
+        handles.push(tokio::spawn(async move {
+            // Ids 0..20 are written by every task; 100 + t by this one only.
+            let mut batch: Vec<_> = (0..20)
+                .map(|i| {
+                    recall_doc(
+                        &format!("m{i}"),
+                        i,
+                        &format!("shared fact number {i} alpha"),
+                    )
+                })
+                .collect();
+            batch.push(recall_doc(
+                &format!("m{}", 100 + t),
+                100 + t as u64,
+                "unique beta",
+            ));
+            let a = shared_index(&*store, &shared, &batch).await;
+            let b = shared_index(
+                &*store,
+                &own,
+                &[recall_doc("o", 0, &format!("own gamma {t}"))],
+            )
+            .await;
+            b.and(a)
+        }));
+    }
+    let mut added = 0;
+    for h in handles {
+        match h.await {
+            Ok(Ok(n)) => added += n,
+            Ok(Err(e)) => return Err(fail(C, format!("index_documents returned an error: {e}"))),
+            Err(e) => return Err(fail(C, format!("a writer task failed: {e}"))),
+        }
+    }
+    let want = 20 + tasks as u64;
+    let count = call(C, "indexed_count", store.indexed_count(&shared).await)?;
+    ensure!(
+        C,
+        count == want,
+        "the shared scope holds {count} documents, not {want}"
+    );
+    ensure!(
+        C,
+        added == want,
+        "writers reported {added} new documents, not {want}"
+    );
+    let beta = call(
+        C,
+        "search",
+        store.search(&shared, &query_terms("beta"), 1000).await,
+    )?;
+    ensure!(
+        C,
+        beta.len() == tasks,
+        "{} of {tasks} unique documents found",
+        beta.len()
+    );
+    for t in 0..tasks {
+        let own = SessionScope::new(format!("{ns}-f"), "u", format!("own-{t}"), "");
+        let hits = call(
+            C,
+            "search",
+            store
+                .search(&own, &query_terms("gamma alpha beta"), 10)
+                .await,
+        )?;
+        let texts: Vec<&str> = hits.iter().map(|h| h.document.text.as_str()).collect();
+        ensure!(
+            C,
+            texts == [format!("own gamma {t}").as_str()],
+            "scope own-{t} found {texts:?}"
+        );
+    }
+    Ok(())
+}
+
+/// One writer's batch.
+async fn shared_index<S: keel_core::recall::RecallIndex>(
+    store: &S,
+    scope: &SessionScope,
+    docs: &[keel_core::recall::RecallDocument],
+) -> Result<u64, StoreError> {
+    store.index_documents(scope, docs).await
+}

@@ -139,11 +139,13 @@ pub mod postgres;
 pub mod sqlite;
 
 mod check;
+mod recall;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 mod store;
 
 pub use error::ConnectError;
+pub use keel_core::recall::{RecallDocument, RecallHit, RecallIndex};
 pub use keel_core::store::{
     ChatHistoryStore, Checkpoint, CheckpointWrite, Checkpointer, Cursor, PutOutcome, SaveOutcome,
     SessionMemoryState, SessionMemoryStore, SessionScope, StoreError, StoredMessage, SummaryStore,

@@ -41,6 +41,7 @@ use crate::check;
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
+    recall: Arc<keel_core::recall::MemoryRecallIndex>,
 }
 
 #[derive(Default)]
@@ -70,6 +71,25 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The recall index (BM25 over in-memory postings).
+    pub(crate) fn recall_index(&self) -> &keel_core::recall::MemoryRecallIndex {
+        &self.recall
+    }
+
+    /// Every scope holding chat history.
+    pub(crate) fn history_scopes(&self) -> Vec<SessionScope> {
+        let mut v: Vec<SessionScope> = self.inner.lock().history.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Every thread holding checkpoints.
+    pub(crate) fn checkpoint_threads(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.inner.lock().checkpoints.keys().cloned().collect();
+        v.sort();
+        v
     }
 }
 

@@ -94,6 +94,13 @@ fn migrator() -> Migrator {
             include_str!("../migrations/sqlite/0003_checkpoint_branches.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            4,
+            "recall index".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/sqlite/0004_recall_index.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
 

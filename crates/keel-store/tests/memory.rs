@@ -18,6 +18,16 @@ async fn memory_url_store_conforms() {
     conformance::run_all(Arc::new(store)).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_recall_index_conforms() {
+    conformance::run_recall(Arc::new(MemoryStore::new()))
+        .await
+        .unwrap();
+    conformance::run_recall(Arc::new(Store::memory()))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn clones_share_data() {
     use keel_core::store::{SessionMemoryState, SessionMemoryStore, SessionScope};

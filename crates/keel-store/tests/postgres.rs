@@ -71,6 +71,60 @@ async fn postgres_conforms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_recall_index_conforms() {
+    let (_, options) = fresh_schema().await;
+    let store = store_in(&options, 16).await;
+    conformance::run_recall(Arc::new(store)).await.unwrap();
+}
+
+/// The `simple` configuration turns keel's terms into exactly these lexemes (CJK
+/// bigrams and accented words included, hex-encoded), the GIN index exists, and a
+/// deleted session leaves no index row.
+#[tokio::test]
+async fn recall_terms_are_the_tsvector_lexemes() {
+    use keel_core::recall::{RecallDocument, RecallIndex, terms};
+    let (_, options) = fresh_schema().await;
+    let store = store_in(&options, 2).await;
+    let text = "主数据库是db-1.acme.net, die Kundendaten dürfen nicht raus; runs 10:30 Uhr";
+    let mut want: Vec<String> = terms(text);
+    want.sort();
+    want.dedup();
+    let (lexemes,): (Vec<String>,) =
+        sqlx::query_as("SELECT tsvector_to_array(to_tsvector('simple', $1))")
+            .bind(terms(text).join(" "))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    let mut got = lexemes;
+    got.sort();
+    assert_eq!(got, want);
+    let (gin,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_indexes WHERE indexname = 'recall_documents_tsv' \
+         AND indexdef LIKE '%USING gin%' AND schemaname = current_schema()",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(gin, 1);
+    let scope = SessionScope::new("f", "u", "s", "");
+    let doc = RecallDocument {
+        message_id: "m1".into(),
+        seq: 0,
+        role: "user".into(),
+        who: None,
+        text: text.into(),
+        untrusted: false,
+    };
+    store.index_documents(&scope, &[doc]).await.unwrap();
+    assert_eq!(store.delete_session_index("f", "u", "s").await.unwrap(), 1);
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM recall_documents")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_url_conforms() {
     // Store::connect on the plain URL (public schema, shared with other runs): the suite
     // namespaces its ids, so reruns on the same database do not collide.
@@ -110,6 +164,8 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "checkpoint_messages",
         "checkpoint_steps",
         "checkpoints",
+        "recall_documents",
+        "recall_documents_tsv",
         "session_memory_state",
         "summary_cache",
     ] {
@@ -130,7 +186,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 3);
+    assert_eq!(applied, 4);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

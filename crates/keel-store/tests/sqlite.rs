@@ -31,6 +31,58 @@ async fn sqlite_memory_conforms() {
     conformance::run_all(Arc::new(store)).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_recall_index_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&file_url(&dir)).await.unwrap();
+    conformance::run_recall(Arc::new(store)).await.unwrap();
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    conformance::run_recall(Arc::new(store)).await.unwrap();
+}
+
+/// sqlx's bundled libsqlite3 is built with FTS5, and a deleted session leaves no row in
+/// the index tables (the FTS5 table follows its content table through triggers).
+#[tokio::test]
+async fn recall_index_uses_fts5_and_deletes_its_rows() {
+    use keel_core::recall::{RecallDocument, RecallIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::connect(&file_url(&dir)).await.unwrap();
+    let (fts5,): (i64,) = sqlx::query_as("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(fts5, 1);
+    let scope = SessionScope::new("f", "u", "s", "");
+    let doc = RecallDocument {
+        message_id: "m1".into(),
+        seq: 0,
+        role: "user".into(),
+        who: None,
+        text: "主数据库是db-1。".into(),
+        untrusted: false,
+    };
+    store.index_documents(&scope, &[doc]).await.unwrap();
+    let count = |sql: &'static str| {
+        let pool = store.pool().clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+            n
+        }
+    };
+    assert_eq!(count("SELECT count(*) FROM recall_documents").await, 1);
+    assert_eq!(
+        count("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'db'").await,
+        1
+    );
+    assert_eq!(store.delete_session_index("f", "u", "s").await.unwrap(), 1);
+    assert_eq!(count("SELECT count(*) FROM recall_documents").await, 0);
+    assert_eq!(
+        count("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'db'").await,
+        0
+    );
+    assert_eq!(count("SELECT count(*) FROM recall_fts").await, 0);
+}
+
 #[tokio::test]
 async fn file_database_is_in_wal_mode() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,12 +132,14 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "checkpoint_messages",
         "checkpoint_steps",
         "checkpoints",
+        "recall_documents",
+        "recall_fts",
         "session_memory_state",
         "summary_cache",
     ] {
         assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
     }
-    assert_eq!(applied(&first).await, 3);
+    assert_eq!(applied(&first).await, 4);
     first
         .save_state(&scope, &SessionMemoryState::default(), 0)
         .await
@@ -97,7 +151,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     // A restarted process: connect migrates again; nothing changes, nothing is lost.
     let second = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(tables(&second).await, schema);
-    assert_eq!(applied(&second).await, 3);
+    assert_eq!(applied(&second).await, 4);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
     assert_eq!(
         second.get_summary("k").await.unwrap(),

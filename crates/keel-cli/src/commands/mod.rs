@@ -9,6 +9,7 @@ use keel_replay::input::DEFAULT_MAX_LINE_BYTES;
 pub mod check_transcript;
 pub mod compact;
 pub mod eval;
+pub mod recall_index;
 pub mod replay;
 pub mod run;
 pub mod serve;

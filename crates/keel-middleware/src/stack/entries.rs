@@ -51,6 +51,7 @@ pub const NAMES: &[&str] = &[
     "model_refusal",
     "human_in_the_loop",
     "summarization",
+    "recall",
 ];
 
 /// The largest call limit accepted.
@@ -226,6 +227,14 @@ pub(crate) fn read(
         "llm_tool_emulator" => &["tools", "model"],
         "model_router" => &["choices", "instructions", "classifier"],
         "human_in_the_loop" => &["interrupt_on", "description_prefix", "interrupt_mode"],
+        "recall" => &[
+            "max_excerpts",
+            "max_tokens",
+            "min_score",
+            "max_excerpt_chars",
+            "flow_id",
+            "user_id",
+        ],
         _ => &[],
     };
     known_keys(&prefix, entries, known)?;
@@ -395,6 +404,44 @@ pub(crate) fn read(
             ready(Arc::new(TodoList::new(prompt, description)))
         }
         "model_refusal" => ready(Arc::new(ModelRefusal)),
+        "recall" => {
+            let mut settings = keel_recall::RecallSettings::default();
+            let whole = |key: &str, max: u64| -> Result<Option<usize>, StackError> {
+                args.get(key)
+                    .map(|v| v.count(max).map(|n| n as usize))
+                    .transpose()
+            };
+            if let Some(n) = whole("max_excerpts", u64::MAX >> 1)? {
+                settings.max_excerpts = n;
+            }
+            if let Some(n) = whole("max_tokens", u64::MAX >> 1)? {
+                settings.max_tokens = n;
+            }
+            if let Some(n) = whole("max_excerpt_chars", u64::MAX >> 1)? {
+                settings.max_excerpt_chars = n;
+            }
+            if let Some(v) = args.get("min_score") {
+                settings.min_score = v.number()?;
+            }
+            if let Some(v) = args.get("flow_id") {
+                settings.flow_id = v.string()?;
+            }
+            if let Some(v) = args.get("user_id") {
+                settings.user_id = v.string()?;
+            }
+            let m = keel_recall::RecallMiddleware::builder(settings)
+                .build()
+                .map_err(|e| {
+                    at.config(ConfigError::new(
+                        "recall",
+                        e.field,
+                        e.value,
+                        "is out of range",
+                        e.range,
+                    ))
+                })?;
+            ready(Arc::new(m))
+        }
         "human_in_the_loop" => {
             let mode = match args.get("interrupt_mode") {
                 Some(v) => match v.choice(&["batched", "per_call"])? {

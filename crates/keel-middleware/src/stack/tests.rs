@@ -278,3 +278,28 @@ fn builder_resolves_the_files_model() {
     };
     assert!(e.to_string().contains("the stack names no model"), "{e}");
 }
+
+#[test]
+fn recall_entries_load_and_name_bad_values() {
+    let stack = Stack::from_yaml_str(
+        "middleware:\n  - summarization: {trigger: [{type: tokens, value: 4000}]}\n  - recall: {max_excerpts: 3, max_tokens: 500, min_score: 0.25}\n",
+    )
+    .unwrap();
+    let names: Vec<&str> = stack.middleware.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["summarization", "recall"]);
+    assert_eq!(
+        err("middleware:\n  - recall: {max_excerpts: 0}\n"),
+        "middleware[0].recall.max_excerpts = 0: is out of range; allowed: a whole number in [1, 50] (line 2)"
+    );
+    assert!(
+        err("middleware:\n  - recall: {min_score: 2}\n").contains(
+            "recall.min_score = 2: is out of range; allowed: a number in [0, 1] (line 2)"
+        )
+    );
+    assert!(
+        err("middleware:\n  - recall: {max_excerpt: 3}\n")
+            .contains("unknown key middleware[0].recall.max_excerpt (line 3)")
+            || err("middleware:\n  - recall: {max_excerpt: 3}\n")
+                .contains("unknown key middleware[0].recall.max_excerpt")
+    );
+}

@@ -1,0 +1,597 @@
+//! Recall of the exact evidence: the contract of a full-text index over a thread's
+//! messages, the tokenizer every backend shares, the BM25 score and an in-memory index.
+//!
+//! A [`RecallIndex`] holds one [`RecallDocument`] per indexed message, scoped by
+//! [`SessionScope`] (owner and thread). The SQL stores match with the database's own
+//! full-text search (SQLite FTS5, PostgreSQL `tsvector` with a GIN index) and this
+//! module scores the candidates, so every backend ranks the same documents the same way.
+//!
+//! ## Terms
+//!
+//! [`terms`] turns text into the index's terms, for documents and queries alike:
+//! lower-cased runs of letters and digits, a light suffix strip on ASCII words (`runs`,
+//! `running` and `run` meet), common English, German and Spanish function words dropped,
+//! and every run of CJK characters cut into overlapping two-character terms (a lone
+//! character stays a term), since CJK text has no spaces to split on. Any term that is
+//! not ASCII is then written as `x` and the hex of its UTF-8 bytes, so the database's
+//! tokenizer sees plain `[a-z0-9]` words on both dialects: FTS5's `unicode61` and
+//! PostgreSQL's `simple` configuration (whose parser depends on the server's locale for
+//! non-ASCII letters) split and fold them identically.
+//!
+//! ```
+//! use keel_core::recall::terms;
+//!
+//! assert_eq!(terms("The failing job RUNS on node ip-10-4"), ["fail", "job", "run", "node", "ip", "10", "4"]);
+//! // 负责人 becomes 负责 and 责人, hex-encoded.
+//! assert_eq!(terms("负责人").len(), 2);
+//! assert_eq!(terms("负责人是谁"), terms("负责人是谁"));
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::message::{Message, MessageBody};
+use crate::store::{SessionScope, StoreError};
+
+/// The longest term kept, in bytes (longer runs are blobs: keys, base64).
+pub const MAX_TERM_BYTES: usize = 64;
+
+/// BM25's term-frequency saturation.
+const K1: f64 = 1.2;
+/// BM25's length normalisation.
+const B: f64 = 0.75;
+
+/// One indexed message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecallDocument {
+    /// The message id (unique within the scope).
+    pub message_id: String,
+    /// The message's position in the thread (0-based), its reference in excerpts.
+    pub seq: u64,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Who wrote it: the message's name, or the tool's name for a tool result.
+    pub who: Option<String>,
+    /// The text to quote (for a tool result, with the call that produced it).
+    pub text: String,
+    /// True for tool output: data, never instructions.
+    pub untrusted: bool,
+}
+
+/// A document found by [`RecallIndex::search`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecallHit {
+    /// The document.
+    pub document: RecallDocument,
+    /// BM25 over the scope's documents.
+    pub score: f64,
+    /// The share (0 to 1) of the query's weight (the inverse document frequency of its
+    /// terms found in the scope) that this document matches.
+    pub coverage: f64,
+}
+
+/// Counts a scope's documents and their terms, for BM25.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CorpusStats {
+    /// Documents in the scope.
+    pub documents: u64,
+    /// Terms over all of them.
+    pub total_terms: u64,
+}
+
+/// A full-text index of a thread's messages, scoped by owner and thread.
+#[async_trait]
+pub trait RecallIndex: Send + Sync {
+    /// Indexes the documents whose message id is not indexed in the scope yet and skips
+    /// the others; returns how many were indexed. Ids must be non-empty.
+    async fn index_documents(
+        &self,
+        scope: &SessionScope,
+        documents: &[RecallDocument],
+    ) -> Result<u64, StoreError>;
+    /// Up to `limit` documents of the scope holding at least one of `query` (terms from
+    /// [`terms`]), best first (BM25, then newest first).
+    async fn search(
+        &self,
+        scope: &SessionScope,
+        query: &[String],
+        limit: usize,
+    ) -> Result<Vec<RecallHit>, StoreError>;
+    /// How many documents the scope holds.
+    async fn indexed_count(&self, scope: &SessionScope) -> Result<u64, StoreError>;
+    /// Deletes the index of every context of `(flow_id, user_id, session_id)`; returns
+    /// how many documents went. Called by session deletion.
+    async fn delete_session_index(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError>;
+}
+
+/// Function words dropped from documents and queries (checked before the suffix
+/// strip).
+const STOP_WORDS: &[&str] = &[
+    // English
+    "a", "about", "after", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been",
+    "before", "but", "by", "can", "could", "did", "do", "does", "for", "from", "had", "has",
+    "have", "he", "her", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "let",
+    "me", "must", "my", "no", "not", "of", "on", "or", "our", "she", "should", "so", "than",
+    "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "up",
+    "us", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why",
+    "will", "with", "would", "you", "your", // German
+    "am", "auf", "bitte", "das", "dem", "den", "der", "die", "ein", "eine", "für", "im", "ist",
+    "mit", "nicht", "und", "wann", "was", "welche", "welches", "wer", "wie", "wo", "zu",
+    // Spanish
+    "al", "con", "cuál", "de", "del", "dónde", "el", "en", "es", "hay", "la", "las", "lo", "los",
+    "para", "por", "que", "quién", "se", "su", "un", "una", "y",
+];
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF    // CJK compatibility ideographs
+        | 0x20000..=0x2FA1F) // CJK extensions B-F, compatibility supplement
+}
+
+/// A light, deterministic suffix strip for ASCII words: plural and verb endings, then a
+/// final `e`, so `handles`, `handled` and `handle` meet.
+fn stem(word: &str) -> String {
+    if !word.bytes().all(|b| b.is_ascii_lowercase()) || word.len() <= 3 {
+        return word.to_owned();
+    }
+    let mut w = word;
+    for suffix in ["ies", "ing", "ed", "es", "s"] {
+        if let Some(base) = w.strip_suffix(suffix)
+            && base.len() >= 3
+            && !(suffix == "s"
+                && (base.ends_with('s') || base.ends_with('u') || base.ends_with('i')))
+        {
+            w = base;
+            break;
+        }
+    }
+    let w = if w.len() > 4 {
+        w.strip_suffix('e').unwrap_or(w)
+    } else {
+        w
+    };
+    w.to_owned()
+}
+
+/// `term` as the index stores it: itself when ASCII, otherwise `x` and its UTF-8 bytes in
+/// hex.
+fn encode(term: &str) -> Option<String> {
+    let out = if term.is_ascii() {
+        term.to_owned()
+    } else {
+        let mut s = String::with_capacity(1 + 2 * term.len());
+        s.push('x');
+        for b in term.as_bytes() {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    };
+    (out.len() <= MAX_TERM_BYTES).then_some(out)
+}
+
+/// The index terms of `text`, in order (see the [module docs](self)).
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut cjk: Vec<char> = Vec::new();
+    let flush_word = |word: &mut String, out: &mut Vec<String>| {
+        if !word.is_empty() {
+            if !STOP_WORDS.contains(&word.as_str())
+                && let Some(t) = encode(&stem(word))
+            {
+                out.push(t);
+            }
+            word.clear();
+        }
+    };
+    let flush_cjk = |cjk: &mut Vec<char>, out: &mut Vec<String>| {
+        match cjk.len() {
+            0 => {}
+            1 => out.extend(encode(&cjk[0].to_string())),
+            _ => out.extend(
+                cjk.windows(2)
+                    .filter_map(|w| encode(&w.iter().collect::<String>())),
+            ),
+        }
+        cjk.clear();
+    };
+    for c in text.chars() {
+        if is_cjk(c) {
+            flush_word(&mut word, &mut out);
+            cjk.push(c);
+        } else if c.is_alphanumeric() {
+            flush_cjk(&mut cjk, &mut out);
+            word.extend(c.to_lowercase());
+        } else {
+            flush_word(&mut word, &mut out);
+            flush_cjk(&mut cjk, &mut out);
+        }
+    }
+    flush_word(&mut word, &mut out);
+    flush_cjk(&mut cjk, &mut out);
+    out
+}
+
+/// The distinct terms of a query, in first-seen order.
+pub fn query_terms(text: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    terms(text)
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .collect()
+}
+
+/// Inverse document frequency (BM25's, never negative).
+fn idf(documents: u64, df: u64) -> f64 {
+    let (n, df) = (documents as f64, df as f64);
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// Scores one document for `query`: `(bm25, coverage)`. `df` holds the number of the
+/// scope's documents containing each query term; terms found in no document weigh
+/// nothing (coverage is relative to what the scope could match).
+pub fn score(
+    query: &[String],
+    document_terms: &[String],
+    df: &HashMap<String, u64>,
+    stats: CorpusStats,
+) -> (f64, f64) {
+    let dl = document_terms.len() as f64;
+    let avgdl = if stats.documents == 0 {
+        1.0
+    } else {
+        (stats.total_terms as f64 / stats.documents as f64).max(1.0)
+    };
+    let mut tf: HashMap<&str, u64> = HashMap::new();
+    for t in document_terms {
+        *tf.entry(t.as_str()).or_default() += 1;
+    }
+    let (mut bm25, mut matched, mut weight) = (0.0, 0.0, 0.0);
+    for q in query {
+        let n = df.get(q).copied().unwrap_or(0);
+        if n == 0 {
+            continue;
+        }
+        let w = idf(stats.documents, n);
+        weight += w;
+        if let Some(&f) = tf.get(q.as_str()) {
+            let f = f as f64;
+            bm25 += w * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * dl / avgdl));
+            matched += w;
+        }
+    }
+    let coverage = if weight > 0.0 { matched / weight } else { 0.0 };
+    (bm25, coverage)
+}
+
+/// Scores candidates and keeps the best `limit`: BM25 descending, then newest first.
+pub fn rank(
+    query: &[String],
+    candidates: Vec<(RecallDocument, Vec<String>)>,
+    df: &HashMap<String, u64>,
+    stats: CorpusStats,
+    limit: usize,
+) -> Vec<RecallHit> {
+    let mut hits: Vec<RecallHit> = candidates
+        .into_iter()
+        .filter_map(|(document, doc_terms)| {
+            let (score, coverage) = score(query, &doc_terms, df, stats);
+            (score > 0.0).then_some(RecallHit {
+                document,
+                score,
+                coverage,
+            })
+        })
+        .collect();
+    hits.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.document.seq.cmp(&a.document.seq))
+            .then_with(|| a.document.message_id.cmp(&b.document.message_id))
+    });
+    hits.truncate(limit);
+    hits
+}
+
+/// The documents of `messages[from..]`, numbered by position in `messages` (`seq`).
+/// System messages, messages `skip` refuses, AI messages without text (their calls are
+/// quoted with their results) and messages without an id are left out. A tool result
+/// carries the call that produced it (`name(args) returned:`), found among the
+/// messages before it, and is marked untrusted.
+pub fn documents(
+    messages: &[Message],
+    from: usize,
+    skip: impl Fn(&Message) -> bool,
+) -> Vec<RecallDocument> {
+    let mut out = Vec::new();
+    for (seq, m) in messages.iter().enumerate().skip(from) {
+        if m.id().is_empty() || skip(m) {
+            continue;
+        }
+        let text = m.text();
+        let (role, who, text, untrusted) = match m.body() {
+            MessageBody::System(_) => continue,
+            MessageBody::Human(_) => (
+                "user",
+                m.name().map(str::to_owned),
+                text.into_owned(),
+                false,
+            ),
+            MessageBody::Ai(ai) => {
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let mut t = text.into_owned();
+                for c in &ai.tool_calls {
+                    t.push_str(&format!("\n[calls {}({})]", c.name, c.args));
+                }
+                ("assistant", m.name().map(str::to_owned), t, false)
+            }
+            MessageBody::Tool(tool) => {
+                let call = messages[..seq]
+                    .iter()
+                    .rev()
+                    .take(256)
+                    .find_map(|p| p.tool_calls().iter().find(|c| c.id == tool.tool_call_id));
+                let (name, head) = match call {
+                    Some(c) => (
+                        c.name.clone(),
+                        format!("{}({}) returned:\n", c.name, c.args),
+                    ),
+                    None => {
+                        let name = m.name().unwrap_or("tool").to_owned();
+                        let head = format!("{name} returned:\n");
+                        (name, head)
+                    }
+                };
+                ("tool", Some(name), format!("{head}{text}"), true)
+            }
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        out.push(RecallDocument {
+            message_id: m.id().to_owned(),
+            seq: seq as u64,
+            role: role.to_owned(),
+            who,
+            text,
+            untrusted,
+        });
+    }
+    out
+}
+
+/// Checks a document before it is indexed.
+pub fn check_document(document: &RecallDocument) -> Result<(), StoreError> {
+    if document.message_id.is_empty() {
+        return Err(StoreError::Invalid(
+            "a recall document needs a non-empty message id".into(),
+        ));
+    }
+    if document.text.contains('\0') || document.message_id.contains('\0') {
+        return Err(StoreError::Invalid(format!(
+            "recall document {:?} holds a NUL character",
+            document.message_id
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct ScopeIndex {
+    /// message id -> (document, its terms)
+    documents: BTreeMap<String, (RecallDocument, Vec<String>)>,
+    /// term -> message ids holding it
+    postings: HashMap<String, HashSet<String>>,
+    total_terms: u64,
+}
+
+/// An in-memory [`RecallIndex`] (BM25 over postings): the index of the memory store and
+/// of a recall middleware without a database.
+#[derive(Default)]
+pub struct MemoryRecallIndex {
+    scopes: Mutex<HashMap<SessionScope, ScopeIndex>>,
+}
+
+impl std::fmt::Debug for MemoryRecallIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRecallIndex")
+            .field("scopes", &self.scopes.lock().len())
+            .finish()
+    }
+}
+
+impl MemoryRecallIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Empties every scope; returns how many documents went.
+    pub fn clear(&self) -> u64 {
+        let mut scopes = self.scopes.lock();
+        let n = scopes.values().map(|i| i.documents.len() as u64).sum();
+        scopes.clear();
+        n
+    }
+}
+
+#[async_trait]
+impl RecallIndex for MemoryRecallIndex {
+    async fn index_documents(
+        &self,
+        scope: &SessionScope,
+        documents: &[RecallDocument],
+    ) -> Result<u64, StoreError> {
+        for d in documents {
+            check_document(d)?;
+        }
+        let mut scopes = self.scopes.lock();
+        let index = scopes.entry(scope.clone()).or_default();
+        let mut added = 0;
+        for d in documents {
+            if index.documents.contains_key(&d.message_id) {
+                continue;
+            }
+            let doc_terms = terms(&d.text);
+            for t in &doc_terms {
+                index
+                    .postings
+                    .entry(t.clone())
+                    .or_default()
+                    .insert(d.message_id.clone());
+            }
+            index.total_terms += doc_terms.len() as u64;
+            index
+                .documents
+                .insert(d.message_id.clone(), (d.clone(), doc_terms));
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    async fn search(
+        &self,
+        scope: &SessionScope,
+        query: &[String],
+        limit: usize,
+    ) -> Result<Vec<RecallHit>, StoreError> {
+        let scopes = self.scopes.lock();
+        let Some(index) = scopes.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let mut df = HashMap::new();
+        let mut ids = HashSet::new();
+        for q in query {
+            if let Some(p) = index.postings.get(q) {
+                df.insert(q.clone(), p.len() as u64);
+                ids.extend(p.iter().cloned());
+            }
+        }
+        let candidates = ids
+            .iter()
+            .filter_map(|id| index.documents.get(id).cloned())
+            .collect();
+        let stats = CorpusStats {
+            documents: index.documents.len() as u64,
+            total_terms: index.total_terms,
+        };
+        Ok(rank(query, candidates, &df, stats, limit))
+    }
+
+    async fn indexed_count(&self, scope: &SessionScope) -> Result<u64, StoreError> {
+        Ok(self
+            .scopes
+            .lock()
+            .get(scope)
+            .map_or(0, |i| i.documents.len() as u64))
+    }
+
+    async fn delete_session_index(
+        &self,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let mut scopes = self.scopes.lock();
+        let mut gone = 0;
+        scopes.retain(|s, index| {
+            let hit = s.flow_id == flow_id && s.user_id == user_id && s.session_id == session_id;
+            if hit {
+                gone += index.documents.len() as u64;
+            }
+            !hit
+        });
+        Ok(gone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_folded_and_stripped() {
+        assert_eq!(terms("Handles handled handle"), ["handl", "handl", "handl"]);
+        assert_eq!(terms("What is the root cause?"), ["root", "caus"]);
+        assert_eq!(terms("status"), ["status"]);
+        assert!(terms(&"a".repeat(100)).is_empty());
+    }
+
+    #[test]
+    fn cjk_runs_become_bigrams_on_both_sides() {
+        let doc = terms("这个项目的负责人是王芳，有问题先找他。");
+        let query = query_terms("负责人是谁？");
+        let hits = query.iter().filter(|q| doc.contains(q)).count();
+        assert_eq!(hits, 3, "负责 责人 人是 are shared, 是谁 is not");
+        assert!(
+            doc.iter()
+                .chain(&query)
+                .all(|t| t.bytes().all(|b| b.is_ascii_alphanumeric()))
+        );
+    }
+
+    #[test]
+    fn non_ascii_words_are_encoded() {
+        assert_eq!(
+            terms("Ansprechpartner dürfen"),
+            ["ansprechpartner", "x64c3bc7266656e"]
+        );
+    }
+
+    #[tokio::test]
+    async fn memory_index_ranks_and_deletes() {
+        let index = MemoryRecallIndex::new();
+        let scope = SessionScope::new("f", "u", "s", "");
+        let doc = |id: &str, seq, text: &str| RecallDocument {
+            message_id: id.into(),
+            seq,
+            role: "user".into(),
+            who: None,
+            text: text.into(),
+            untrusted: false,
+        };
+        let docs = [
+            doc("a", 0, "the billing service runs build 42"),
+            doc("b", 1, "lunch is at noon"),
+            doc("c", 2, "billing billing billing"),
+        ];
+        assert_eq!(index.index_documents(&scope, &docs).await.ok(), Some(3));
+        assert_eq!(index.index_documents(&scope, &docs).await.ok(), Some(0));
+        let hits = index
+            .search(&scope, &query_terms("which build does billing run?"), 10)
+            .await
+            .unwrap_or_default();
+        assert_eq!(
+            hits.first().map(|h| h.document.message_id.as_str()),
+            Some("a")
+        );
+        assert_eq!(hits.len(), 2);
+        let other = SessionScope::new("f", "u2", "s", "");
+        assert!(
+            index
+                .search(&other, &query_terms("billing"), 10)
+                .await
+                .unwrap_or_default()
+                .is_empty()
+        );
+        assert_eq!(
+            index.delete_session_index("f", "u", "s").await.ok(),
+            Some(3)
+        );
+        assert_eq!(index.indexed_count(&scope).await.ok(), Some(0));
+    }
+}

@@ -1,0 +1,175 @@
+//! Probe evidence with recall on: for every probe of every keel-testkit style, the
+//! probe's question is asked after the whole transcript (the probes one after another,
+//! each answered with a placeholder, so one replay serves a session), and the request
+//! the model receives for it (bundled `examples/summarization.yaml`, the built-in
+//! extractive summarizer, recall with its defaults) must hold the probe's needles.
+//! Reported per style, without and with recall; the floor is 95 % with recall.
+//!
+//! `KEEL_STYLES_FROM` (default 1000, the reporting seeds) and `KEEL_STYLES_SEEDS`
+//! (default 2) pick the seeds. The figures in docs/summarization.md come from:
+//!
+//! ```text
+//! KEEL_STYLES_SEEDS=3 cargo test -p keel-replay --test recall_styles -- --nocapture --test-threads 1
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
+
+use std::path::{Path, PathBuf};
+
+use keel_core::message::Message;
+use keel_replay::{Quiet, ReplayOptions, prepare};
+use keel_testkit::styles::{Style, generate};
+
+/// With recall on, at least this share of every style's probes has its evidence in the
+/// request.
+const FLOOR: f64 = 95.0;
+/// Dense sessions fall short of [`FLOOR`]: 60 facts of 13 kinds answer questions as
+/// generic as "What is the version stated?", which match every fact of the kind, and
+/// four excerpts hold only some of them (73.3 % on seed 1000). Held to this floor so a
+/// regression still fails.
+const DENSE_FLOOR: f64 = 70.0;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let from = var("KEEL_STYLES_FROM", 1000);
+    from..from + var("KEEL_STYLES_SEEDS", 2)
+}
+
+fn request_text(system: Option<&Message>, messages: &[Message]) -> String {
+    let mut out = String::new();
+    for m in system.into_iter().chain(messages) {
+        out.push_str(&m.text());
+        out.push('\n');
+        for c in m.tool_calls() {
+            out.push_str(&c.args.to_string());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The bundled configuration, with recall's section when `recall` is true (and without
+/// one otherwise, whatever the bundled file says).
+fn config(dir: &Path, recall: bool) -> PathBuf {
+    let bundled = std::fs::read_to_string(root().join("examples/summarization.yaml")).unwrap();
+    let mut text: String = match bundled.find("\nrecall:") {
+        Some(i) => bundled[..i + 1].to_owned(),
+        None => bundled,
+    };
+    if recall {
+        text.push_str("\nrecall: {}\n");
+    }
+    let path = dir.join(if recall { "recall.yaml" } else { "plain.yaml" });
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `(probes, with evidence in the request)` for one session: one replay of the whole
+/// transcript followed by every probe question in turn (each with a placeholder
+/// answer), each question's request checked for its own probe's needles.
+async fn measure(style: Style, seed: u64, config: &Path, dir: &Path) -> (usize, usize) {
+    let session = generate(style, seed);
+    let mut messages = session.messages.clone();
+    let base_calls = messages.iter().filter(|m| m.is_ai()).count();
+    for (i, p) in session.probes.iter().enumerate() {
+        messages.push(Message::human(p.question.clone()).with_id(format!("probe-q-{i}")));
+        messages.push(Message::ai("(answer)").with_id(format!("probe-a-{i}")));
+    }
+    let path = dir.join("probe.jsonl");
+    let mut jsonl = String::new();
+    for m in &messages {
+        jsonl.push_str(&serde_json::to_string(m).unwrap());
+        jsonl.push('\n');
+    }
+    std::fs::write(&path, jsonl).unwrap();
+    let options = ReplayOptions {
+        config: Some(config.to_owned()),
+        ..ReplayOptions::default()
+    };
+    let replay = prepare(&path, &options)
+        .await
+        .unwrap()
+        .run(&mut Quiet)
+        .await
+        .unwrap();
+    let mut found = 0;
+    for (i, p) in session.probes.iter().enumerate() {
+        let request = replay.requests[base_calls + i].as_ref().unwrap();
+        if p.kept_in(&request_text(request.system.as_ref(), &request.messages)) {
+            found += 1;
+        }
+    }
+    (session.probes.len(), found)
+}
+
+async fn check(style: Style) {
+    let dir = tempfile::tempdir().unwrap();
+    let seeds = seeds();
+    let mut shares = Vec::new();
+    for recall in [false, true] {
+        let config = config(dir.path(), recall);
+        let (mut probes, mut found) = (0, 0);
+        for seed in seeds.clone() {
+            let (p, f) = measure(style, seed, &config, dir.path()).await;
+            probes += p;
+            found += f;
+        }
+        let share = 100.0 * found as f64 / probes.max(1) as f64;
+        eprintln!(
+            "{:<12} recall {:<3} seeds {}..{}: evidence in the request for {found}/{probes} probes ({share:.1} %)",
+            style.as_str(),
+            if recall { "on" } else { "off" },
+            seeds.start,
+            seeds.end - 1,
+        );
+        shares.push(share);
+    }
+    let floor = if style == Style::Dense {
+        DENSE_FLOOR
+    } else {
+        FLOOR
+    };
+    assert!(
+        shares[1] >= floor,
+        "{style:?}: recall finds the evidence of {:.1} % of probes < {floor} %",
+        shares[1]
+    );
+}
+
+#[tokio::test]
+async fn plain_language_facts() {
+    check(Style::Plain).await;
+}
+
+#[tokio::test]
+async fn corrected_values() {
+    check(Style::Corrected).await;
+}
+
+#[tokio::test]
+async fn read_tool_findings() {
+    check(Style::ReadTools).await;
+}
+
+#[tokio::test]
+async fn dense_sessions() {
+    check(Style::Dense).await;
+}
+
+#[tokio::test]
+async fn multilingual_facts() {
+    check(Style::Multilingual).await;
+}
+
+#[tokio::test]
+async fn long_sessions() {
+    check(Style::Long).await;
+}
