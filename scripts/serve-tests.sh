@@ -9,6 +9,8 @@
 #   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
 #   scripts/serve-tests.sh usestream  # a React page on the SDK's useStream hook in headless Chromium
 #   scripts/serve-tests.sh diff       # langgraph-api (PyPI) as the oracle: same scenarios, compared
+#   scripts/serve-tests.sh speed [N]  # keel serve and langgraph dev side by side: N concurrent
+#                                     # runs each, then 30 turns on one thread (PROFILE=release)
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
 #
 # Everything a test needs is installed by this script, idempotently, under
@@ -257,6 +259,30 @@ start_oracle() {
 # The differential suite: the scenarios of crates/keel-server/tests/sdk/diff_test.py
 # against langgraph-api (the oracle) and the scripted server, compared field by field;
 # known differences are in crates/keel-server/tests/sdk/oracle/allowlist.json.
+# Keel and langgraph-api side by side, in one run: N concurrent streaming runs against
+# each (throughput, time to first event, CPU per run, memory), then 30 turns one after
+# the other on one thread of each (bytes, time and CPU per turn as the thread grows).
+run_speed() {
+    local runs="${1:-200}" profile="${PROFILE:-debug}"
+    local flags=()
+    [[ "$profile" == release ]] && flags=(--release)
+    cargo build -q "${flags[@]}" -p keel-server --features postgres --example scripted_server --example load
+    oracle_env
+    local pace="${PACE_MS:-5}" load="$ROOT/target/$profile/examples/load"
+    start_server speed-keel "$ROOT/target/$profile/examples/scripted_server" --port 0 --pace-ms "$pace"
+    local keel="$URL" keel_pid="${PIDS[-1]}"
+    start_oracle oracle-speed ORACLE_PACE_MS="$pace"
+    local oracle="$URL" oracle_pid="${PIDS[-1]}"
+    echo "== $runs concurrent streaming runs: keel serve ($profile)"
+    "$load" --url "$keel" --runs "$runs" --server-pid "$keel_pid" --pace-ms "$pace" --no-baseline
+    echo "== $runs concurrent streaming runs: langgraph dev"
+    "$load" --url "$oracle" --runs "$runs" --server-pid "$oracle_pid" --pace-ms "$pace" --no-baseline
+    echo "== 30 turns on one thread: keel serve"
+    "$load" --url "$keel" --turns 30 --server-pid "$keel_pid"
+    echo "== 30 turns on one thread: langgraph dev"
+    "$load" --url "$oracle" --turns 30 --server-pid "$oracle_pid"
+}
+
 run_diff() {
     build
     oracle_env
@@ -324,6 +350,7 @@ case "${1:-all}" in
     postgres) run_postgres ;;
     adversarial) run_adversarial "${2:-1}" ;;
     diff) run_diff "${@:2}" ;;
+    speed) run_speed "${2:-200}" ;;
     usestream) run_usestream ;;
     all)
         run_python

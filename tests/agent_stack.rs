@@ -241,8 +241,9 @@ async fn a_ui_receives_the_events_of_a_compacting_tool_turn_in_order() {
     assert_eq!(
         events,
         [
-            "values 9",
-            // session memory's before_agent records the input; state is unchanged.
+            // Session memory's before_agent records the input and writes nothing to
+            // state, so it sends no values (as LangGraph sends none for a node that
+            // wrote nothing).
             "values 9",
             // First model call: under every trigger, sent as is. It asks for the tool.
             "messages tool_call Some(\"lookup_ticket\")",
@@ -256,8 +257,7 @@ async fn a_ui_receives_the_events_of_a_compacting_tool_turn_in_order() {
             "custom model context_compacted",
             "messages text \"Ticket says: INC-7 is open\"",
             "updates model",
-            "values 12",
-            // session memory's after_agent saves the turn; state is unchanged.
+            // Session memory's after_agent saves the turn: no values either.
             "values 12",
         ]
     );

@@ -135,7 +135,8 @@ async fn a_process_killed_between_model_and_tools_resumes_from_its_last_checkpoi
             .iter()
             .map(|c| c.node.as_str())
             .collect::<Vec<_>>(),
-        ["input", "model"]
+        // The thread's empty first step, as in LangGraph, then the input and the model.
+        ["input", "input", "model"]
     );
     let scope = memory(&store).scope_for_thread("t");
     let recorded = store.last_n(&scope, 10).await.unwrap();
@@ -171,10 +172,10 @@ async fn a_process_killed_between_model_and_tools_resumes_from_its_last_checkpoi
         assert!(after.contains(&m.id()), "{} was lost", m.id());
     }
     let history = store.history("t").await.unwrap();
-    assert_eq!(history[..2], steps_before[..]);
+    assert_eq!(history[..3], steps_before[..]);
     assert_eq!(
         history.iter().map(|c| c.node.as_str()).collect::<Vec<_>>(),
-        ["input", "model", "input", "model"]
+        ["input", "input", "model", "input", "model"]
     );
     let recorded = store.last_n(&scope, 10).await.unwrap();
     assert_eq!(

@@ -323,14 +323,23 @@ impl RecallMiddleware {
         let Some(start) = latest_input(&request.messages) else {
             return request;
         };
+        // The excerpts are older than what a summary says: they go before it, so a
+        // value the summary shows as corrected (`new (was old)`) is read after its old
+        // statement, never before. Without a summary, before the latest input.
+        let at = request
+            .messages
+            .iter()
+            .position(|m| m.name() == Some(SUMMARY_NAME))
+            .filter(|&i| i < start)
+            .unwrap_or(start);
         let message = Message::human(render(&picked))
             .with_name(RECALL_NAME)
             .with_id(format!("recall-{}", request.messages[start].id()))
             .with_metadata(HIDE_FROM_UI, Value::Bool(true));
         let mut messages = Vec::with_capacity(request.messages.len() + 1);
-        messages.extend_from_slice(&request.messages[..start]);
+        messages.extend_from_slice(&request.messages[..at]);
         messages.push(message);
-        messages.extend_from_slice(&request.messages[start..]);
+        messages.extend_from_slice(&request.messages[at..]);
         request.with_messages(messages)
     }
 }

@@ -408,6 +408,16 @@ pub async fn evaluate(
     probes: &[Probe],
     model: Option<&dyn ChatModel>,
 ) -> Result<EvalReport, FinishError> {
+    Ok(evaluate_with_requests(prepared, probes, model).await?.0)
+}
+
+/// [`evaluate`], also returning each probe's request (`None` where a middleware answered
+/// without calling the model), in probe order.
+pub async fn evaluate_with_requests(
+    prepared: &Prepared,
+    probes: &[Probe],
+    model: Option<&dyn ChatModel>,
+) -> Result<(EvalReport, Vec<Option<SentRequest>>), FinishError> {
     let questions: Vec<String> = probes.iter().map(|p| p.question.clone()).collect();
     let engine = prepared.engine();
     let (_, requests) = engine
@@ -422,12 +432,12 @@ pub async fn evaluate(
         ..EvalTotals::default()
     };
     let mut results = Vec::with_capacity(probes.len());
-    for (i, (probe, request)) in probes.iter().zip(requests).enumerate() {
+    for (i, (probe, request)) in probes.iter().zip(&requests).enumerate() {
         let asked = Message::human(probe.question.clone());
         let mut baseline: Vec<Message> = tail.to_vec();
         baseline.push(asked);
         let baseline_tokens = counter.count_request(transcript.system(), &baseline, engine.tools());
-        let (text, request_messages, request_tokens) = match &request {
+        let (text, request_messages, request_tokens) = match request {
             Some(r) => (
                 request_text(r),
                 r.messages.len(),
@@ -437,7 +447,7 @@ pub async fn evaluate(
         };
         let missing = probe.missing_in(&text);
         let stale_as_current = probe.stale_as_current(&text);
-        let answer = match (model, &request) {
+        let answer = match (model, request) {
             (Some(model), Some(r)) => Some(ask(model, r, probe).await),
             _ => None,
         };
@@ -468,11 +478,12 @@ pub async fn evaluate(
     if totals.baseline_last100_tokens > 0 {
         totals.sent_vs_last100 = totals.sent_tokens as f64 / totals.baseline_last100_tokens as f64;
     }
-    Ok(EvalReport {
+    let report = EvalReport {
         transcript_messages: messages.len(),
         probes: results,
         totals,
-    })
+    };
+    Ok((report, requests))
 }
 
 /// Sends `request` to `model` and checks the answer for the probe's needles. A failed

@@ -1,6 +1,6 @@
 //! Probe evidence with recall on: for every probe of every keel-testkit style, the
-//! probe's question is asked after the whole transcript (the probes one after another,
-//! each answered with a placeholder, so one replay serves a session), and the request
+//! probe's question is asked after the whole transcript (each on its own, as `keel eval`
+//! asks them), and the request
 //! the model receives for it (bundled `examples/summarization.yaml`, the built-in
 //! extractive summarizer, recall with its defaults) must hold the probe's needles.
 //! Reported per style, without and with recall; the floor is 95 % with recall.
@@ -15,8 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_core::message::Message;
-use keel_replay::{Quiet, ReplayOptions, prepare};
+use keel_replay::{Probe, ReplayOptions, evaluate, prepare};
 use keel_testkit::styles::{Style, generate};
 
 /// With recall on, at least this share of every style's probes has its evidence in the
@@ -43,19 +42,6 @@ fn seeds() -> std::ops::Range<u64> {
     from..from + var("KEEL_STYLES_SEEDS", 2)
 }
 
-fn request_text(system: Option<&Message>, messages: &[Message]) -> String {
-    let mut out = String::new();
-    for m in system.into_iter().chain(messages) {
-        out.push_str(&m.text());
-        out.push('\n');
-        for c in m.tool_calls() {
-            out.push_str(&c.args.to_string());
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// The bundled configuration, with recall's section when `recall` is true (and without
 /// one otherwise, whatever the bundled file says).
 fn config(dir: &Path, recall: bool) -> PathBuf {
@@ -73,41 +59,25 @@ fn config(dir: &Path, recall: bool) -> PathBuf {
 }
 
 /// `(probes, with evidence in the request)` for one session: one replay of the whole
-/// transcript followed by every probe question in turn (each with a placeholder
-/// answer), each question's request checked for its own probe's needles.
+/// transcript, then every probe question asked on its own after it
+/// ([`keel_replay::evaluate`]), each request checked for its own probe's needles.
 async fn measure(style: Style, seed: u64, config: &Path, dir: &Path) -> (usize, usize) {
     let session = generate(style, seed);
-    let mut messages = session.messages.clone();
-    let base_calls = messages.iter().filter(|m| m.is_ai()).count();
-    for (i, p) in session.probes.iter().enumerate() {
-        messages.push(Message::human(p.question.clone()).with_id(format!("probe-q-{i}")));
-        messages.push(Message::ai("(answer)").with_id(format!("probe-a-{i}")));
-    }
     let path = dir.join("probe.jsonl");
-    let mut jsonl = String::new();
-    for m in &messages {
-        jsonl.push_str(&serde_json::to_string(m).unwrap());
-        jsonl.push('\n');
-    }
-    std::fs::write(&path, jsonl).unwrap();
+    std::fs::write(&path, session.to_jsonl().unwrap()).unwrap();
     let options = ReplayOptions {
         config: Some(config.to_owned()),
         ..ReplayOptions::default()
     };
-    let replay = prepare(&path, &options)
-        .await
-        .unwrap()
-        .run(&mut Quiet)
-        .await
-        .unwrap();
-    let mut found = 0;
-    for (i, p) in session.probes.iter().enumerate() {
-        let request = replay.requests[base_calls + i].as_ref().unwrap();
-        if p.kept_in(&request_text(request.system.as_ref(), &request.messages)) {
-            found += 1;
-        }
-    }
-    (session.probes.len(), found)
+    let probes: Vec<Probe> = session
+        .probes
+        .iter()
+        .map(|p| Probe::parse(&p.to_json().to_string()).unwrap())
+        .collect();
+    let prepared = prepare(&path, &options).await.unwrap();
+    let report = evaluate(&prepared, &probes, None).await.unwrap();
+    assert_eq!(report.totals.stale_as_current, 0, "{style:?} seed {seed}");
+    (report.totals.probes, report.totals.found)
 }
 
 async fn check(style: Style) {

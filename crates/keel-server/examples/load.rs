@@ -9,9 +9,20 @@
 //!     --runs 200 --server-pid PID [--pace-ms 5]
 //! ```
 //!
-//! Exits with an error when a run is lost (no `end` with status success, or a final
-//! state without its answer) or an event arrives out of order (ids not 0, 1, 2, ...).
-//! CPU times come from /proc (Linux; clock ticks of 10 ms).
+//! Exits with an error when a run is lost (an `end` event with another status than
+//! success, or a final state without its answer) or an event arrives out of order (ids
+//! not 0, 1, 2, ...). A server that sends no `end` event (langgraph-api) ends a run by
+//! closing its stream. CPU times come from /proc (Linux; clock ticks of 10 ms).
+//!
+//! `--no-baseline` skips the in-process comparison (for a server that is not Keel, such
+//! as `langgraph dev`). `--turns N` measures something else: N turns one after the other
+//! on one thread, each turn's bytes streamed, time and server CPU, to show whether a
+//! turn's cost grows with the thread:
+//!
+//! ```sh
+//! cargo run --release -p keel-server --example load -- --url http://127.0.0.1:PORT \
+//!     --turns 30 --server-pid PID [--stream-mode values,messages-tuple]
+//! ```
 
 #[path = "support/scripted.rs"]
 mod scripted;
@@ -65,25 +76,49 @@ struct RunReport {
     first_event: Duration,
     total: Duration,
     events: u64,
+    /// Bytes of the stream's body.
+    bytes: u64,
 }
 
-async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
-    let (status, body) = send(&host, Method::POST, "/threads", &json!({})).await?;
+async fn new_thread(host: &str) -> Result<String, Error> {
+    let (status, body) = send(host, Method::POST, "/threads", &json!({})).await?;
     let thread: Value = serde_json::from_slice(&body.collect().await?.to_bytes())?;
     if status != 200 {
         return Err(format!("creating a thread answered {status}").into());
     }
-    let thread_id = thread["thread_id"].as_str().unwrap_or_default().to_owned();
-    let said = format!("load run {i}: hello there");
+    Ok(thread["thread_id"].as_str().unwrap_or_default().to_owned())
+}
+
+async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
+    let thread_id = new_thread(&host).await?;
+    let modes = ["values", "updates", "messages-tuple"];
+    stream_turn(
+        &host,
+        &thread_id,
+        i,
+        &format!("load run {i}: hello there"),
+        &modes,
+    )
+    .await
+}
+
+/// One streaming run on `thread_id`, checked for loss and order.
+async fn stream_turn(
+    host: &str,
+    thread_id: &str,
+    i: usize,
+    said: &str,
+    modes: &[&str],
+) -> Result<RunReport, Error> {
     let started = Instant::now();
     let (status, mut body) = send(
-        &host,
+        host,
         Method::POST,
         &format!("/threads/{thread_id}/runs/stream"),
         &json!({
             "assistant_id": "agent",
             "input": {"messages": [{"role": "user", "content": said}]},
-            "stream_mode": ["values", "updates", "messages-tuple"],
+            "stream_mode": modes,
         }),
     )
     .await?;
@@ -94,11 +129,14 @@ async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
     let mut first_event = None;
     let mut next_id = 0u64;
     let mut last_values = Value::Null;
-    let mut ended = false;
+    let mut ended = None;
+    let mut bytes = 0u64;
+    let mut answer_streamed = String::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
         };
+        bytes += data.len() as u64;
         buffer.push_str(std::str::from_utf8(&data)?);
         while let Some(cut) = buffer.find("\n\n") {
             let block: String = buffer.drain(..cut + 2).collect();
@@ -107,45 +145,111 @@ async fn one_run(host: String, i: usize) -> Result<RunReport, Error> {
                 if let Some(v) = line.strip_prefix("event: ") {
                     event = v;
                 } else if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.parse::<u64>()?);
+                    // Ids that are not 0, 1, 2, ... (langgraph-api's) are not checked.
+                    id = v.parse::<u64>().ok();
                 } else if let Some(v) = line.strip_prefix("data: ") {
                     payload.push_str(v);
                 }
             }
-            let Some(id) = id else { continue }; // a keep-alive comment
+            if event.is_empty() && payload.is_empty() {
+                continue; // a keep-alive comment
+            }
             first_event.get_or_insert_with(|| started.elapsed());
-            if id != next_id {
+            // Keel numbers events 0, 1, 2, ...; a server without ids is not checked.
+            if let Some(id) = id
+                && id != next_id
+            {
                 return Err(format!("run {i}: event {id} arrived where {next_id} was due").into());
             }
             next_id += 1;
             match event {
                 "values" => last_values = serde_json::from_str(&payload)?,
+                "messages" => {
+                    let tuple: Value = serde_json::from_str(&payload)?;
+                    if let Some(text) = tuple[0]["content"].as_str() {
+                        answer_streamed.push_str(text);
+                    }
+                }
                 "end" => {
                     let end: Value = serde_json::from_str(&payload)?;
                     if end["status"] != "success" {
                         return Err(format!("run {i} ended {}", end["status"]).into());
                     }
-                    ended = true;
+                    ended = Some(true);
                 }
                 "error" => return Err(format!("run {i} failed: {payload}").into()),
                 _ => {}
             }
         }
     }
-    let answer = last_values["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned();
-    if !ended || !answer.starts_with(&format!("You said: {said}")) {
+    let answer = match last_values["messages"].as_array().and_then(|m| m.last()) {
+        Some(m) => m["content"].as_str().unwrap_or_default().to_owned(),
+        // Without values in the stream, the answer is what the messages carried.
+        None => answer_streamed,
+    };
+    // No `end` event at all: the server ends a run by closing the stream.
+    let ended = ended.unwrap_or(true);
+    let expected = format!(
+        "You said: {}",
+        said.split_whitespace()
+            .take(12)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if !ended || !answer.starts_with(&expected) {
         return Err(format!("run {i} lost: ended={ended}, last answer {answer:?}").into());
     }
     Ok(RunReport {
         first_event: first_event.unwrap_or_default(),
         total: started.elapsed(),
         events: next_id,
+        bytes,
     })
+}
+
+/// `--turns N`: N turns one after the other on one thread.
+async fn sequential(
+    host: &str,
+    turns: usize,
+    modes: &[&str],
+    pid: Option<&str>,
+) -> Result<(), Error> {
+    let thread_id = new_thread(host).await?;
+    println!("turn  bytes streamed  events  time ms  server CPU ms");
+    let mut rows = Vec::new();
+    for turn in 1..=turns {
+        let cpu = pid.and_then(cpu_seconds);
+        let said = format!("turn {turn}: hello there");
+        let r = stream_turn(host, &thread_id, turn, &said, modes).await?;
+        let cpu_ms = match (pid.and_then(cpu_seconds), cpu) {
+            (Some(after), Some(before)) => (after - before) * 1000.0,
+            _ => f64::NAN,
+        };
+        println!(
+            "{turn:>4}  {:>14}  {:>6}  {:>7.1}  {cpu_ms:>13.0}",
+            r.bytes,
+            r.events,
+            r.total.as_secs_f64() * 1000.0
+        );
+        rows.push((r, cpu_ms));
+    }
+    let (first, last) = (&rows[0].0, &rows[rows.len() - 1].0);
+    println!(
+        "last turn against the first: {:.2}x the bytes, {:.2}x the time",
+        last.bytes as f64 / first.bytes.max(1) as f64,
+        last.total.as_secs_f64() / first.total.as_secs_f64().max(1e-9),
+    );
+    let half = rows.len() / 2;
+    if half > 0 {
+        let cpu =
+            |rows: &[(RunReport, f64)]| rows.iter().map(|r| r.1).sum::<f64>() / rows.len() as f64;
+        println!(
+            "server CPU per turn: first half {:.1} ms, second half {:.1} ms",
+            cpu(&rows[..half]),
+            cpu(&rows[half..])
+        );
+    }
+    Ok(())
 }
 
 /// utime + stime of a process, in seconds (clock ticks of 10 ms).
@@ -224,6 +328,12 @@ async fn main() -> Result<(), Error> {
     let runs: usize = flag(&args, "--runs").map_or(Ok(200), |r| r.parse())?;
     let pace = Duration::from_millis(flag(&args, "--pace-ms").map_or(Ok(5), |p| p.parse())?);
     let pid = flag(&args, "--server-pid");
+    if let Some(turns) = flag(&args, "--turns") {
+        let modes = flag(&args, "--stream-mode").unwrap_or_else(|| "values,messages-tuple".into());
+        let modes: Vec<&str> = modes.split(',').collect();
+        return sequential(&host, turns.parse()?, &modes, pid.as_deref()).await;
+    }
+    let no_baseline = args.iter().any(|a| a == "--no-baseline");
 
     let cpu_before = pid.as_deref().and_then(cpu_seconds);
     let started = Instant::now();
@@ -272,7 +382,13 @@ async fn main() -> Result<(), Error> {
     if let Some((rss, peak)) = memory {
         println!("server memory: RSS {rss:.1} MiB, peak {peak:.1} MiB");
     }
-    if let Some(server_cpu) = server_cpu {
+    if let (Some(server_cpu), true) = (server_cpu, no_baseline) {
+        println!(
+            "CPU: server {server_cpu:.2} s for {} runs: {:.1} ms per run",
+            reports.len(),
+            server_cpu * 1000.0 / reports.len().max(1) as f64
+        );
+    } else if let Some(server_cpu) = server_cpu {
         let (agent_cpu, agent_events) = baseline(runs, pace).await?;
         println!(
             "CPU: server {server_cpu:.2} s for {events} events; the same runs in process {agent_cpu:.2} s ({agent_events} agent events); server overhead {:.1} us per event",

@@ -669,8 +669,15 @@ impl Gen {
             .trim_start_matches("Okay, ")
             .replace(" Slack channel", " channel");
         let i = self.state(&sentence);
+        // Asked about by its context, as a user would ("the worker config lives at
+        // what?"): a question naming only the kind ("what is the path stated?") has
+        // as many answers as the session has paths.
+        let masked = sentence
+            .replace(&needle, "what")
+            .trim_end_matches(['.', '!'])
+            .to_owned();
         Probe {
-            question: format!("What is the {} stated?", kind.as_str()),
+            question: format!("Remind me: {masked}?"),
             needles: vec![needle],
             stale: Vec::new(),
             message_index: i,

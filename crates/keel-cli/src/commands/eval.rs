@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use keel_core::model::ChatModel;
 
-use super::replay::StackArgs;
+use super::replay::{StackArgs, prepare_dump_dir};
 use super::{Caps, CommandResult, clean_json, clean_lines, print, warn};
 
 /// Arguments of `keel eval`.
@@ -37,6 +37,13 @@ pub struct Args {
     /// table.
     #[arg(long)]
     pub json: bool,
+    /// Write each probe's request exactly as it would be sent to DIR/0001.json,
+    /// DIR/0002.json, ... (one per probe, in file order).
+    #[arg(long, value_name = "DIR")]
+    pub dump_requests: Option<PathBuf>,
+    /// With --dump-requests: replace the dumps a folder already holds.
+    #[arg(long, requires = "dump_requests")]
+    pub force: bool,
 }
 
 /// Runs the command.
@@ -61,7 +68,21 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         for warning in &prepared.warnings {
             warn(warning);
         }
-        let report = keel_replay::evaluate(&prepared, &probes, model.as_deref()).await?;
+        if let Some(dir) = &args.dump_requests {
+            prepare_dump_dir(dir, args.force)?;
+        }
+        let (report, requests) =
+            keel_replay::eval::evaluate_with_requests(&prepared, &probes, model.as_deref()).await?;
+        if let Some(dir) = &args.dump_requests {
+            for (i, request) in requests.iter().enumerate() {
+                let Some(request) = request else { continue };
+                let path = dir.join(format!("{:04}.json", i + 1));
+                let body = serde_json::to_string_pretty(&request.to_json())? + "\n";
+                std::fs::write(&path, body).map_err(|e| {
+                    format!("--dump-requests: cannot write {}: {e}", path.display())
+                })?;
+            }
+        }
         let out = if args.json {
             clean_json(serde_json::to_string_pretty(&report)? + "\n")
         } else {

@@ -177,7 +177,7 @@ impl ReplayObserver for Progress {
 }
 
 /// Creates the dump folder, refusing to mix with earlier dumps unless `force`.
-fn prepare_dump_dir(dir: &Path, force: bool) -> Result<(), String> {
+pub fn prepare_dump_dir(dir: &Path, force: bool) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!(
             "--dump-requests: {} is a file, not a folder",
