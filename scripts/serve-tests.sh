@@ -192,7 +192,7 @@ ui_env() {
 
 # The useStream page (crates/keel-server/tests/browser/usestream/), bundled with esbuild
 # and driven in headless Chromium against a scripted server and a reviewing one.
-# FORKS=1 checks regenerate and edit as they will work once forks land.
+# Regenerate and edit fork the thread; their answers say how many messages the model got.
 run_usestream() {
     build
     ui_env

@@ -169,6 +169,19 @@ pub enum AgentError {
         /// The seq asked for.
         checkpoint: u64,
     },
+    /// A run forked the thread, and a middleware could not drop what it keeps of the
+    /// abandoned branch (see `Middleware::fork_thread_data`); the run stopped before
+    /// writing anything.
+    #[error("middleware {middleware} could not follow the fork of thread {thread_id:?}: {source}")]
+    ForkThreadData {
+        /// The thread.
+        thread_id: String,
+        /// The middleware's name.
+        middleware: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
     /// A middleware could not delete what it keeps for a thread; the thread's
     /// checkpoints were left in place, so deleting it again retries the whole deletion.
     #[error("middleware {middleware} could not delete its data for thread {thread_id:?}: {source}")]

@@ -377,6 +377,21 @@ impl Run {
                 }
             }
         }
+        if self.from.is_some() {
+            // A fork (time travel): middleware that keep their own copy of the history
+            // follow the fork point before any hook reads it, so the abandoned branch is
+            // never sent to the model (a regenerate writes nothing before the model
+            // call, so this cannot wait for the fork's first write).
+            for m in &inner.middleware {
+                m.fork_thread_data(&self.thread_id, &self.state.messages)
+                    .await
+                    .map_err(|source| AgentError::ForkThreadData {
+                        thread_id: self.thread_id.to_string(),
+                        middleware: m.name().to_owned(),
+                        source,
+                    })?;
+            }
+        }
         // A fork leaves the head's run alone: there is nothing of it to roll back.
         if let Some(base) = rollback_to.filter(|_| self.from.is_none())
             && *base != *self.state

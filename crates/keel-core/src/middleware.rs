@@ -476,6 +476,21 @@ pub trait Middleware: Send + Sync {
     async fn delete_thread_data(&self, _thread_id: &str) -> Result<u64, crate::store::StoreError> {
         Ok(0)
     }
+
+    /// A run forked the thread from an earlier checkpoint (time travel: a user edited
+    /// or regenerated an earlier message), and the thread's history is now `messages`
+    /// up to the fork point (the run's input comes after, as in any run). Middleware
+    /// that keep their own copy of a thread's history (session memory's chat history
+    /// and summary, a search index) drop what is not on it, so the abandoned branch is
+    /// never sent to the model. Called when the run starts, before any hook. It must be
+    /// idempotent. The default keeps nothing, so has nothing to do.
+    async fn fork_thread_data(
+        &self,
+        _thread_id: &str,
+        _messages: &[Message],
+    ) -> Result<(), crate::store::StoreError> {
+        Ok(())
+    }
 }
 
 /// A middleware implements hooks that its [`Middleware::hooks`] does not declare, so an

@@ -306,6 +306,30 @@ impl Middleware for SessionMemoryMiddleware {
         }
     }
 
+    /// A fork (a user edited or regenerated an earlier message): the thread's session
+    /// starts again from the fork point. Its chat history and summary are deleted and
+    /// the fork point's messages recorded again, so the next fold summarizes the new
+    /// branch and the abandoned one is never sent. A session shared by every thread (a
+    /// fixed `session_id`) or whose history another component records is left alone:
+    /// it is not the thread's to rewrite.
+    async fn fork_thread_data(
+        &self,
+        thread_id: &str,
+        messages: &[Message],
+    ) -> Result<(), StoreError> {
+        let (true, Some(compressor), true) = (
+            self.record_history,
+            &self.compressor,
+            self.settings.scope.session_id.is_empty(),
+        ) else {
+            return Ok(());
+        };
+        let scope = self.scope_for_thread(thread_id);
+        compressor.delete_session(&scope).await?;
+        compressor.record(&scope, messages).await?;
+        Ok(())
+    }
+
     /// The thread's session (every context): chat history and state. A session
     /// configured with a fixed `session_id` is shared by every thread and not the
     /// thread's to delete: delete it with [`SessionMemoryMiddleware::delete_session`].

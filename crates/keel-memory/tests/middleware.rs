@@ -451,3 +451,75 @@ async fn a_failed_run_leaves_its_input_in_history_and_a_retry_writes_nothing_twi
     );
     assert_eq!(store.last_n(&stored_scope, 10).await.unwrap().len(), 2);
 }
+
+/// Time travel: editing the first message forks the thread from its empty first
+/// checkpoint. The session starts again from the fork point: the model is never sent
+/// the abandoned branch, neither verbatim nor through the summary folded from it.
+#[tokio::test]
+async fn a_fork_starts_the_session_again_from_the_fork_point() {
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::new("flow-mw", "ada", "", "");
+    let mw = Arc::new(
+        SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+            .store(store.clone())
+            .build()
+            .unwrap(),
+    );
+    let model = agent_model();
+    let agent = Agent::builder()
+        .model(model.clone())
+        .system_prompt("You are a support assistant.")
+        .middleware_shared(mw.clone())
+        .checkpointer(store.clone())
+        .build()
+        .unwrap();
+    agent
+        .invoke("t", vec![Message::human("The old plan is PLAN-ABANDONED.")])
+        .await
+        .unwrap();
+    for i in 0..10 {
+        agent
+            .invoke("t", vec![Message::human(format!("old branch turn {i}"))])
+            .await
+            .unwrap();
+    }
+    let session = mw.scope_for_thread("t");
+    let folded = store.get_state(&session).await.unwrap().unwrap();
+    assert!(folded.absorbed_count > 0, "the old branch was folded");
+
+    let history = agent.checkpointer().history("t").await.unwrap();
+    let first = history.iter().find(|c| c.messages.is_empty()).unwrap().seq;
+    let out = agent
+        .invoke_from("t", first, vec![Message::human("The plan is PLAN-NEW.")])
+        .await
+        .unwrap();
+    assert_eq!(
+        out.state.messages.len(),
+        2,
+        "the thread follows the new branch"
+    );
+    let sent = user_requests(&model).last().unwrap().clone();
+    let text: String = sent
+        .messages
+        .iter()
+        .map(|m| m.text().into_owned() + "\n")
+        .collect();
+    assert!(
+        !text.contains("ABANDONED") && !text.contains("old branch"),
+        "{text}"
+    );
+    assert!(text.contains("PLAN-NEW"));
+    let recorded = store.last_n(&session, 100).await.unwrap();
+    assert!(
+        recorded
+            .iter()
+            .all(|r| !r.message.text().contains("old branch")),
+        "the abandoned branch is gone from the chat history"
+    );
+    // Nothing folded from the old branch survives: the fork point holds no message.
+    let state = store.get_state(&session).await.unwrap();
+    assert!(
+        state.as_ref().is_none_or(|s| s.absorbed_count == 0),
+        "{state:?}"
+    );
+}

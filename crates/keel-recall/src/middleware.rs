@@ -366,6 +366,23 @@ impl Middleware for RecallMiddleware {
         }
     }
 
+    /// A fork (a user edited or regenerated an earlier message): the thread's index
+    /// starts again from the fork point, so an excerpt never quotes the abandoned
+    /// branch.
+    async fn fork_thread_data(
+        &self,
+        thread_id: &str,
+        messages: &[Message],
+    ) -> Result<(), StoreError> {
+        let scope = self.settings.scope_for_thread(thread_id);
+        self.indexed.lock().pop(thread_id);
+        self.index
+            .delete_session_index(&scope.flow_id, &scope.user_id, &scope.session_id)
+            .await?;
+        self.index_thread(thread_id, messages).await?;
+        Ok(())
+    }
+
     /// The thread's index (every context of its scope).
     async fn delete_thread_data(&self, thread_id: &str) -> Result<u64, StoreError> {
         self.indexed.lock().pop(thread_id);

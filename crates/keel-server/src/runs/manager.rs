@@ -1360,6 +1360,7 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::RecursionLimit { .. } => "GraphRecursionError",
         AgentError::Checkpoint { .. }
         | AgentError::DeleteThreadData { .. }
+        | AgentError::ForkThreadData { .. }
         | AgentError::UnknownCheckpoint { .. } => "CheckpointError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",

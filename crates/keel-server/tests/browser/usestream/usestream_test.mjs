@@ -6,16 +6,14 @@
 //
 //   node usestream_test.mjs PLAIN_URL REVIEW_URL DIR   (DIR holds app.js; CHROMIUM=path)
 //
-// Regenerate and edit run from an earlier checkpoint, which needs forks. Until they land,
-// FORKS=0 (the default) checks today's behaviour: the run is refused (4xx) and the page
-// keeps the thread as it was. FORKS=1 checks the new answers.
+// Regenerate and edit run from an earlier checkpoint: the server forks the thread there,
+// and the model is sent only the new branch (the answer counts the messages it got).
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
 import { chromium } from "playwright-core";
 
 const [plain, review, dir] = process.argv.slice(2);
-const forks = process.env.FORKS === "1";
 
 const html = `<!doctype html><meta charset="utf-8"><title>useStream</title>
 <div id="root"></div><script type="module" src="/app.js"></script>`;
@@ -92,13 +90,8 @@ try {
   await page.waitForTimeout(300);
   await idle(page);
   const regenerated = await texts(page);
-  if (forks) {
-    ok(bad.length === before, `regenerate: no 4xx ${JSON.stringify(bad.slice(before))}`);
-    ok(JSON.stringify(regenerated) === JSON.stringify(three), "regenerate: the same six messages, the last answered again");
-  } else {
-    ok(bad.length > before, `regenerate (forks land separately): refused today ${JSON.stringify(bad.slice(before))}`);
-    ok(regenerated.length === 6, "regenerate (forks land separately): the thread's messages stay rendered");
-  }
+  ok(bad.length === before, `regenerate: no 4xx ${JSON.stringify(bad.slice(before))}`);
+  ok(JSON.stringify(regenerated) === JSON.stringify(three), "regenerate: the same six messages, the last answered again");
 
   // Edit the first message: a run with the new text from the first message's parent checkpoint.
   const beforeEdit = bad.length;
@@ -108,21 +101,11 @@ try {
   await page.waitForTimeout(300);
   await idle(page);
   const edited = await texts(page);
-  if (forks) {
-    ok(bad.length === beforeEdit, `edit: no 4xx ${JSON.stringify(bad.slice(beforeEdit))}`);
-    ok(
-      JSON.stringify(edited) === JSON.stringify([["human", "edited first"], ["ai", "You said: edited first (1 messages)"]]),
-      `edit: the thread restarts from the edited message ${JSON.stringify(edited)}`,
-    );
-  } else {
-    // Keel's first checkpoint has no parent, so the page sends no checkpoint and the edit
-    // is appended as a new message.
-    const last = edited[edited.length - 1];
-    ok(
-      last && last[0] === "ai" && last[1].startsWith("You said: edited first"),
-      `edit (forks land separately): answered, appended to the thread today ${JSON.stringify(last)}`,
-    );
-  }
+  ok(bad.length === beforeEdit, `edit: no 4xx ${JSON.stringify(bad.slice(beforeEdit))}`);
+  ok(
+    JSON.stringify(edited) === JSON.stringify([["human", "edited first"], ["ai", "You said: edited first (1 messages)"]]),
+    `edit: the thread restarts from the edited message ${JSON.stringify(edited)}`,
+  );
   await page.screenshot({ path: path.join(dir, "usestream.png"), fullPage: true });
 
   // --- an interrupt, approved ---
