@@ -739,6 +739,7 @@ impl SessionCompressor {
                         .cloned()
                         .collect(),
                     summary_model: model_name,
+                    current_values: keel_summary::extractive::current_values(&next.summary),
                 }
                 .emit(writer);
                 Step::Folded(next, count)

@@ -49,6 +49,12 @@ pub struct Folded {
     pub pinned_keys: Vec<String>,
     /// The model that wrote the summary.
     pub summary_model: String,
+    /// The ledger of current values the new summary records (one per `new (was old)`
+    /// line, with the message that stated the new value), so a UI or a log can show
+    /// which values changed. It is read from the summary itself, which a later fold
+    /// keeps, so it is never stored apart from it and the two cannot disagree.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub current_values: Vec<keel_summary::extractive::CurrentValue>,
 }
 
 /// A concurrent run saved a fold first; this run uses its state and made no second call.

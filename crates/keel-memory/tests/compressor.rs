@@ -803,3 +803,35 @@ async fn fifty_successive_folds_never_grow_past_the_budget() {
         );
     }
 }
+
+/// A fold that records a corrected value reports it in its event: the ledger of current
+/// values, with the message that stated the new one.
+#[tokio::test]
+async fn a_fold_reports_the_current_values_its_summary_records() {
+    let store = Arc::new(MemoryStore::new());
+    let s = scope("u", "ledger");
+    let mut rows: Vec<StoredMessage> = (0..40).map(stored).collect();
+    rows[2].message = Message::human("Deploy the nightly exports to eu-west-1.").with_id("m00002");
+    rows[12].message =
+        Message::human("Change of plan: deploy the nightly exports to eu-central-1 instead.")
+            .with_id("m00012");
+    store.append(&s, &rows).await.unwrap();
+    let c = compressor(&store, settings(&s)).with_engine(keel_memory::FoldEngine::Extractive);
+    let model = Arc::new(ScriptedModel::new([]));
+    let events = Events::new();
+    let turn = c
+        .prepare(&s, &input(), &dyn_model(&model), &events.writer)
+        .await
+        .unwrap();
+    assert!(
+        turn.state.summary.contains("eu-central-1"),
+        "{}",
+        turn.state.summary
+    );
+    let ev = events.custom();
+    let folded = of_type(&ev, EVENT_FOLDED);
+    let current = &folded[0]["current_values"];
+    assert_eq!(current[0]["value"], "eu-central-1", "{ev:?}");
+    assert_eq!(current[0]["was"], "eu-west-1");
+    assert_eq!(current[0]["reference"], "m00012");
+}

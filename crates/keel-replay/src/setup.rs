@@ -352,9 +352,10 @@ pub async fn prepare(
             settings.validate()?;
             if options.summary_model.is_none() && !m.pinned_keys.is_empty() {
                 warnings.push(
-                    "the extractive summarizer fills pinned keys only where the conversation \
-                     states them as `key value` or `key: value`; pass --summary-model to \
-                     have a model fill the rest"
+                    "the extractive summarizer fills pinned keys only where the user or the \
+                     assistant states them recognisably (`key value`, `key: value`, \
+                     \"the ticket for this is TCK-7\", a correction of the same shape); \
+                     pass --summary-model to have a model fill the rest"
                         .to_owned(),
                 );
             }
