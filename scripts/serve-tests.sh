@@ -32,6 +32,8 @@ PLAYWRIGHT_VERSION="1.65.1"
 # The useStream page: React and esbuild, from npm.
 REACT_VERSION="19.3.1"
 ESBUILD_VERSION="0.28.2"
+REACT_V2_VERSION="1.1.0"
+LANGCHAIN_CORE_JS_VERSION="1.4.0"
 LANGGRAPH_CLI_VERSION="0.4.40"
 LANGGRAPH_API_VERSION="0.16.7"
 LANGCHAIN_VERSION="1.5.2"
@@ -180,7 +182,7 @@ ui_env() {
     fi
     node_env
     local dir="$WORK/ui"
-    local want="react@$REACT_VERSION react-dom@$REACT_VERSION esbuild@$ESBUILD_VERSION @langchain/langgraph-sdk@$SDK_JS_VERSION playwright-core@$PLAYWRIGHT_VERSION"
+    local want="react@$REACT_VERSION react-dom@$REACT_VERSION esbuild@$ESBUILD_VERSION @langchain/langgraph-sdk@$SDK_JS_VERSION playwright-core@$PLAYWRIGHT_VERSION @langchain/react@$REACT_V2_VERSION @langchain/core@$LANGCHAIN_CORE_JS_VERSION"
     mkdir -p "$dir"
     if [[ "$(cat "$dir/installed" 2>/dev/null)" != "$want" ]]; then
         echo '{"private": true, "type": "module"}' >"$dir/package.json"
@@ -207,6 +209,16 @@ run_usestream() {
         --pace-ms 5 --config examples/keel-review.yaml
     CHROMIUM="$(command -v chromium)" node "$dir/usestream_test.mjs" "$plain" "$URL" "$dir"
     echo "screenshot: $dir/usestream.png"
+    # @langchain/react's useStream, on the thread-centric protocol.
+    local v2="$WORK/ui-react-v2"
+    mkdir -p "$v2"
+    cp crates/keel-server/tests/browser/react-v2/app.jsx \
+        crates/keel-server/tests/browser/react-v2/react_v2_test.mjs "$v2/"
+    ln -sfn "$dir/node_modules" "$v2/node_modules"
+    (cd "$v2" && node_modules/.bin/esbuild app.jsx --bundle --format=esm --jsx=automatic \
+        --define:process.env.NODE_ENV='"production"' --outfile=app.js --log-level=warning)
+    CHROMIUM="$(command -v chromium)" node "$v2/react_v2_test.mjs" "$plain" "$v2"
+    echo "screenshot: $v2/react-v2.png"
 }
 
 oracle_env() {

@@ -697,6 +697,11 @@ struct AgentModel<'a> {
 impl ModelHandler for AgentModel<'_> {
     async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
         let call_index = self.calls.fetch_add(1, Ordering::Relaxed);
+        // The answer's id, known before its first chunk: the chunks carry it, and a
+        // streamed answer is stored under it, as in LangGraph. (An answer nobody
+        // streamed keeps the id its model gave it.)
+        let message_id = new_id();
+        let mut streamed = false;
         let mut stream = request.model.stream(request.chat_request()).await?;
         let mut aggregator = ChunkAggregator::new();
         while let Some(chunk) = stream.next().await {
@@ -708,14 +713,20 @@ impl ModelHandler for AgentModel<'_> {
                 continue;
             }
             if let Some(writer) = &self.writer {
+                streamed = true;
                 writer.send(StreamEvent::Messages {
                     chunk,
                     node: MODEL_NODE.to_owned(),
                     call_index,
+                    message_id: message_id.clone(),
                 });
             }
         }
         let mut message = aggregator.finish()?;
+        if streamed {
+            // Stored under the id its chunks carried, so a client merges them.
+            message.set_id(message_id);
+        }
         if let MessageBody::Ai(ai) = message.body_mut() {
             let profile = request.model.profile();
             ai.response_metadata

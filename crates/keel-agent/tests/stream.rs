@@ -57,6 +57,7 @@ fn label(e: &StreamEvent) -> String {
             chunk,
             call_index,
             node,
+            ..
         } => match chunk {
             ChatChunk::Text { text } => format!("messages:{node}:{call_index}:{text}"),
             ChatChunk::ToolCall { name, .. } => {

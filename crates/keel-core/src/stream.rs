@@ -48,6 +48,9 @@ pub enum StreamEvent {
         node: String,
         /// Which model call of the run (0-based).
         call_index: u64,
+        /// The id the answer is stored under (unless the model named it itself), so a
+        /// client can merge the streamed chunks into the thread's messages by id.
+        message_id: String,
     },
     /// A payload written by a hook.
     Custom {

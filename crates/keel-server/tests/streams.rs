@@ -441,3 +441,38 @@ async fn measure_stalled_readers_over_tcp() {
     println!("after the write timeout: RSS {} MB", rss_mb());
     drop(clients);
 }
+
+/// The chunks of a streamed answer carry the id the answer is stored under, so a client
+/// (@langchain/react's useStream) merges the stream into the thread's messages by id
+/// instead of showing the answer twice. langgraph-api does the same.
+#[tokio::test]
+async fn streamed_chunks_carry_the_stored_answers_id() {
+    let app = app(agent(40, 8), RunLimits::default());
+    let thread = thread(&app).await;
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{thread}/runs/stream"),
+        None,
+        Some(json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "go"}]}, "stream_mode": ["messages-tuple"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let chunk_ids: std::collections::BTreeSet<String> = common::events(&body)
+        .into_iter()
+        .filter(|(event, _, _)| event == "messages")
+        .map(|(_, _, data)| data[0]["id"].as_str().unwrap().to_owned())
+        .collect();
+    let (_, state) = call(&app, "GET", &format!("/threads/{thread}/state"), None, None).await;
+    let state = json(&state);
+    let answer = state["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
+    assert_eq!(answer["type"], "ai");
+    assert_eq!(
+        chunk_ids.into_iter().collect::<Vec<_>>(),
+        [answer["id"].as_str().unwrap().to_owned()]
+    );
+}

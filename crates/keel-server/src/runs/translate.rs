@@ -98,11 +98,6 @@ impl Translator {
         }
     }
 
-    /// The id the chunks of one model call carry (LangChain's `run-...` chunk ids).
-    fn chunk_id(&self, call_index: u64) -> String {
-        format!("run-{}-{call_index}", self.ctx.run_id)
-    }
-
     fn metadata(&self, node: &str) -> Value {
         json!({
             "run_id": self.ctx.run_id,
@@ -224,7 +219,8 @@ impl Translator {
                 chunk,
                 node,
                 call_index,
-            } => self.chunk(chunk, node, *call_index, out),
+                message_id,
+            } => self.chunk(chunk, node, *call_index, message_id, out),
             StreamEvent::Custom { node, payload } => {
                 if self.modes.has(WireMode::Custom) {
                     out.push((Some(WireMode::Custom), "custom", payload.clone()));
@@ -241,8 +237,16 @@ impl Translator {
         }
     }
 
-    fn chunk(&mut self, chunk: &ChatChunk, node: &str, call_index: u64, out: &mut Vec<Out>) {
-        let id = self.chunk_id(call_index);
+    fn chunk(
+        &mut self,
+        chunk: &ChatChunk,
+        node: &str,
+        call_index: u64,
+        message_id: &str,
+        out: &mut Vec<Out>,
+    ) {
+        // The id the answer is stored under, so a client merges chunks and state by id.
+        let id = message_id.to_owned();
         let mut lc = json!({
             "type": "AIMessageChunk", "id": id, "content": "", "name": null,
             "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
@@ -394,6 +398,7 @@ mod tests {
             chunk: ChatChunk::Text { text: s.into() },
             node: "model".into(),
             call_index: 0,
+            message_id: "answer-1".into(),
         };
         t.translate(&text("Hel"), &mut out);
         t.translate(&text("lo"), &mut out);
@@ -459,6 +464,7 @@ mod tests {
                     },
                     node: "model".into(),
                     call_index: 0,
+                    message_id: "answer-1".into(),
                 },
                 &mut out,
             );
