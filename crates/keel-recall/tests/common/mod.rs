@@ -192,3 +192,91 @@ pub fn quoted_ids(text: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// A SQLite file in a temporary directory (keep the directory alive) and its URL.
+pub fn sqlite_url() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("keel.db").display());
+    (url, dir)
+}
+
+/// The PostgreSQL URL, or a failure that says how to get one. Never a skip.
+pub fn postgres_url() -> String {
+    match std::env::var("KEEL_TEST_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "KEEL_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
+             provisions a throwaway PostgreSQL (or `scripts/postgres.sh -- cargo test -p \
+             keel-recall`), or point the variable at a database you own"
+        ),
+    }
+}
+
+/// Connect options into a new empty schema (so the recall tables hold only this test's
+/// rows).
+pub async fn postgres_schema() -> sqlx::postgres::PgConnectOptions {
+    use std::str::FromStr;
+    let url = postgres_url();
+    let schema = format!(
+        "keel_recall_test_{}",
+        keel_core::message::new_id().replace('-', "")
+    );
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    sqlx::postgres::PgConnectOptions::from_str(&url)
+        .unwrap()
+        .options([("search_path", schema.as_str())])
+}
+
+/// A store (its own pool, as another process would have) in that schema.
+pub async fn postgres_store(options: &sqlx::postgres::PgConnectOptions) -> keel_store::Store {
+    keel_store::Store::Postgres(
+        keel_store::postgres::PostgresStore::connect_with(
+            options.clone(),
+            sqlx::postgres::PgPoolOptions::new().max_connections(4),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
+/// `SELECT count(*)` of `sql` with one text parameter, on either SQL backend.
+pub async fn count(store: &keel_store::Store, sql: &str, arg: &str) -> i64 {
+    match store {
+        keel_store::Store::Sqlite(s) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .bind(arg)
+            .fetch_one(s.pool())
+            .await
+            .unwrap(),
+        keel_store::Store::Postgres(s) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .bind(arg)
+            .fetch_one(s.pool())
+            .await
+            .unwrap(),
+        keel_store::Store::Memory(_) => panic!("not a SQL store"),
+    }
+}
+
+/// The message ids the recall table holds for a thread, one row each, sorted.
+pub async fn indexed_ids(store: &keel_store::Store, thread: &str) -> Vec<String> {
+    let sql = "SELECT message_id FROM recall_documents WHERE session_id = $1 ORDER BY message_id";
+    let mut ids: Vec<String> = match store {
+        keel_store::Store::Sqlite(s) => sqlx::query_scalar(sql)
+            .bind(thread)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+        keel_store::Store::Postgres(s) => sqlx::query_scalar(sql)
+            .bind(thread)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+        keel_store::Store::Memory(_) => panic!("not a SQL store"),
+    };
+    ids.sort();
+    ids
+}
