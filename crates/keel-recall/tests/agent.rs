@@ -389,7 +389,7 @@ async fn a_second_turn_indexes_only_the_new_messages() {
     let scope = RecallSettings::default().scope_for_thread("t");
     agent.invoke("t", thread()).await.unwrap();
     let first: Vec<String> = thread().iter().map(|m| m.id().to_owned()).collect();
-    assert_eq!(index.calls(), [first.clone()]);
+    assert_eq!(index.calls(), [first]);
     assert_eq!(index.indexed_count(&scope).await.unwrap(), 22);
 
     agent
