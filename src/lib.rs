@@ -6,7 +6,7 @@
 //!
 //! This facade re-exports the workspace crates under one name; cargo features choose
 //! which (defaults: `agent`, `summarization`, `memory`, `sqlite`; opt-in: `tiktoken`,
-//! `postgres`, `openai`).
+//! `postgres`, `openai`, `recall`).
 //!
 //! The repository's `examples/` walk the whole path through this facade:
 //! `cargo run --example yaml_agent` (summarization from YAML, session memory on SQLite,
@@ -36,6 +36,9 @@ pub use keel_middleware as builtin;
 /// The OpenAI-compatible chat model (`keel-openai`).
 #[cfg(feature = "openai")]
 pub use keel_openai as openai;
+/// Recall of the exact evidence: quoted excerpts of older messages (`keel-recall`).
+#[cfg(feature = "recall")]
+pub use keel_recall as recall;
 /// SQLite and PostgreSQL storage (`keel-store`).
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use keel_store as storage;
