@@ -254,7 +254,7 @@ start_oracle() {
     (cd "$dir" && exec env "$@" LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false \
         LANGCHAIN_TRACING_V2=false LANGSMITH_API_KEY= \
         "$WORK/oracle-venv/bin/langgraph" dev --no-browser --no-reload --port "$port" \
-        --config langgraph.json) >"$log" 2>&1 &
+        --config langgraph.json ${ORACLE_DEV_ARGS:-}) >"$log" 2>&1 &
     PIDS+=("$!")
     for _ in $(seq 1 300); do
         URL="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -o 'API: http://127.0.0.1:[0-9]*' | head -1 | cut -c6- || true)"
@@ -283,7 +283,8 @@ run_speed() {
     local pace="${PACE_MS:-5}" load="$ROOT/target/$profile/examples/load"
     start_server speed-keel "$ROOT/target/$profile/examples/scripted_server" --port 0 --pace-ms "$pace"
     local keel="$URL" keel_pid="${PIDS[-1]}"
-    start_oracle oracle-speed ORACLE_PACE_MS="$pace"
+    # As many runs at once as Keel takes (langgraph dev runs 10 by default).
+    ORACLE_DEV_ARGS="--n-jobs-per-worker $runs" start_oracle oracle-speed ORACLE_PACE_MS="$pace"
     local oracle="$URL" oracle_pid="${PIDS[-1]}"
     echo "== $runs concurrent streaming runs: keel serve ($profile)"
     "$load" --url "$keel" --runs "$runs" --server-pid "$keel_pid" --pace-ms "$pace" --no-baseline

@@ -138,6 +138,10 @@ async fn stream_turn(
         };
         bytes += data.len() as u64;
         buffer.push_str(std::str::from_utf8(&data)?);
+        if buffer.contains('\r') {
+            // langgraph-api ends SSE lines with CRLF.
+            buffer = buffer.replace("\r\n", "\n");
+        }
         while let Some(cut) = buffer.find("\n\n") {
             let block: String = buffer.drain(..cut + 2).collect();
             let (mut event, mut id, mut payload) = ("", None, String::new());
