@@ -142,8 +142,10 @@ pub struct ThreadRecord {
 impl ThreadRecord {
     /// The protocol's `Thread` object, with the thread's current values. A pending
     /// interrupt in the values (`__interrupt__`, see `wire::interrupts_to_lg`) is also
-    /// listed under `interrupts`, by the id of the task waiting for it.
-    pub fn to_json(&self, values: Value) -> Value {
+    /// listed under `interrupts`, by the id of the task waiting for it. `values` is
+    /// null for a thread that never ran, as langgraph-api sends it; `state_at_ms` is when
+    /// its state last changed (its newest checkpoint; its creation before any).
+    pub fn to_json(&self, values: Value, state_at_ms: Option<i64>) -> Value {
         let interrupts = match values.get(keel_core::state::INTERRUPT_KEY) {
             Some(Value::Array(list)) if !list.is_empty() => {
                 let id = list[0]["id"].as_str().unwrap_or_default().to_owned();
@@ -159,6 +161,10 @@ impl ThreadRecord {
             "status": self.status.as_str(),
             "values": values,
             "interrupts": interrupts,
+            // langgraph-api's thread-level config, {} unless a client set one (Keel
+            // takes none).
+            "config": {},
+            "state_updated_at": rfc3339(state_at_ms.unwrap_or(self.created_at_ms)),
         })
     }
 }

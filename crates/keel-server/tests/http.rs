@@ -104,7 +104,16 @@ async fn bad_input_is_answered_in_the_error_shape() {
             json!({"assistant_id": "agent", "multitask_strategy": "sometimes"}),
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
-        (json!({"assistant_id": "other"}), StatusCode::NOT_FOUND),
+        // langgraph-api answers 422 to an assistant_id that is neither a UUID nor a
+        // graph, 404 to a UUID of no assistant.
+        (
+            json!({"assistant_id": "other"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"assistant_id": "5f1a0c39-9bd5-4c3e-9d55-0c8cc2d6a7e1"}),
+            StatusCode::NOT_FOUND,
+        ),
         (
             json!({"assistant_id": "agent", "command": {"resume": 1}}),
             StatusCode::BAD_REQUEST,

@@ -477,8 +477,10 @@ async fn every_other_method_and_bad_envelopes_get_protocol_errors() {
     for (params, needle) in [
         (json!({}), "assistant_id"),
         (
+            // langgraph-api refuses an assistant_id that is neither a UUID nor a graph
+            // as invalid (422 over REST), rather than as not found.
             json!({"assistant_id": "nobody", "input": user("x")}),
-            "Assistant nobody not found",
+            "invalid assistant \"nobody\"",
         ),
         (
             json!({"assistant_id": "agent", "input": {"counter": 1}}),

@@ -372,6 +372,16 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
     let assistant = body
         .assistant_id
         .ok_or_else(|| ApiError::Invalid("assistant_id is required".into()))?;
+    // langgraph-api answers 422 to an assistant_id that is neither a UUID nor a graph
+    // id, and 404 to a UUID no assistant has.
+    if !assistants::matches(app.manager.assistant(), &assistant)
+        && uuid::Uuid::parse_str(&assistant).is_err()
+    {
+        return Err(ApiError::Invalid(format!(
+            "invalid assistant {assistant:?}: neither an assistant UUID nor the graph {:?}",
+            app.manager.assistant().graph_id
+        )));
+    }
     if !assistants::matches(app.manager.assistant(), &assistant) {
         return Err(ApiError::NotFound {
             what: "Assistant",
@@ -527,11 +537,10 @@ async fn start_keeping(
 > {
     let stateless = thread_id.is_none();
     let mut parsed = parse(app, body, stateless)?;
-    let thread_id = match thread_id {
+    let (thread_id, thread_meta) = match thread_id {
         None => {
-            new_thread(app, owner, None, run_metadata(app))
-                .await?
-                .thread_id
+            let t = new_thread(app, owner, None, run_metadata(app)).await?;
+            (t.thread_id, t.metadata)
         }
         Some(id) => match find_owned(app, owner, &id).await? {
             Some(thread) => {
@@ -545,18 +554,26 @@ async fn start_keeping(
                     )));
                 }
                 tag_thread(app, owner, &thread).await;
-                thread.thread_id
+                let mut meta = thread.metadata;
+                meta.extend(run_metadata(app));
+                (thread.thread_id, meta)
             }
             // The id is looked up in the caller's own namespace only: whether another
             // owner uses it is neither checked nor told.
             None if parsed.create_thread => {
-                new_thread(app, owner, Some(id), run_metadata(app))
-                    .await?
-                    .thread_id
+                let t = new_thread(app, owner, Some(id), run_metadata(app)).await?;
+                (t.thread_id, t.metadata)
             }
             None => return Err(ApiError::thread(&id)),
         },
     };
+    // A run's metadata as langgraph-api fills it: the assistant's (`created_by`), the
+    // thread's, the graph and assistant it runs, then the request's own on top.
+    let mut metadata = Map::new();
+    metadata.insert("created_by".into(), Value::String("system".into()));
+    metadata.extend(thread_meta);
+    metadata.extend(std::mem::take(&mut parsed.run.metadata));
+    parsed.run.metadata = metadata;
     if let Some(id) = &parsed.from_checkpoint {
         parsed.run.from_checkpoint = fork_point(app, &thread_id, id).await?;
     }
@@ -1030,16 +1047,21 @@ pub async fn cancel(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, run_id)): Ids<(String, String)>,
     query: QueryPairs,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Response, ApiError> {
     let record = owned_run(&app, &owner, &thread_id, &run_id).await?;
     let action = CancelAction::parse(query.get("action").unwrap_or("interrupt"))
         .map_err(ApiError::Invalid)?;
     let wait = query.bool_or("wait", false)?;
     app.manager.cancel(&record.thread_id, &run_id, action).await;
-    if wait && let Some(live) = app.manager.find(&record).await {
+    if !wait {
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
+    if let Some(live) = app.manager.find(&record).await {
         live.log.closed().await;
     }
-    Ok(StatusCode::ACCEPTED)
+    // With `wait`, langgraph-api answers as a join does, with the values the run
+    // streamed after the cancel: none, for a run stopped mid-step, so `{}`.
+    Ok(with_location(Json(json!({})).into_response(), &record))
 }
 
 /// `GET /threads/{thread_id}/runs/{run_id}/join`: waits for the run, then answers with

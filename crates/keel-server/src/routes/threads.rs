@@ -65,8 +65,14 @@ fn values_of(cp: &Checkpoint) -> Value {
 }
 
 /// The protocol's `ThreadState` for a checkpoint (`None`: a thread that never ran) of
-/// the thread stored under `thread_id` (its key).
-pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
+/// the thread stored under `thread_id` (its key), whose metadata is `thread_meta`.
+/// Besides the `checkpoint` and `parent_checkpoint` references it carries their ids at
+/// the top level (`checkpoint_id`, `parent_checkpoint_id`), as langgraph-api does.
+pub fn state_json(
+    thread_id: &str,
+    thread_meta: &Map<String, Value>,
+    cp: Option<&Checkpoint>,
+) -> Value {
     match cp {
         None => json!({
             "values": {},
@@ -77,6 +83,8 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             "created_at": null,
             "parent_checkpoint": null,
             "interrupts": [],
+            "checkpoint_id": null,
+            "parent_checkpoint_id": null,
         }),
         Some(cp) => {
             let (next, tasks, interrupts) = pending_tasks(cp);
@@ -85,18 +93,22 @@ pub fn state_json(thread_id: &str, cp: Option<&Checkpoint>) -> Value {
             "next": next,
             "tasks": tasks,
             "checkpoint": checkpoint_ref(thread_id, cp.seq),
-            "metadata": metadata_of(thread_id, cp),
+            "metadata": metadata_of(thread_id, thread_meta, cp),
             "created_at": rfc3339(cp.created_at_ms),
             "parent_checkpoint": cp.parent.map(|p| checkpoint_ref(thread_id, p)),
             "interrupts": interrupts,
+            "checkpoint_id": checkpoint_id(cp.seq),
+            "parent_checkpoint_id": cp.parent.map(checkpoint_id),
             })
         }
     }
 }
 
 /// A checkpoint's `metadata` (what `POST /history` filters on): from the step's header,
-/// never its messages.
-fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
+/// never its messages. As langgraph-api copies a run's metadata into the checkpoints it
+/// writes, the thread's metadata (which a run tags with `graph_id` and `assistant_id`)
+/// comes first, and the checkpoint's own keys override it.
+fn metadata_of(thread_id: &str, thread_meta: &Map<String, Value>, cp: &Checkpoint) -> Value {
     let source = match cp.node.as_str() {
         "input" => "input",
         UPDATE_NODE => "update",
@@ -105,7 +117,7 @@ fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
         }
         _ => "loop",
     };
-    json!({
+    let own = json!({
         "source": source,
         // LangGraph numbers a thread's first, empty checkpoint -1.
         "step": i64::try_from(cp.depth).map_or(i64::MAX, |d| d - 1),
@@ -113,7 +125,12 @@ fn metadata_of(thread_id: &str, cp: &Checkpoint) -> Value {
         "node": cp.node,
         "run_id": cp.run_id,
         "thread_id": public_thread_id(thread_id),
-    })
+    });
+    let mut out = thread_meta.clone();
+    if let Value::Object(own) = own {
+        out.extend(own);
+    }
+    Value::Object(out)
 }
 
 /// A paused thread's `next`, `tasks` and `interrupts` (LangGraph shows the waiting node
@@ -176,6 +193,22 @@ pub async fn owned(
     find_owned(app, owner, thread_id)
         .await?
         .ok_or_else(|| ApiError::thread(thread_id))
+}
+
+/// A thread as the protocol's `Thread` object: its current values (null before its
+/// first run) and when they last changed.
+pub async fn thread_json(app: &AppState, record: &ThreadRecord) -> Result<Value, ApiError> {
+    let latest = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(&record.thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's state", e))?;
+    Ok(record.to_json(
+        latest.as_ref().map_or(Value::Null, values_of),
+        latest.as_ref().map(|cp| cp.created_at_ms),
+    ))
 }
 
 /// A thread's current values (`{}` before its first run).
@@ -292,8 +325,7 @@ pub async fn create(
         && let Some(id) = &body.thread_id
         && let Some(existing) = find_owned(&app, &owner, id).await?
     {
-        let values = current_values(&app, &existing.thread_id).await?;
-        return Ok(Json(existing.to_json(values)));
+        return Ok(Json(thread_json(&app, &existing).await?));
     }
     let record = new_thread(
         &app,
@@ -302,7 +334,7 @@ pub async fn create(
         body.metadata.unwrap_or_default(),
     )
     .await?;
-    Ok(Json(record.to_json(json!({}))))
+    Ok(Json(record.to_json(Value::Null, None)))
 }
 
 /// `GET /threads/{thread_id}`.
@@ -312,8 +344,7 @@ pub async fn get_one(
     Ids(thread_id): Ids<String>,
 ) -> Result<Json<Value>, ApiError> {
     let record = owned(&app, &owner, &thread_id).await?;
-    let values = current_values(&app, &record.thread_id).await?;
-    Ok(Json(record.to_json(values)))
+    Ok(Json(thread_json(&app, &record).await?))
 }
 
 /// The body of `PATCH /threads/{thread_id}`.
@@ -340,8 +371,7 @@ pub async fn patch(
         .await
         .map_err(|e| ApiError::storage("updating the thread", e))?
         .ok_or_else(|| ApiError::thread(&thread_id))?;
-    let values = current_values(&app, &record.thread_id).await?;
-    Ok(Json(record.to_json(values)))
+    Ok(Json(thread_json(&app, &record).await?))
 }
 
 /// `DELETE /threads/{thread_id}`: cancels its runs and deletes everything stored for
@@ -443,8 +473,7 @@ pub async fn search(
         .map_err(|e| ApiError::storage("searching threads", e))?;
     let mut out = Vec::with_capacity(found.len());
     for record in found {
-        let values = current_values(&app, &record.thread_id).await?;
-        out.push(record.to_json(values));
+        out.push(thread_json(&app, &record).await?);
     }
     Ok(Json(Value::Array(out)))
 }
@@ -550,7 +579,11 @@ pub async fn state(
         .latest(&thread.thread_id)
         .await
         .map_err(|e| ApiError::storage("reading the thread's state", e))?;
-    Ok(Json(state_json(&thread.thread_id, latest.as_ref())))
+    Ok(Json(state_json(
+        &thread.thread_id,
+        &thread.metadata,
+        latest.as_ref(),
+    )))
 }
 
 /// `GET /threads/{thread_id}/state/{checkpoint_id}`.
@@ -559,7 +592,8 @@ pub async fn state_at(
     Extension(owner): Extension<Owner>,
     Ids((thread_id, checkpoint)): Ids<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
+    let thread = owned(&app, &owner, &thread_id).await?;
+    let thread_id = thread.thread_id;
     let seq = parse_checkpoint_id(&checkpoint)?;
     let cp = app
         .manager
@@ -572,7 +606,7 @@ pub async fn state_at(
             what: "Checkpoint",
             id: checkpoint,
         })?;
-    Ok(Json(state_json(&thread_id, Some(&cp))))
+    Ok(Json(state_json(&thread_id, &thread.metadata, Some(&cp))))
 }
 
 /// Checkpoints read per page while a metadata filter looks for matches.
@@ -595,7 +629,7 @@ pub async fn history_post(
     Ids(thread_id): Ids<String>,
     JsonBody(body): JsonBody<HistoryBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
+    let thread = owned(&app, &owner, &thread_id).await?;
     let before = match &body.before {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(parse_checkpoint_id(id)?),
@@ -615,7 +649,7 @@ pub async fn history_post(
         .transpose()?;
     history(
         &app,
-        &thread_id,
+        &thread,
         body.limit.unwrap_or(10),
         (tip, before),
         body.metadata.unwrap_or_default(),
@@ -630,11 +664,11 @@ pub async fn history_get(
     Ids(thread_id): Ids<String>,
     query: QueryPairs,
 ) -> Result<Json<Value>, ApiError> {
-    let thread_id = owned(&app, &owner, &thread_id).await?.thread_id;
+    let thread = owned(&app, &owner, &thread_id).await?;
     let before = query.get("before").map(parse_checkpoint_id).transpose()?;
     history(
         &app,
-        &thread_id,
+        &thread,
         query.usize_or("limit", 10)?,
         (None, before),
         Map::new(),
@@ -646,12 +680,13 @@ pub async fn history_get(
 /// newest first, below `before`, whose metadata holds every pair of `metadata`.
 async fn history(
     app: &AppState,
-    thread_id: &str,
+    thread: &ThreadRecord,
     limit: usize,
     (tip, before): (Option<u64>, Option<u64>),
     metadata: Map<String, Value>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = limit.min(MAX_PAGE);
+    let thread_id = thread.thread_id.as_str();
     let checkpointer = app.manager.agent().checkpointer();
     // Without a filter the first page is the answer; with one, pages are read newest
     // first until enough match or the history ends, never the whole history at once.
@@ -668,9 +703,9 @@ async fn history(
             .await
             .map_err(|e| ApiError::storage("reading the thread's history", e))?;
         for cp in &page {
-            let meta = metadata_of(thread_id, cp);
+            let meta = metadata_of(thread_id, &thread.metadata, cp);
             if metadata.iter().all(|(k, v)| meta.get(k) == Some(v)) {
-                states.push(state_json(thread_id, Some(cp)));
+                states.push(state_json(thread_id, &thread.metadata, Some(cp)));
                 if states.len() == limit {
                     break;
                 }
@@ -878,8 +913,7 @@ pub async fn copy(
         .await
         .map_err(|e| ApiError::storage("copying the thread", e))?
         .unwrap_or(record);
-    let values = current_values(&app, &record.thread_id).await?;
-    Ok(Json(record.to_json(values)))
+    Ok(Json(thread_json(&app, &record).await?))
 }
 
 #[cfg(test)]

@@ -930,7 +930,12 @@ impl RunManager {
                 self.finalize(&live, Final::Status(RunStatus::Error, Some(message)))
                     .await
             }
-            Ending::Cancelled(action) => self.finalize(&live, cancel_final(action)).await,
+            Ending::Cancelled(action) => {
+                // As langgraph-api does, a run stopped with action `interrupt` leaves its
+                // thread `interrupted` (a rolled-back one leaves it as it was before).
+                paused = action == CancelAction::Interrupt;
+                self.finalize(&live, cancel_final(action)).await
+            }
         };
         let next = {
             let mut state = self.state.lock();
