@@ -1001,12 +1001,10 @@ macro_rules! impl_sql_store {
                     return Err(not_held());
                 };
                 let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
-                let (start_position,): (i64,) = sqlx::query_as($crate::sql::NEXT_POSITION)
-                    .bind(thread_id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
                 // The same compare-and-swap as `put`: one writer per head, fork or not.
+                // It is the transaction's first statement, as in `put`: on SQLite a
+                // transaction that reads first and writes second cannot wait for another
+                // writer (its snapshot is stale) and fails as "database is locked".
                 let swapped: Option<(i64,)> = sqlx::query_as($crate::sql::HEAD_FORK)
                     .bind(thread_id)
                     .bind(seq)
@@ -1020,6 +1018,11 @@ macro_rules! impl_sql_store {
                         head: self.head_seq(thread_id).await?,
                     });
                 }
+                let (start_position,): (i64,) = sqlx::query_as($crate::sql::NEXT_POSITION)
+                    .bind(thread_id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err($crate::sql::backend)?;
                 // The branch starts from `from`'s messages and values.
                 sqlx::query($crate::sql::ENTRY_FORK)
                     .bind(thread_id)
