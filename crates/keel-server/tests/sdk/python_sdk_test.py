@@ -154,15 +154,25 @@ async def twelve_long_turns(c):
     assert [t["thread_id"] for t in found] == [thread["thread_id"]], found
 
 
+async def wait_for_human(c, thread_id: str, text: str) -> None:
+    """Waits until the thread's state holds a human message with `text`."""
+    for _ in range(250):
+        state = await c.threads.get_state(thread_id)
+        messages = (state.get("values") or {}).get("messages") or []
+        if any(m["type"] == "human" and m["content"] == text for m in messages):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the input {text!r} never reached the thread's state")
+
+
 @test
 async def cancel_stops_a_run_and_keeps_its_checkpoints():
     c = client()
     thread = await c.threads.create()
     run = await c.runs.create(thread["thread_id"], "agent", input={"messages": [{"role": "user", "content": "slow please"}]})
-    for _ in range(100):
-        if (await c.runs.get(thread["thread_id"], run["run_id"]))["status"] == "running":
-            break
-        await asyncio.sleep(0.02)
+    # "running" is set before the run writes its input; cancel once the input
+    # checkpoint exists, or there is nothing for the run to keep.
+    await wait_for_human(c, thread["thread_id"], "slow please")
     await c.runs.cancel(thread["thread_id"], run["run_id"], wait=True)
     after = await c.runs.get(thread["thread_id"], run["run_id"])
     assert after["status"] == "interrupted", after
@@ -266,7 +276,7 @@ async def multitask_strategies():
 
     # interrupt: the running run stops and keeps its checkpoints.
     slow3 = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "slow three"}]})
-    await asyncio.sleep(0.05)
+    await wait_for_human(c, tid, "slow three")
     last = await c.runs.create(tid, "agent", input={"messages": [{"role": "user", "content": "after interrupt"}]}, multitask_strategy="interrupt")
     await c.runs.join(tid, last["run_id"])
     assert (await c.runs.get(tid, slow3["run_id"]))["status"] == "interrupted"
