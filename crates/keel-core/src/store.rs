@@ -481,4 +481,27 @@ pub trait SummaryStore: Send + Sync {
     /// thread); returns how many went. An empty prefix is refused
     /// ([`StoreError::Invalid`]): it would empty the whole cache.
     async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError>;
+
+    /// Takes the lease on `key` for `holder` until `ttl` from now, unless another holder
+    /// has one that has not expired; true when `holder` now holds it (taking it again
+    /// renews it). Speculative summaries take one per cache key, so processes sharing
+    /// this store write a thread's summary once. Deleting a key's summaries
+    /// ([`delete_summaries`](Self::delete_summaries)) drops its leases too.
+    ///
+    /// The default, for a store no other process shares, always grants it.
+    async fn try_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        let _ = (key, holder, ttl);
+        Ok(true)
+    }
+
+    /// Gives back `holder`'s lease on `key` (nothing when another holder has it).
+    async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        let _ = (key, holder);
+        Ok(())
+    }
 }

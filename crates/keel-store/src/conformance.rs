@@ -1631,6 +1631,69 @@ pub async fn summary_cache<S: Storage>(store: &S) -> Checked {
         let got = call(C, "get_summary", store.get_summary(&key).await)?;
         ensure!(C, got.as_ref() == Some(v), "put {v}, read {got:?}");
     }
+    summary_leases(store).await
+}
+
+/// Summary leases: one holder at a time, renewed by the holder, taken over once
+/// expired, given back by release, and dropped with the key's summaries.
+pub async fn summary_leases<S: Storage>(store: &S) -> Checked {
+    const C: &str = "summary_leases";
+    let thread = format!("{}-lease", namespace());
+    let key = format!("{thread}#recipe");
+    let long = std::time::Duration::from_secs(60);
+    let took = |r| call(C, "try_lease", r);
+    ensure!(
+        C,
+        took(store.try_lease(&key, "a", long).await)?,
+        "a free key was refused"
+    );
+    ensure!(
+        C,
+        !took(store.try_lease(&key, "b", long).await)?,
+        "b took a's live lease"
+    );
+    ensure!(
+        C,
+        took(store.try_lease(&key, "a", long).await)?,
+        "a could not renew its lease"
+    );
+    call(C, "release_lease", store.release_lease(&key, "b").await)?;
+    ensure!(
+        C,
+        !took(store.try_lease(&key, "b", long).await)?,
+        "b released a's lease"
+    );
+    call(C, "release_lease", store.release_lease(&key, "a").await)?;
+    ensure!(
+        C,
+        took(store.try_lease(&key, "b", long).await)?,
+        "a released lease stayed taken"
+    );
+    // An expired lease is taken over.
+    let other = format!("{thread}#other");
+    let short = std::time::Duration::from_millis(1);
+    ensure!(
+        C,
+        took(store.try_lease(&other, "a", short).await)?,
+        "a free key was refused"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    ensure!(
+        C,
+        took(store.try_lease(&other, "b", long).await)?,
+        "an expired lease was kept"
+    );
+    // Deleting the thread's summaries frees its leases.
+    call(
+        C,
+        "delete_summaries",
+        store.delete_summaries(&format!("{thread}#")).await,
+    )?;
+    ensure!(
+        C,
+        took(store.try_lease(&key, "c", long).await)?,
+        "a deleted thread kept its lease"
+    );
     Ok(())
 }
 

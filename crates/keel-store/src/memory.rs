@@ -51,6 +51,8 @@ struct Inner {
     history: HashMap<SessionScope, ScopeHistory>,
     states: HashMap<SessionScope, SessionMemoryState>,
     summaries: HashMap<String, Value>,
+    /// Summary leases: key to (holder, expiry).
+    leases: HashMap<String, (String, std::time::Instant)>,
 }
 
 #[derive(Default)]
@@ -446,6 +448,37 @@ impl SummaryStore for MemoryStore {
         let mut inner = self.inner.lock();
         let before = inner.summaries.len();
         inner.summaries.retain(|k, _| !k.starts_with(prefix));
+        inner.leases.retain(|k, _| !k.starts_with(prefix));
         Ok((before - inner.summaries.len()) as u64)
+    }
+
+    async fn try_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        check::text("key", key)?;
+        check::text("holder", holder)?;
+        let now = std::time::Instant::now();
+        let mut inner = self.inner.lock();
+        let free = inner
+            .leases
+            .get(key)
+            .is_none_or(|(h, until)| h == holder || *until < now);
+        if free {
+            inner
+                .leases
+                .insert(key.to_owned(), (holder.to_owned(), now + ttl));
+        }
+        Ok(free)
+    }
+
+    async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        if inner.leases.get(key).is_some_and(|(h, _)| h == holder) {
+            inner.leases.remove(key);
+        }
+        Ok(())
     }
 }

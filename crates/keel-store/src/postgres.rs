@@ -78,6 +78,13 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0004_recall_index.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            5,
+            "summary leases".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0005_summary_leases.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
 

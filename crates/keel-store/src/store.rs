@@ -344,6 +344,19 @@ impl SummaryStore for Store {
     async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
         dispatch!(self, s => s.delete_summaries(prefix).await)
     }
+
+    async fn try_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.try_lease(key, holder, ttl).await)
+    }
+
+    async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+        dispatch!(self, s => s.release_lease(key, holder).await)
+    }
 }
 
 #[cfg(test)]

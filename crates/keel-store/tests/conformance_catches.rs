@@ -27,6 +27,9 @@ enum Bug {
     StampsAtTheClock,
     /// A fork ignores the checkpoint it starts from and continues the head.
     ForkContinuesTheHead,
+    /// Keeps the trait's default lease, which grants every caller: right for a store
+    /// no other process shares, wrong for a shared one.
+    LeaseAlwaysGranted,
     /// No bug: the trait's default methods (`append_stamped`) over a correct store.
     None,
 }
@@ -243,6 +246,20 @@ impl SummaryStore for Buggy {
     async fn delete_summaries(&self, p: &str) -> Result<u64, StoreError> {
         self.inner.delete_summaries(p).await
     }
+    async fn try_lease(
+        &self,
+        k: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        if matches!(self.bug, Bug::LeaseAlwaysGranted) {
+            return Ok(true);
+        }
+        self.inner.try_lease(k, holder, ttl).await
+    }
+    async fn release_lease(&self, k: &str, holder: &str) -> Result<(), StoreError> {
+        self.inner.release_lease(k, holder).await
+    }
 }
 
 #[async_trait]
@@ -332,6 +349,12 @@ async fn stamping_with_the_clock_is_caught() {
 async fn a_fork_that_continues_the_head_is_caught() {
     let f = failure(Bug::ForkContinuesTheHead).await;
     assert_eq!(f.check, "checkpoint_forks", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_to_everyone_is_caught() {
+    let f = failure(Bug::LeaseAlwaysGranted).await;
+    assert_eq!(f.check, "summary_leases", "{f}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

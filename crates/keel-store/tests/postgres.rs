@@ -168,6 +168,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "recall_documents_tsv",
         "session_memory_state",
         "summary_cache",
+        "summary_leases",
     ] {
         assert!(
             created.iter().any(|n| n == t),
@@ -186,7 +187,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 4);
+    assert_eq!(applied, 5);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

@@ -136,10 +136,11 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "recall_fts",
         "session_memory_state",
         "summary_cache",
+        "summary_leases",
     ] {
         assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
     }
-    assert_eq!(applied(&first).await, 4);
+    assert_eq!(applied(&first).await, 5);
     first
         .save_state(&scope, &SessionMemoryState::default(), 0)
         .await
@@ -151,7 +152,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     // A restarted process: connect migrates again; nothing changes, nothing is lost.
     let second = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(tables(&second).await, schema);
-    assert_eq!(applied(&second).await, 4);
+    assert_eq!(applied(&second).await, 5);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
     assert_eq!(
         second.get_summary("k").await.unwrap(),

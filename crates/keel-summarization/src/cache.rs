@@ -59,6 +59,11 @@ pub struct CachedSummary {
     /// none.
     #[serde(default)]
     pub current: Vec<keel_summary::extractive::CurrentValue>,
+    /// True when the summary was written in the background ahead of the call that
+    /// needed it (`precompute_at`). Entries stored before this field existed load as
+    /// `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub precomputed: bool,
 }
 
 /// Hash of the fingerprints of `messages` (order-sensitive).
@@ -113,6 +118,7 @@ impl CachedSummary {
             boundary,
             holes,
             prefix_hash,
+            precomputed: false,
         }
     }
 
@@ -166,7 +172,7 @@ type Flights = Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>;
 pub struct SummaryCache {
     entries: Mutex<LruCache<String, Arc<CachedSummary>>>,
     store: Option<Arc<dyn SummaryStore>>,
-    flights: Flights,
+    flights: Arc<Flights>,
 }
 
 impl std::fmt::Debug for SummaryCache {
@@ -194,7 +200,7 @@ impl SummaryCache {
                 NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
             )),
             store: None,
-            flights: Mutex::new(HashMap::new()),
+            flights: Arc::default(),
         }
     }
 
@@ -306,10 +312,54 @@ impl SummaryCache {
         }
     }
 
+    /// The single-flight gate of `thread_id` when no task holds it, without waiting.
+    pub fn try_single_flight(&self, thread_id: &str) -> Option<FlightGuard> {
+        let gate = self
+            .flights
+            .lock()
+            .entry(thread_id.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(())))
+            .clone();
+        let guard = gate.clone().try_lock_owned().ok();
+        let flight = FlightGuard {
+            flights: self.flights.clone(),
+            thread_id: thread_id.to_owned(),
+            gate,
+            guard,
+        };
+        // Dropped without the guard, it still removes an unused gate.
+        flight.guard.is_some().then_some(flight)
+    }
+
+    /// Takes the second level's lease on `key` for `holder` (see
+    /// [`SummaryStore::try_lease`]); true without a second level. A store failure is
+    /// logged and refuses the lease: the summary is then written when it is needed.
+    pub async fn try_lease(&self, key: &str, holder: &str, ttl: std::time::Duration) -> bool {
+        let Some(store) = &self.store else {
+            return true;
+        };
+        match store.try_lease(&store_key(key), holder, ttl).await {
+            Ok(taken) => taken,
+            Err(err) => {
+                tracing::warn!(key, error = %err, "summary lease failed; not writing ahead");
+                false
+            }
+        }
+    }
+
+    /// Gives back a lease taken with [`try_lease`](Self::try_lease).
+    pub async fn release_lease(&self, key: &str, holder: &str) {
+        if let Some(store) = &self.store
+            && let Err(err) = store.release_lease(&store_key(key), holder).await
+        {
+            tracing::warn!(key, error = %err, "summary lease release failed; it expires by itself");
+        }
+    }
+
     /// Waits until no other task is summarizing `thread_id`, then holds the gate until
     /// the guard drops. Callers re-check the cache after acquiring: the task they waited
     /// for has usually just stored what they need.
-    pub async fn single_flight(&self, thread_id: &str) -> FlightGuard<'_> {
+    pub async fn single_flight(&self, thread_id: &str) -> FlightGuard {
         let gate = self
             .flights
             .lock()
@@ -318,7 +368,7 @@ impl SummaryCache {
             .clone();
         let guard = gate.clone().lock_owned().await;
         FlightGuard {
-            cache: self,
+            flights: self.flights.clone(),
             thread_id: thread_id.to_owned(),
             gate,
             guard: Some(guard),
@@ -328,17 +378,17 @@ impl SummaryCache {
 
 /// Holds a thread's single-flight gate. Dropping it lets the next waiter in and removes
 /// the gate when nobody else uses it.
-pub struct FlightGuard<'a> {
-    cache: &'a SummaryCache,
+pub struct FlightGuard {
+    flights: Arc<Flights>,
     thread_id: String,
     gate: Arc<tokio::sync::Mutex<()>>,
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-impl Drop for FlightGuard<'_> {
+impl Drop for FlightGuard {
     fn drop(&mut self) {
         self.guard.take();
-        let mut flights = self.cache.flights.lock();
+        let mut flights = self.flights.lock();
         // The map and this guard hold the only references: nobody is waiting.
         if Arc::strong_count(&self.gate) == 2 {
             flights.remove(&self.thread_id);

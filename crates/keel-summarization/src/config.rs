@@ -178,6 +178,14 @@ pub struct SummarizationConfig {
     pub circuit_breaker_cooldown_seconds: u64,
     /// `extractive_word_budget` (default 300): word budget of the extractive summarizer.
     pub extractive_word_budget: usize,
+    /// `precompute_at` (default `null`, off, as DeerFlow's schema has no such key): once
+    /// a request reaches this share of a trigger, the summary the crossing call will
+    /// need is written in the background, so that call pays no summary latency. A
+    /// number in (0, 1); the bundled configurations use 0.8.
+    pub precompute_at: Option<f64>,
+    /// `precompute_max_concurrent` (default 4): background summaries one process writes
+    /// at a time; a thread that finds them all busy is summarized when it crosses.
+    pub precompute_max_concurrent: usize,
 }
 
 impl Default for SummarizationConfig {
@@ -211,6 +219,8 @@ impl Default for SummarizationConfig {
             circuit_breaker_failures: 3,
             circuit_breaker_cooldown_seconds: 300,
             extractive_word_budget: 300,
+            precompute_at: None,
+            precompute_max_concurrent: DEFAULT_PRECOMPUTE_MAX_CONCURRENT,
         }
     }
 }
@@ -357,6 +367,15 @@ pub const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
 /// The longest `circuit_breaker_cooldown_seconds`: 30 days.
 pub const MAX_COOLDOWN_SECONDS: u64 = 30 * 86_400;
 
+/// The allowed values of `precompute_at`.
+const PRECOMPUTE_AT_RANGE: &str = "a number in (0, 1), or null to disable";
+
+/// Default of `precompute_max_concurrent`.
+pub const DEFAULT_PRECOMPUTE_MAX_CONCURRENT: usize = 4;
+
+/// The largest `precompute_max_concurrent`.
+pub const MAX_PRECOMPUTE_CONCURRENT: u64 = 1024;
+
 /// The largest `cache_capacity`: 10^7 threads.
 pub const MAX_CACHE_CAPACITY: u64 = 10_000_000;
 
@@ -389,6 +408,8 @@ pub const KEYS: &[&str] = &[
     "circuit_breaker_failures",
     "circuit_breaker_cooldown_seconds",
     "extractive_word_budget",
+    "precompute_at",
+    "precompute_max_concurrent",
 ];
 
 fn suggest(key: &str, known: &[&str]) -> Option<String> {
@@ -802,6 +823,17 @@ impl SummarizationConfig {
                             config.extractive_word_budget = usize::try_from(ctx.int(1, WHOLE_1)?)
                                     .unwrap_or(usize::MAX)
                         }
+                        "precompute_at" => {
+                            config.precompute_at = match node.value {
+                                Yaml::Null => None,
+                                _ => Some(ctx.number(PRECOMPUTE_AT_RANGE)?),
+                            }
+                        }
+                        "precompute_max_concurrent" => {
+                            config.precompute_max_concurrent =
+                                usize::try_from(ctx.int(1, "a whole number in [1, 1024]")?)
+                                    .unwrap_or(usize::MAX)
+                        }
                         other => {
                             return Err(ConfigError::UnknownKey {
                                 key: other.to_owned(),
@@ -909,6 +941,16 @@ impl SummarizationConfig {
                 "a string containing {messages} (other braces are literal text)",
             ));
         }
+        if let Some(p) = self.precompute_at
+            && !(p.is_finite() && p > 0.0 && p < 1.0)
+        {
+            return Err(bad(
+                "precompute_at",
+                p.to_string(),
+                "is out of range",
+                PRECOMPUTE_AT_RANGE,
+            ));
+        }
         if let Some(h) = self.stickiness_headroom
             && !(h.is_finite() && h > 0.0 && h <= 1.0)
         {
@@ -933,6 +975,14 @@ impl SummarizationConfig {
                 "0".into(),
                 "must be positive",
                 "a whole number >= 1, or null for the model's own limit",
+            ));
+        }
+        if self.precompute_max_concurrent == 0 {
+            return Err(bad(
+                "precompute_max_concurrent",
+                "0".into(),
+                "must be positive",
+                "a whole number in [1, 1024]",
             ));
         }
         if self.cache_capacity == 0 {
@@ -962,7 +1012,7 @@ impl SummarizationConfig {
                 "a number of seconds in (0, 86400]",
             ));
         }
-        let counts: [(&str, u64, u64, u64); 9] = [
+        let counts: [(&str, u64, u64, u64); 10] = [
             (
                 "trim_tokens_to_summarize",
                 self.trim_tokens_to_summarize.unwrap_or(1),
@@ -1016,6 +1066,12 @@ impl SummarizationConfig {
                 self.extractive_word_budget as u64,
                 1,
                 MAX_COUNT,
+            ),
+            (
+                "precompute_max_concurrent",
+                self.precompute_max_concurrent as u64,
+                1,
+                MAX_PRECOMPUTE_CONCURRENT,
             ),
         ];
         for (key, value, min, max) in counts {
@@ -1200,6 +1256,13 @@ impl SummarizationConfigBuilder {
         self
     }
 
+    /// Speculative summaries from this share of a trigger on: a number in (0, 1), or
+    /// `None` (the default) to summarize only when a trigger is crossed.
+    pub fn precompute_at(mut self, share: impl Into<Option<f64>>) -> Self {
+        self.config.precompute_at = share.into();
+        self
+    }
+
     /// Text of the `context_compacting` event.
     pub fn compacting_message(mut self, text: impl Into<String>) -> Self {
         self.config.compacting_message = text.into();
@@ -1254,6 +1317,8 @@ impl SummarizationConfigBuilder {
         circuit_breaker_cooldown_seconds: u64,
         /// Word budget of the extractive summarizer.
         extractive_word_budget: usize,
+        /// Background summaries written at a time by one process.
+        precompute_max_concurrent: usize,
     }
 
     /// Validates and returns the configuration (warnings are logged).

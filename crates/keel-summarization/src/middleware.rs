@@ -68,7 +68,8 @@ use crate::events::SummarySource;
 use crate::extractive::ExtractiveOptions;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
 use crate::stages::memo::{PLAN_INDEX_LISTS, PlanIndexes, ThreadMemos};
-use crate::stages::{Call, Decision, Lookup, Measured, Written};
+use crate::stages::precompute::Precompute;
+use crate::stages::{Call, Decision, Lookup, Measured, Planned, Written};
 use crate::summary_call::{CircuitBreaker, SummaryCallOptions, SummaryCaller};
 use crate::transcript::{DEFAULT_SUMMARY_PROMPT, TranscriptOptions};
 
@@ -160,6 +161,8 @@ pub struct CompactionReport {
     /// floor of the recent window are together over `headroom` x a trigger, so a later
     /// call may compact again. Logged once per thread with the figures.
     pub headroom_unreachable: bool,
+    /// The summary sent was written in the background ahead of this call.
+    pub precomputed: bool,
 }
 
 /// A request after the middleware's decision, and what it did.
@@ -318,22 +321,26 @@ impl SummarizationMiddlewareBuilder {
             .clone()
             .unwrap_or_else(|| DEFAULT_SUMMARY_PROMPT.to_owned());
         let recipe = summary_recipe(&config, &prompt, &summarizer);
+        let precompute = Precompute::new(config.precompute_max_concurrent);
         Ok(SummarizationMiddleware {
-            recipe,
-            cache: self
-                .cache
-                .unwrap_or_else(|| SummaryCache::global(config.cache_capacity)),
-            prompt,
-            config,
-            summarizer,
-            counter,
-            caller,
-            rescue,
-            warned_fraction: AtomicBool::new(false),
-            warned_headroom: parking_lot::Mutex::new(lru::LruCache::new(WARNED_THREADS)),
-            threads: ThreadMemos::new(WARNED_THREADS),
-            plan_indexes: PlanIndexes::new(PLAN_INDEX_LISTS),
-            report_ids: self.report_ids,
+            core: Arc::new(Compactor {
+                recipe,
+                precompute,
+                cache: self
+                    .cache
+                    .unwrap_or_else(|| SummaryCache::global(config.cache_capacity)),
+                prompt,
+                config,
+                summarizer,
+                counter,
+                caller,
+                rescue,
+                warned_fraction: AtomicBool::new(false),
+                warned_headroom: parking_lot::Mutex::new(lru::LruCache::new(WARNED_THREADS)),
+                threads: ThreadMemos::new(WARNED_THREADS),
+                plan_indexes: PlanIndexes::new(PLAN_INDEX_LISTS),
+                report_ids: self.report_ids,
+            }),
         })
     }
 }
@@ -420,7 +427,16 @@ fn shared_approximate(anthropic: bool, script: bool) -> Arc<dyn TokenCounter> {
 }
 
 /// Transient, pair-safe summarization. See the [module docs](self).
+///
+/// A cheap handle: what it decides with is shared with the background tasks that write
+/// speculative summaries (`precompute_at`).
 pub struct SummarizationMiddleware {
+    pub(crate) core: Arc<Compactor>,
+}
+
+/// Everything a compaction decides with: the stages ([`crate::stages`]) are methods of
+/// this, shared by the middleware and its background summaries.
+pub(crate) struct Compactor {
     pub(crate) config: SummarizationConfig,
     pub(crate) prompt: String,
     pub(crate) summarizer: Summarizer,
@@ -444,6 +460,8 @@ pub struct SummarizationMiddleware {
     /// summary made under another prompt or summary model (say, read back from the
     /// database after a configuration change) is never reused.
     recipe: StableHash,
+    /// Speculative summaries in flight (`precompute_at`).
+    pub(crate) precompute: Precompute,
 }
 
 /// A 64-bit FNV-1a hash over length-prefixed fields: the same on every toolchain,
@@ -526,6 +544,57 @@ impl SummarizationMiddleware {
         request: &ModelRequest,
         counter: &dyn TokenCounter,
     ) -> String {
+        self.core.cache_key(thread, request, counter)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SummarizationConfig {
+        &self.core.config
+    }
+
+    /// The cache in use.
+    pub fn cache(&self) -> &Arc<SummaryCache> {
+        &self.core.cache
+    }
+
+    /// The counter for a request's model.
+    pub fn counter_for(&self, profile: &ModelProfile) -> Arc<dyn TokenCounter> {
+        self.core.counter_for(profile)
+    }
+
+    /// Decides what to send for `request` (the whole middleware except calling the
+    /// model), emitting the stream events. `keel compact` calls this directly.
+    ///
+    /// With `precompute_at` set, a request past that share of a trigger also starts
+    /// the background summary the crossing call will need (see [`Self::settle`]).
+    pub async fn prepare(&self, request: &ModelRequest) -> Prepared {
+        let prepared = self.core.prepare_inner(request, None).await;
+        Compactor::maybe_precompute(&self.core, request, &prepared.report).await;
+        prepared
+    }
+
+    /// Waits until no background summary of `thread` is being written (replays and
+    /// tests that want the same requests whatever the timing; a server never waits).
+    pub async fn settle(&self, thread: &str) {
+        self.core.precompute.settle(thread).await;
+    }
+
+    /// Background summaries written so far by this middleware (each one a fold).
+    pub fn precomputed_count(&self) -> u64 {
+        self.core.precompute.written()
+    }
+}
+
+impl Compactor {
+    /// The summary cache key of a thread for this request: the thread id and a stable
+    /// hash of the recipe, the model that will write the summary (the run's model when
+    /// no summary model is configured) and the counter in use.
+    pub(crate) fn cache_key(
+        &self,
+        thread: &str,
+        request: &ModelRequest,
+        counter: &dyn TokenCounter,
+    ) -> String {
         let mut h = self.recipe.str(counter.name());
         if let Summarizer::Model(None) = self.summarizer {
             let profile = request.model.profile();
@@ -534,18 +603,8 @@ impl SummarizationMiddleware {
         format!("{thread}#{:016x}", h.0)
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &SummarizationConfig {
-        &self.config
-    }
-
-    /// The cache in use.
-    pub fn cache(&self) -> &Arc<SummaryCache> {
-        &self.cache
-    }
-
     /// The counter for a request's model.
-    pub fn counter_for(&self, profile: &ModelProfile) -> Arc<dyn TokenCounter> {
+    pub(crate) fn counter_for(&self, profile: &ModelProfile) -> Arc<dyn TokenCounter> {
         match &self.counter {
             CounterChoice::Fixed(c) => c.clone(),
             CounterChoice::Approximate { script } => {
@@ -603,15 +662,13 @@ impl SummarizationMiddleware {
         );
     }
 
-    /// Decides what to send for `request` (the whole middleware except calling the
-    /// model), emitting the stream events. `keel compact` calls this directly.
-    pub async fn prepare(&self, request: &ModelRequest) -> Prepared {
-        self.prepare_inner(request, None).await
-    }
-
     /// The stages in order (see [`crate::stages`]); `forced` is a token limit to get
     /// under, after the provider said the request overflowed its context.
-    async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
+    pub(crate) async fn prepare_inner(
+        &self,
+        request: &ModelRequest,
+        forced: Option<u64>,
+    ) -> Prepared {
         let counter = self.counter_for(request.model.profile());
         // 1. measure
         let mut measured = self.measure(request, counter.as_ref());
@@ -632,6 +689,8 @@ impl SummarizationMiddleware {
             counter,
             measured,
             key,
+            background: false,
+            keep: None,
         };
         // 3. reuse: the cached summary, or the previous summary to fold into. Concurrent
         // calls on this thread wait for the single flight, then usually find the
@@ -665,11 +724,27 @@ impl SummarizationMiddleware {
             Written::Summary(s) => s,
             Written::Final(p) => return *p,
         };
-        // The previous entry matched this list, so the new one extends its hash.
-        let entry = match &cached {
+        let entry = self.new_entry(request, cached.as_deref(), &planned, written.text.clone());
+        let entry = self.cache.put(&call.key, entry).await;
+        self.threads
+            .set_verified(&request.messages, request.lineage(), &entry);
+        // 6. assemble
+        self.finish(&call, &entry, written, planned.headroom_unreachable)
+    }
+
+    /// The cache entry for a summary `text` of `planned`'s cut.
+    pub(crate) fn new_entry(
+        &self,
+        request: &ModelRequest,
+        cached: Option<&CachedSummary>,
+        planned: &Planned,
+        text: String,
+    ) -> CachedSummary {
+        match cached {
+            // The previous entry matched this list, so the new one extends its hash.
             Some(previous) => CachedSummary::extending(
                 previous,
-                written.text.clone(),
+                text,
                 &request.messages,
                 planned.cut,
                 planned.rescued.clone(),
@@ -682,19 +757,9 @@ impl SummarizationMiddleware {
                     .as_ref()
                     .and_then(|ix| ix.prefix_hash(cut))
                     .unwrap_or_else(|| prefix_hash(&request.messages[..cut]));
-                CachedSummary::with_prefix_hash(
-                    written.text.clone(),
-                    cut,
-                    planned.rescued.clone(),
-                    hash,
-                )
+                CachedSummary::with_prefix_hash(text, cut, planned.rescued.clone(), hash)
             }
-        };
-        let entry = self.cache.put(&call.key, entry).await;
-        self.threads
-            .set_verified(&request.messages, request.lineage(), &entry);
-        // 6. assemble
-        self.finish(&call, &entry, written, planned.headroom_unreachable)
+        }
     }
 
     pub(crate) fn extractive_options(&self) -> ExtractiveOptions {
@@ -724,9 +789,11 @@ impl Middleware for SummarizationMiddleware {
         }
     }
 
-    /// Cached summaries of the thread, in process and in the second level.
+    /// Cached summaries of the thread, in process and in the second level, after any
+    /// background summary of the thread is stopped (it would write one back).
     async fn delete_thread_data(&self, thread_id: &str) -> Result<u64, StoreError> {
-        self.cache.purge_thread(thread_id).await
+        self.core.precompute.cancel(thread_id).await;
+        self.core.cache.purge_thread(thread_id).await
     }
 
     async fn wrap_model_call(
@@ -737,10 +804,11 @@ impl Middleware for SummarizationMiddleware {
         let prepared = self.prepare(&request).await;
         let sent = prepared.report.tokens_after;
         match next.clone().run(prepared.request).await {
-            Err(e) if e.kind == ModelErrorKind::ContextOverflow && self.config.enabled => {
+            Err(e) if e.kind == ModelErrorKind::ContextOverflow && self.core.config.enabled => {
                 // The model says it does not fit although our count said otherwise:
                 // compact below three quarters of what was sent and retry once.
                 let forced = self
+                    .core
                     .prepare_inner(&request, Some(sent.saturating_mul(3) / 4))
                     .await;
                 if forced.report.tokens_after < sent {
@@ -789,10 +857,14 @@ mod tests {
         let mut state =
             AgentState::with_messages((0..4).map(|i| Message::human(format!("m{i}"))).collect());
         mw.prepare(&request(&state)).await;
-        assert_eq!(mw.plan_indexes.len(), 0, "4 of 10 messages: no index yet");
+        assert_eq!(
+            mw.core.plan_indexes.len(),
+            0,
+            "4 of 10 messages: no index yet"
+        );
         Arc::make_mut(&mut state.messages).push(Message::ai("a5"));
         mw.prepare(&request(&state)).await;
-        assert_eq!(mw.plan_indexes.len(), 1, "5 of 10 messages: indexed");
+        assert_eq!(mw.core.plan_indexes.len(), 1, "5 of 10 messages: indexed");
         let mut detached = request(&state);
         detached.messages = Arc::new(state.messages.to_vec());
         let other = SummarizationMiddleware::builder(mw.config().clone())
@@ -800,7 +872,7 @@ mod tests {
             .build()
             .unwrap();
         other.prepare(&detached).await;
-        assert_eq!(other.plan_indexes.len(), 0, "a list without lineage");
+        assert_eq!(other.core.plan_indexes.len(), 0, "a list without lineage");
     }
 
     #[test]

@@ -99,6 +99,10 @@ pub struct ContextCompacted {
     /// request and the floor of the recent window are over `headroom` x a trigger.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub headroom_unreachable: bool,
+    /// Present (`true`) when the summary sent was written in the background before
+    /// this call (`precompute_at`), so the call waited for no summary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub precomputed: bool,
 }
 
 impl ContextCompacted {

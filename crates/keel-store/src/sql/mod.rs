@@ -178,6 +178,15 @@ pub(crate) const DELETE_HISTORY: &str =
     "DELETE FROM chat_messages WHERE flow_id = $1 AND user_id = $2 AND session_id = $3";
 pub(crate) const DELETE_SUMMARIES: &str = "DELETE FROM summary_cache \
      WHERE substr(key, 1, length(CAST($1 AS TEXT))) = CAST($1 AS TEXT)";
+/// Takes or renews a lease (migration 0005): `$1` key, `$2` holder, `$3` expiry, `$4`
+/// now. A row is written only when the key is free, expired or already `$2`'s.
+pub(crate) const TAKE_LEASE: &str = "INSERT INTO summary_leases (key, holder, expires_at_ms) \
+     VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE \
+     SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+     WHERE summary_leases.expires_at_ms < $4 OR summary_leases.holder = excluded.holder";
+pub(crate) const RELEASE_LEASE: &str = "DELETE FROM summary_leases WHERE key = $1 AND holder = $2";
+pub(crate) const DELETE_LEASES: &str = "DELETE FROM summary_leases \
+     WHERE substr(key, 1, length(CAST($1 AS TEXT))) = CAST($1 AS TEXT)";
 
 // Checkpoints (migrations 0002 and 0003): the same statements on both dialects.
 pub(crate) const HEAD_CREATE: &str = "INSERT INTO checkpoint_heads \
@@ -1543,7 +1552,43 @@ macro_rules! impl_sql_store {
                     .execute(&self.pool)
                     .await
                     .map_err($crate::sql::backend)?;
+                sqlx::query($crate::sql::DELETE_LEASES)
+                    .bind(prefix)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
                 Ok(done.rows_affected())
+            }
+
+            async fn try_lease(
+                &self,
+                key: &str,
+                holder: &str,
+                ttl: std::time::Duration,
+            ) -> Result<bool, StoreError> {
+                $crate::check::text("key", key)?;
+                $crate::check::text("holder", holder)?;
+                let now = $crate::check::now_ms();
+                let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+                let done = sqlx::query($crate::sql::TAKE_LEASE)
+                    .bind(key)
+                    .bind(holder)
+                    .bind(until)
+                    .bind(now)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
+                sqlx::query($crate::sql::RELEASE_LEASE)
+                    .bind(key)
+                    .bind(holder)
+                    .execute(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                Ok(())
             }
         }
     };

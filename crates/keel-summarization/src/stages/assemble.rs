@@ -11,13 +11,13 @@ use keel_core::pairs::check_pairs;
 
 use crate::cache::CachedSummary;
 use crate::events::{ContextCompacted, SummarySource};
-use crate::middleware::{Action, CompactionReport, Prepared, SummarizationMiddleware};
+use crate::middleware::{Action, CompactionReport, Compactor, Prepared};
 use crate::plan::Limit;
 use crate::stages::summarize::Summary;
 use crate::stages::{Call, Measured};
 use crate::summary_message;
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// The request as it came, with a report saying why.
     pub(crate) fn untouched(
         &self,
@@ -50,6 +50,7 @@ impl SummarizationMiddleware {
                 error,
                 summary: None,
                 headroom_unreachable: false,
+                precomputed: false,
             },
         }
     }
@@ -181,6 +182,7 @@ impl SummarizationMiddleware {
                 error,
                 summary: Some(entry.summary.clone()),
                 headroom_unreachable: false,
+                precomputed: entry.precomputed,
             },
         })
     }
@@ -199,6 +201,7 @@ impl SummarizationMiddleware {
             rescued: report.rescued,
             error: report.error.clone(),
             headroom_unreachable: report.headroom_unreachable,
+            precomputed: report.precomputed,
         }
         .emit(&request.runtime.writer);
     }

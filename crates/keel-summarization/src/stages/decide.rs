@@ -8,7 +8,7 @@
 use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::middleware::ModelRequest;
 
-use crate::middleware::SummarizationMiddleware;
+use crate::middleware::Compactor;
 use crate::plan::{self, Limit};
 use crate::stages::Measured;
 
@@ -22,7 +22,7 @@ pub(crate) enum Decision {
     Patched(Box<ModelRequest>),
 }
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// Decides for `request`. `forced`: a token limit the request must get under (the
     /// retry after a provider's context-overflow error), added to the triggers.
     pub(crate) fn decide(

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use keel_core::middleware::ModelRequest;
 use keel_core::tokens::TokenCounter;
 
-use crate::middleware::SummarizationMiddleware;
+use crate::middleware::Compactor;
 use crate::plan::{Limit, resolve};
 
 /// Everything counted about one request.
@@ -20,7 +20,7 @@ pub(crate) struct Measured {
     pub window: Option<u64>,
 }
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// Counts the request: system prompt, tool schemas and every message.
     pub(crate) fn measure(&self, request: &ModelRequest, counter: &dyn TokenCounter) -> Measured {
         let fixed = request
@@ -38,7 +38,7 @@ impl SummarizationMiddleware {
         }
     }
 
-    fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
+    pub(crate) fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
         let mut out = Vec::with_capacity(self.config.trigger.len());
         for t in &self.config.trigger {
             match resolve(*t, window) {

@@ -9,6 +9,7 @@
 //! | reuse | [`reuse`] | [`Lookup`] | a cached summary is used only for an unchanged prefix, and only if the result fits |
 //! | plan | [`plan`] | [`Planned`] | cuts never split a tool call from its results; headroom never goes below the floor |
 //! | summarize | [`summarize`] | [`Written`] | one summary call per thread at a time, with deadline, breaker and fallbacks |
+//! | precompute | [`precompute`] | a cached entry | after a call near a trigger: the crossing call's summary, written ahead in the background |
 //! | assemble | [`assemble`] | [`Prepared`](crate::middleware::Prepared) | the request sent is pair-safe and never larger than the original; events are emitted |
 //!
 //! [`SummarizationMiddleware::prepare`]: crate::middleware::SummarizationMiddleware::prepare
@@ -23,6 +24,7 @@ pub(crate) mod decide;
 pub(crate) mod measure;
 pub(crate) mod memo;
 pub(crate) mod plan;
+pub(crate) mod precompute;
 pub(crate) mod reuse;
 pub(crate) mod summarize;
 
@@ -42,4 +44,11 @@ pub(crate) struct Call<'r> {
     pub measured: Measured,
     /// The thread's summary cache key.
     pub key: String,
+    /// A speculative summary written in the background (`precompute_at`): no stream
+    /// events, and no fallback when the summary model fails (the crossing call has its
+    /// own).
+    pub background: bool,
+    /// The keep policy for this call instead of the configured one (a speculative
+    /// summary keeps less, by what the thread will grow before it crosses).
+    pub keep: Option<crate::plan::Limit>,
 }

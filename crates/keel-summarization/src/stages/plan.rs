@@ -12,7 +12,7 @@ use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
 
 use crate::cache::CachedSummary;
-use crate::middleware::{SUMMARY_TOKENS_ESTIMATE, SummarizationMiddleware};
+use crate::middleware::{Compactor, SUMMARY_TOKENS_ESTIMATE};
 use crate::plan::{self, Limit, PlanIndex, Planner, resolve};
 use crate::stages::{Call, Measured};
 use crate::summary_message;
@@ -53,7 +53,7 @@ impl Planned {
     }
 }
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// Plans the cut for `call`, given the previous summary of the thread.
     ///
     /// With a previous summary, only what it does not cover can move: its holes
@@ -158,7 +158,7 @@ impl SummarizationMiddleware {
             None => Planner::new(messages, &per_message, &self.rescue),
         };
         let exclude = |i: usize| exclude_by.is_some_and(|e| e.covers(i));
-        let keep = match resolve(self.config.keep, m.window) {
+        let keep = match call.keep.or_else(|| resolve(self.config.keep, m.window)) {
             Some(k) => k,
             None => {
                 self.warn_fraction("keep");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::cache::CachedSummary;
 use crate::events::SummarySource;
-use crate::middleware::{Prepared, SummarizationMiddleware};
+use crate::middleware::{Compactor, Prepared};
 use crate::plan;
 use crate::stages::Call;
 
@@ -18,7 +18,7 @@ pub(crate) enum Lookup {
     Miss(Option<Arc<CachedSummary>>),
 }
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// Looks the thread up. `seen`: the entry an earlier lookup of this call already
     /// tried (after waiting for the single flight only a *new* entry is worth trying).
     pub(crate) async fn lookup(
@@ -44,7 +44,7 @@ impl SummarizationMiddleware {
 
     /// True when `entry` still stands for the start of the request's messages: hashed
     /// once per lineage, then trusted while the list only grows.
-    fn matches(&self, call: &Call<'_>, entry: &CachedSummary) -> bool {
+    pub(crate) fn matches(&self, call: &Call<'_>, entry: &CachedSummary) -> bool {
         let request = call.request;
         let (messages, lineage) = (&request.messages, request.lineage());
         if messages.len() >= entry.boundary

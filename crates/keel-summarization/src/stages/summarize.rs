@@ -13,7 +13,7 @@ use keel_core::message::Message;
 use crate::cache::CachedSummary;
 use crate::events::{ContextCompacting, SummarySource};
 use crate::extractive;
-use crate::middleware::{Action, Prepared, SummarizationMiddleware, Summarizer};
+use crate::middleware::{Action, Compactor, Prepared, Summarizer};
 use crate::stages::{Call, Planned};
 use crate::summary_call::{ResponseSchema, SummaryCallError, SummaryModels};
 use crate::transcript::SummaryPrompt;
@@ -38,7 +38,7 @@ pub(crate) enum Written {
     Final(Box<Prepared>),
 }
 
-impl SummarizationMiddleware {
+impl Compactor {
     /// Writes the summary for `planned`, folding into `cached`'s text.
     pub(crate) async fn summarize(
         &self,
@@ -106,7 +106,7 @@ impl SummarizationMiddleware {
             None => SummaryModels::single(request.model.clone()),
         };
         let thread = &request.runtime.thread_id;
-        if self.caller.breaker().peek(thread).is_ok() {
+        if !call.background && self.caller.breaker().peek(thread).is_ok() {
             ContextCompacting::new(self.config.compacting_message.clone())
                 .emit(&request.runtime.writer);
         }
@@ -134,6 +134,15 @@ impl SummarizationMiddleware {
             SummaryCallError::CircuitOpen { .. } => 0,
         };
         let reason = err.to_string();
+        if call.background {
+            tracing::warn!(thread_id = %thread, error = %reason, "speculative summary failed; the crossing call will summarize");
+            return Written::Final(Box::new(self.untouched(
+                request,
+                &call.measured,
+                Action::UncompressedAfterFailure,
+                Some(reason),
+            )));
+        }
         tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
         if let Some(e) = cached
             && let Some(mut p) = self.reuse(call, e, SummarySource::LastGood, Some(reason.clone()))

@@ -1,0 +1,325 @@
+//! Speculative summaries (`precompute_at`): the summary a thread's crossing call will
+//! need, written before that call, so it waits for no summary model.
+//!
+//! After a call whose request reached `precompute_at` x a trigger (uncompressed on a
+//! thread never compacted, or `[summary, *recent]` on one that was), the middleware
+//! plans the cut the crossing call would make and folds what it evicts into the
+//! thread's summary, as the blocking path does, then caches the result marked
+//! `precomputed`. The crossing call then finds it in the cache ([`reuse`]) and sends it
+//! with every message since verbatim; a call that arrives while it is being written
+//! waits for it through the thread's single flight instead of writing its own. Only
+//! when no precomputed summary can serve does the blocking path run, and only then is
+//! `context_compacting` emitted.
+//!
+//! - **Single flight per thread**: one background summary per thread in process; the
+//!   thread's summary gate is taken without waiting (a blocking summary in progress
+//!   wins), and processes sharing a summary store take its lease on the cache key
+//!   ([`SummaryStore::try_lease`](keel_core::store::SummaryStore::try_lease)).
+//! - **Bounded**: at most `precompute_max_concurrent` background summaries per process
+//!   for each setting; a thread that finds them all busy is summarized when it crosses.
+//! - **Cancelled** when the thread is deleted, before its summaries are purged.
+//! - The extractive summarizer costs no model call: its speculative summary is written
+//!   inline, which keeps replays deterministic.
+//!
+//! [`reuse`]: crate::stages::reuse
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use keel_core::dangling::{Pending, dangling_tool_calls};
+use keel_core::message::new_id;
+use keel_core::middleware::ModelRequest;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::events::SummarySource;
+use crate::middleware::{Action, CompactionReport, Compactor, Summarizer};
+use crate::plan::{self, Limit};
+use crate::stages::{Call, Written};
+
+/// A running background summary: its number and its task.
+type Running = (u64, JoinHandle<()>);
+
+/// Background summaries of one middleware: what runs, for which thread.
+pub(crate) struct Precompute {
+    permits: Arc<Semaphore>,
+    /// Thread id to its running task (with a number, so a finished task removes only
+    /// its own entry).
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    next: AtomicU64,
+    written: AtomicU64,
+    /// This middleware's name as a lease holder (unique per process and instance).
+    holder: String,
+    /// Per cache key, what the thread sent right after its summary last changed
+    /// (tokens, messages): the floor the next speculative summary is timed from.
+    bases: Mutex<lru::LruCache<String, (u64, usize)>>,
+}
+
+impl Precompute {
+    pub(crate) fn new(max_concurrent: usize) -> Self {
+        Precompute {
+            permits: global_permits(max_concurrent),
+            running: Arc::default(),
+            next: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            holder: format!("keel-{}-{}", std::process::id(), new_id()),
+            bases: Mutex::new(lru::LruCache::new(BASES)),
+        }
+    }
+
+    /// Background summaries written so far.
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the thread's background summary, if one runs.
+    pub(crate) async fn settle(&self, thread: &str) {
+        let task = self.running.lock().remove(thread);
+        if let Some((_, handle)) = task {
+            let _ = handle.await;
+        }
+    }
+
+    /// Stops the thread's background summary and waits until it has stopped.
+    pub(crate) async fn cancel(&self, thread: &str) {
+        let task = self.running.lock().remove(thread);
+        if let Some((_, handle)) = task {
+            handle.abort();
+            let _ = handle.await;
+        }
+    }
+}
+
+/// The process-wide permits for one `precompute_max_concurrent`, shared by middleware
+/// rebuilt every run (as DeerFlow rebuilds its middleware).
+fn global_permits(n: usize) -> Arc<Semaphore> {
+    static GLOBAL: OnceLock<Mutex<HashMap<usize, Arc<Semaphore>>>> = OnceLock::new();
+    GLOBAL
+        .get_or_init(Default::default)
+        .lock()
+        .entry(n)
+        .or_insert_with(|| Arc::new(Semaphore::new(n)))
+        .clone()
+}
+
+/// How many threads' floors a middleware remembers.
+const BASES: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
+
+/// True when what is sent (`tokens`, `messages`) has used `share` of the room between
+/// `base` (what the thread sent right after its summary last changed; zero before its
+/// first compaction) and one of `triggers`. Timed from the floor, a thread whose fixed
+/// part and recent window already fill most of a trigger does not fold again after
+/// every message.
+fn near(triggers: &[Limit], share: f64, base: (u64, usize), tokens: u64, messages: usize) -> bool {
+    let reached =
+        |now: f64, base: f64, limit: f64| now >= base.min(limit) + share * (limit - base).max(0.0);
+    triggers.iter().any(|t| match *t {
+        Limit::Tokens(n) => reached(tokens as f64, base.0 as f64, n as f64),
+        Limit::Messages(n) => reached(messages as f64, base.1 as f64, n as f64),
+    })
+}
+
+impl Compactor {
+    /// The keep policy of a speculative summary: the configured one, less what the
+    /// thread will grow before it crosses a trigger (`sent` is what it sends now). The
+    /// crossing call then sends the window the blocking path would have kept, and a
+    /// thread folds as often as without `precompute_at` (a summary written ahead with
+    /// the full window would cover only what grew past it, and fold again soon after).
+    fn keep_ahead(&self, call: &Call<'_>, sent: (u64, usize)) -> Limit {
+        let m = &call.measured;
+        let keep = plan::resolve(self.config.keep, m.window)
+            .unwrap_or(Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP));
+        // The share of the nearest trigger reached, and the room left under each kind.
+        let mut reached: f64 = 0.0;
+        let (mut tokens_left, mut messages_left) = (None::<u64>, None::<u64>);
+        for t in &m.triggers {
+            match *t {
+                Limit::Tokens(n) => {
+                    reached = reached.max(sent.0 as f64 / n.max(1) as f64);
+                    let left = n.saturating_sub(sent.0);
+                    tokens_left = Some(tokens_left.map_or(left, |l| l.min(left)));
+                }
+                Limit::Messages(n) => {
+                    reached = reached.max(sent.1 as f64 / n.max(1) as f64);
+                    let left = n.saturating_sub(sent.1 as u64);
+                    messages_left = Some(messages_left.map_or(left, |l| l.min(left)));
+                }
+            }
+        }
+        let scaled = |k: u64| (k as f64 * reached.min(1.0)).floor() as u64;
+        match keep {
+            Limit::Tokens(k) => {
+                Limit::Tokens(tokens_left.map_or(scaled(k), |l| k.saturating_sub(l)))
+            }
+            Limit::Messages(k) => {
+                Limit::Messages(messages_left.map_or(scaled(k), |l| k.saturating_sub(l)))
+            }
+        }
+    }
+
+    /// After a call: starts the thread's speculative summary when what was sent reached
+    /// `precompute_at` x a trigger and is still under every trigger.
+    pub(crate) async fn maybe_precompute(
+        core: &Arc<Compactor>,
+        request: &ModelRequest,
+        report: &CompactionReport,
+    ) {
+        let Some(share) = core.config.precompute_at else {
+            return;
+        };
+        if !core.config.enabled
+            || !matches!(
+                report.action,
+                Action::PassThrough | Action::CacheReused | Action::Compacted
+            )
+        {
+            return;
+        }
+        let triggers = core.resolve_triggers(request.model.profile().max_input_tokens);
+        let (tokens, messages) = (report.tokens_after, report.messages_after);
+        let counter = core.counter_for(request.model.profile());
+        let key = core.cache_key(&request.runtime.thread_id, request, counter.as_ref());
+        if report.action == Action::Compacted {
+            core.precompute
+                .bases
+                .lock()
+                .put(key.clone(), (tokens, messages));
+        }
+        let base = core
+            .precompute
+            .bases
+            .lock()
+            .get(&key)
+            .copied()
+            .unwrap_or((0, 0));
+        if plan::triggered(&triggers, tokens, messages)
+            || !near(&triggers, share, base, tokens, messages)
+        {
+            return;
+        }
+        let thread = request.runtime.thread_id.to_string();
+        if core.precompute.running.lock().contains_key(thread.as_str()) {
+            return;
+        }
+        if !dangling_tool_calls(&request.messages, Pending::Keep).is_empty() {
+            // The crossing call answers them first; a summary planned now would not match.
+            return;
+        }
+        // The thread's gate is taken now, so a crossing call that comes before the task
+        // runs waits for this summary instead of writing its own.
+        let Some(flight) = core.cache.try_single_flight(&key) else {
+            return;
+        };
+        if let Summarizer::Extractive = core.summarizer {
+            core.precompute_once(request.clone(), key, share).await;
+            drop(flight);
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Ok(permit) = core.precompute.permits.clone().try_acquire_owned() else {
+            tracing::debug!(thread_id = %thread, "summarization: every background summary slot is busy; the crossing call will summarize");
+            return;
+        };
+        let mut running = core.precompute.running.lock();
+        if running.contains_key(thread.as_str()) {
+            return;
+        }
+        let id = core.precompute.next.fetch_add(1, Ordering::Relaxed);
+        let task_core = core.clone();
+        let request = request.clone();
+        let task_thread = thread.clone();
+        let task = handle.spawn(async move {
+            task_core.precompute_once(request, key, share).await;
+            drop((flight, permit));
+            let mut running = task_core.precompute.running.lock();
+            if running.get(&task_thread).is_some_and(|(n, _)| *n == id) {
+                running.remove(&task_thread);
+            }
+        });
+        running.insert(thread, (id, task));
+    }
+
+    /// Writes and caches the summary the crossing call of `request`'s thread will need,
+    /// unless the cached one will still serve it or another process holds the lease.
+    /// The caller holds the thread's single-flight gate for `key`.
+    async fn precompute_once(&self, request: ModelRequest, key: String, share: f64) {
+        let counter = self.counter_for(request.model.profile());
+        let measured = self.measure(&request, counter.as_ref());
+        let ttl = Duration::from_secs_f64(self.config.summary_deadline_seconds + 10.0);
+        if !self
+            .cache
+            .try_lease(&key, &self.precompute.holder, ttl)
+            .await
+        {
+            return;
+        }
+        let mut call = Call {
+            request: &request,
+            counter,
+            measured,
+            key,
+            background: true,
+            keep: None,
+        };
+        self.precompute_for(&mut call, share).await;
+        self.cache
+            .release_lease(&call.key, &self.precompute.holder)
+            .await;
+    }
+
+    async fn precompute_for(&self, call: &mut Call<'_>, share: f64) {
+        let cached = match self.cache.get(&call.key).await {
+            Some(entry) if self.matches(call, &entry) => Some(entry),
+            _ => None,
+        };
+        // What the thread sends today: the whole request, or `[summary, *recent]`.
+        let mut sent = (call.measured.total, call.request.messages.len());
+        let base = self
+            .precompute
+            .bases
+            .lock()
+            .get(&call.key)
+            .copied()
+            .unwrap_or((0, 0));
+        if let Some(entry) = &cached
+            && let Some(p) = self.reuse(call, entry, SummarySource::Cache, None)
+        {
+            sent = (p.report.tokens_after, p.request.messages.len());
+            if !near(&call.measured.triggers, share, base, sent.0, sent.1) {
+                return;
+            }
+        }
+        call.keep = Some(self.keep_ahead(call, sent));
+        let planned = self.plan_cut(call, cached.as_deref());
+        if planned.evicts_nothing() {
+            return;
+        }
+        let Written::Summary(written) = self.summarize(call, cached.as_ref(), &planned).await
+        else {
+            return;
+        };
+        let mut entry = self.new_entry(call.request, cached.as_deref(), &planned, written.text);
+        entry.precomputed = true;
+        let entry = self.cache.put(&call.key, entry).await;
+        self.threads
+            .set_verified(&call.request.messages, call.request.lineage(), &entry);
+        if let Some(p) = self.reuse(call, &entry, SummarySource::Cache, None) {
+            let floor = (p.report.tokens_after, p.request.messages.len());
+            self.precompute.bases.lock().put(call.key.clone(), floor);
+        }
+        self.precompute.written.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            thread_id = %call.request.runtime.thread_id,
+            boundary = entry.boundary,
+            "summarization: speculative summary written"
+        );
+    }
+}
