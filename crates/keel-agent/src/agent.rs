@@ -14,6 +14,19 @@ use crate::output::{Modes, RunOutput};
 use crate::run::{Inner, Run};
 use crate::stream::AgentStream;
 
+/// What [`Agent::compact`] did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Compaction {
+    /// True when a middleware compacted the thread.
+    pub compacted: bool,
+    /// Each compacting middleware's report, by name (transient summarization's is its
+    /// compaction report: tokens before and after, messages summarized and kept).
+    pub reports: serde_json::Map<String, serde_json::Value>,
+    /// The checkpoint recording the compaction in the thread's state, when one was
+    /// written (none when nothing was compacted or the state already said so).
+    pub checkpoint: Option<u64>,
+}
+
 /// An agent: a model, tools and a middleware pipeline. Cheap to clone; one agent serves
 /// many threads and concurrent runs.
 #[derive(Clone)]
@@ -106,6 +119,117 @@ impl Agent {
                 source,
             })?;
         Ok(deleted + steps)
+    }
+
+    /// Compacts a thread now, as a user or a UI asks (`/compact`; `POST
+    /// /threads/{id}/compact` on `keel serve`): waits for the thread's active run, if
+    /// any, then asks every middleware ([`Middleware::compact_thread`]) with the request
+    /// the thread's next model call would start from. Transient summarization folds
+    /// what left its kept window into the thread's summary (one summary call, through
+    /// the thread's single flight, with `context_compacting`/`context_compacted`); when
+    /// a middleware reports [`COMPACTED_THROUGH`], the agent records it in a new
+    /// checkpoint (node `compact`), so every later call, in any process, sends the
+    /// compacted request even under the triggers. The thread's messages are untouched.
+    ///
+    /// A thread that never ran is [`AgentError::UnknownThread`].
+    ///
+    /// [`Middleware::compact_thread`]: keel_core::middleware::Middleware::compact_thread
+    /// [`COMPACTED_THROUGH`]: keel_core::state::COMPACTED_THROUGH
+    pub async fn compact(&self, thread_id: &str) -> Result<Compaction, AgentError> {
+        use keel_core::middleware::{ModelRequest, Runtime};
+        use keel_core::state::{COMPACTED_THROUGH, StateUpdate};
+        use keel_core::store::{CheckpointWrite, PutOutcome};
+        let key: Arc<str> = Arc::from(thread_id);
+        let _turn = self
+            .inner
+            .registry
+            .enter(&key, MultitaskStrategy::Enqueue)
+            .await;
+        let checkpoint_error = |source| AgentError::Checkpoint {
+            thread_id: thread_id.to_owned(),
+            source,
+        };
+        let Some(head) = self
+            .inner
+            .checkpointer
+            .latest(thread_id)
+            .await
+            .map_err(checkpoint_error)?
+        else {
+            return Err(AgentError::UnknownThread {
+                thread_id: thread_id.to_owned(),
+            });
+        };
+        let state = Arc::new(AgentState {
+            messages: Arc::new(head.messages),
+            values: head.values,
+            lineage: Default::default(),
+        });
+        let request = ModelRequest {
+            messages: state.messages.clone(),
+            system: self.inner.system.clone(),
+            tools: self.inner.tool_specs.clone(),
+            tool_choice: self.inner.tool_choice.clone(),
+            settings: self.inner.settings.clone(),
+            model: self.inner.model.clone(),
+            state: state.clone(),
+            runtime: Runtime::detached(thread_id),
+        };
+        let mut reports = serde_json::Map::new();
+        let mut through = None;
+        for middleware in &self.inner.middleware {
+            let report = middleware
+                .compact_thread(&request)
+                .await
+                .map_err(|source| AgentError::Model {
+                    call_index: 0,
+                    source,
+                })?;
+            if let Some(report) = report {
+                if through.is_none() {
+                    through = report.get(COMPACTED_THROUGH).cloned();
+                }
+                reports.insert(middleware.name().to_owned(), report);
+            }
+        }
+        let mut checkpoint = None;
+        if let Some(mark) = through
+            && state.values.get(COMPACTED_THROUGH) != Some(&mark)
+        {
+            let mut update = StateUpdate::default();
+            update.values.insert(COMPACTED_THROUGH.to_owned(), mark);
+            let write = CheckpointWrite {
+                parent: Some(head.seq),
+                run_id: keel_core::message::new_id(),
+                node: "compact".to_owned(),
+                update,
+                created_at_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                    .unwrap_or(0),
+            };
+            match self
+                .inner
+                .checkpointer
+                .put(thread_id, write)
+                .await
+                .map_err(checkpoint_error)?
+            {
+                PutOutcome::Saved { seq } => checkpoint = Some(seq),
+                PutOutcome::Conflict { head: now } => {
+                    return Err(AgentError::Conflict {
+                        thread_id: thread_id.to_owned(),
+                        parent: Some(head.seq),
+                        head: now,
+                    });
+                }
+            }
+        }
+        Ok(Compaction {
+            compacted: !reports.is_empty(),
+            reports,
+            checkpoint,
+        })
     }
 
     /// The strategy for a run that arrives while another is active on its thread.

@@ -158,6 +158,13 @@ pub enum AgentError {
         #[source]
         source: StoreError,
     },
+    /// An operation on a thread's history (`Agent::compact`) found a thread that never
+    /// ran.
+    #[error("thread {thread_id:?} has no checkpoint: it never ran, or it was deleted")]
+    UnknownThread {
+        /// The thread.
+        thread_id: String,
+    },
     /// A run was asked to start from a checkpoint its thread does not hold (or no longer
     /// keeps).
     #[error(

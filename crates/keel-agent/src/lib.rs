@@ -79,7 +79,7 @@ mod pipeline;
 mod run;
 mod stream;
 
-pub use agent::Agent;
+pub use agent::{Agent, Compaction};
 pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
 pub use checkpointer::{DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_THREADS, InMemoryCheckpointer};
 pub use error::{AgentError, BuildError};

@@ -491,6 +491,20 @@ pub trait Middleware: Send + Sync {
     ) -> Result<(), crate::store::StoreError> {
         Ok(())
     }
+
+    /// A user, a UI or the model asked to compact the thread now (keel-agent's
+    /// `Agent::compact`, `POST /threads/{id}/compact` on `keel serve`). `request` is the
+    /// model request the thread's next call would start from. A middleware that compacts
+    /// writes its summary now and answers a JSON report; one whose report holds
+    /// [`COMPACTED_THROUGH`](crate::state::COMPACTED_THROUGH) has the agent record that
+    /// value in the thread's state, so every later call, in any process, sends the
+    /// compacted request even under the trigger. The default does nothing (`None`).
+    async fn compact_thread(
+        &self,
+        _request: &ModelRequest,
+    ) -> Result<Option<serde_json::Value>, ModelError> {
+        Ok(None)
+    }
 }
 
 /// A middleware implements hooks that its [`Middleware::hooks`] does not declare, so an

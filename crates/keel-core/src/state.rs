@@ -38,6 +38,12 @@ pub enum MessageOp {
     RemoveAll,
 }
 
+/// The state value recording a manual compaction (`Agent::compact`): `{"message_id":
+/// ID, "count": N}`, how many messages the thread had then and the id of the last one.
+/// Transient summarization compacts every later call whose messages still hold that
+/// message at that position, even under its triggers.
+pub const COMPACTED_THROUGH: &str = "compacted_through";
+
 /// A state update returned by a hook or a node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StateUpdate {

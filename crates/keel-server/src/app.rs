@@ -163,6 +163,7 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
             get(threads::state).post(threads::update_state),
         )
         .route("/threads/{thread_id}/copy", post(threads::copy))
+        .route("/threads/{thread_id}/compact", post(threads::compact))
         .route("/threads/{thread_id}/stream", get(thread_stream::join))
         .route(
             "/threads/{thread_id}/state/{checkpoint_id}",

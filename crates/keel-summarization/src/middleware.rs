@@ -669,17 +669,29 @@ impl Compactor {
         request: &ModelRequest,
         forced: Option<u64>,
     ) -> Prepared {
+        self.prepare_with(request, forced, false).await
+    }
+
+    /// [`prepare_inner`](Self::prepare_inner); `manual`: a compaction asked for, which
+    /// folds what left the kept window whatever the triggers say, even when the cached
+    /// summary would still serve.
+    pub(crate) async fn prepare_with(
+        &self,
+        request: &ModelRequest,
+        forced: Option<u64>,
+        manual: bool,
+    ) -> Prepared {
         let counter = self.counter_for(request.model.profile());
         // 1. measure
         let mut measured = self.measure(request, counter.as_ref());
         // 2. decide
-        match self.decide(request, &mut measured, forced) {
+        match self.decide(request, &mut measured, forced, manual) {
             Decision::PassThrough => {
                 self.keep_plan_index(request, &measured);
                 return self.untouched(request, &measured, Action::PassThrough, None);
             }
             Decision::Patched(patched) => {
-                return Box::pin(self.prepare_inner(&patched, forced)).await;
+                return Box::pin(self.prepare_with(&patched, forced, manual)).await;
             }
             Decision::Compact => {}
         }
@@ -691,6 +703,7 @@ impl Compactor {
             key,
             background: false,
             keep: None,
+            manual,
         };
         // 3. reuse: the cached summary, or the previous summary to fold into. Concurrent
         // calls on this thread wait for the single flight, then usually find the
@@ -787,6 +800,35 @@ impl Middleware for SummarizationMiddleware {
             wrap_model_call: true,
             ..Hooks::NONE
         }
+    }
+
+    /// A compaction asked for: folds what left the kept window into the thread's
+    /// summary now (through the thread's single flight, with the usual events) and
+    /// reports it. The report's `compacted_through` (the thread's message count and last
+    /// message id) is recorded in the thread's state by the agent, so later calls send
+    /// the compacted request even under the triggers. `None` when disabled or when
+    /// nothing would be summarized.
+    async fn compact_thread(
+        &self,
+        request: &ModelRequest,
+    ) -> Result<Option<serde_json::Value>, ModelError> {
+        if !self.core.config.enabled || request.messages.is_empty() {
+            return Ok(None);
+        }
+        let prepared = self.core.prepare_with(request, None, true).await;
+        let report = &prepared.report;
+        if report.source.is_none() {
+            return Ok(None);
+        }
+        let last = request.messages.last().map(|m| m.id().to_owned());
+        let mut value = serde_json::to_value(report).unwrap_or(serde_json::Value::Null);
+        if let (Some(map), Some(id)) = (value.as_object_mut(), last) {
+            map.insert(
+                keel_core::state::COMPACTED_THROUGH.to_owned(),
+                serde_json::json!({"message_id": id, "count": request.messages.len()}),
+            );
+        }
+        Ok(Some(value))
     }
 
     /// Cached summaries of the thread, in process and in the second level, after any

@@ -135,3 +135,66 @@ async fn the_messages_stream_never_carries_summary_tokens() {
         1
     );
 }
+
+/// `Agent::compact`: a thread under its trigger is compacted on request, the state
+/// records it, and every later call sends `[summary, *recent]`; the messages stay.
+#[tokio::test]
+async fn a_compaction_asked_for_holds_for_every_later_call_under_the_trigger() {
+    let model = model();
+    let agent = agent(model.clone());
+    // 20 short messages and a question: far under the 4000-token trigger.
+    let mut history = chat(20, 40);
+    history.push(Message::human("What is the weather in Paris?").with_id("question"));
+    agent.invoke("t", history).await.unwrap();
+    assert_eq!(model.internal_calls(), 0, "under the trigger: no summary");
+    let before = agent.state("t").await.unwrap().unwrap().messages.len();
+
+    let done = agent.compact("t").await.unwrap();
+    assert!(done.compacted, "{done:?}");
+    let report = &done.reports["SummarizationMiddleware"];
+    assert_eq!(report["action"], "compacted", "{report}");
+    assert!(report["summarized"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(model.internal_calls(), 1, "one summary call");
+    let state = agent.state("t").await.unwrap().unwrap();
+    assert_eq!(
+        state.messages.len(),
+        before,
+        "the thread keeps every message"
+    );
+    let mark = &state.values[keel_core::state::COMPACTED_THROUGH];
+    assert_eq!(mark["count"], before as u64, "{mark}");
+    assert!(done.checkpoint.is_some());
+
+    // The next turn, still under the trigger, is sent compacted from the cached summary.
+    let seen = model.requests().len();
+    agent
+        .invoke("t", vec![Message::human("And in Rome?").with_id("rome")])
+        .await
+        .unwrap();
+    let requests = model.requests();
+    let later: Vec<_> = requests[seen..].iter().filter(|r| !r.internal).collect();
+    assert!(!later.is_empty());
+    for r in &later {
+        assert_eq!(r.messages[0].name(), Some("summary"), "{:?}", r.messages[0]);
+        assert!(
+            r.messages.len() < before,
+            "sent {} of {before}",
+            r.messages.len()
+        );
+    }
+    assert_eq!(
+        model.internal_calls(),
+        1,
+        "the summary written on request serves"
+    );
+}
+
+#[tokio::test]
+async fn compacting_a_thread_that_never_ran_is_a_typed_error() {
+    let agent = agent(model());
+    let err = agent.compact("nobody").await.unwrap_err();
+    assert!(
+        matches!(err, keel_agent::AgentError::UnknownThread { ref thread_id } if thread_id == "nobody"),
+        "{err}"
+    );
+}

@@ -878,6 +878,51 @@ pub async fn update_state(
     }
 }
 
+/// `POST /threads/{thread_id}/compact` (Keel's own route; the Agent Server has none):
+/// compacts the thread now, as a user's `/compact` or a UI's button asks
+/// (`Agent::compact`): transient summarization folds what left its kept window into the
+/// thread's summary, and every later call sends `[summary, *recent]` even under the
+/// triggers; the thread's messages are untouched. Answers `{"compacted", "reports",
+/// "checkpoint"}`. Owner-scoped (404 for another owner's thread), refused (409) while a
+/// run of the thread is active, 400 for a thread that has not run yet.
+pub async fn compact(
+    State(app): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    Ids(thread_id): Ids<String>,
+) -> Result<Json<Value>, ApiError> {
+    let thread = owned(&app, &owner, &thread_id).await?;
+    let key = thread.thread_id.as_str();
+    if app.manager.is_busy(key).await? {
+        return Err(ApiError::Conflict(format!(
+            "thread {thread_id} is running a run; compact it once the run ends"
+        )));
+    }
+    let done = match app.manager.agent().compact(key).await {
+        Ok(done) => done,
+        Err(keel_agent::AgentError::UnknownThread { .. }) => {
+            return Err(ApiError::BadRequest(format!(
+                "thread {thread_id} has no messages to compact: it has not run yet"
+            )));
+        }
+        Err(keel_agent::AgentError::Conflict { .. }) => {
+            return Err(ApiError::Conflict(format!(
+                "thread {thread_id} changed while it was compacted; try again"
+            )));
+        }
+        Err(e) => {
+            tracing::error!(thread_id = %thread_id, error = %e, "compacting a thread failed");
+            return Err(ApiError::Internal(
+                "compacting the thread failed; see the server log".into(),
+            ));
+        }
+    };
+    Ok(Json(json!({
+        "compacted": done.compacted,
+        "reports": done.reports,
+        "checkpoint": done.checkpoint.map(|seq| checkpoint_ref(key, seq)),
+    })))
+}
+
 /// `POST /threads/{thread_id}/copy`: a new thread of the same owner with the source's
 /// metadata, status and every checkpoint (all branches); answers the new thread. What
 /// middleware keep per thread (session memory, cached summaries) is not copied: the

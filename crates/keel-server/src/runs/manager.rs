@@ -1366,7 +1366,8 @@ fn error_name(error: &AgentError) -> &'static str {
         AgentError::Checkpoint { .. }
         | AgentError::DeleteThreadData { .. }
         | AgentError::ForkThreadData { .. }
-        | AgentError::UnknownCheckpoint { .. } => "CheckpointError",
+        | AgentError::UnknownCheckpoint { .. }
+        | AgentError::UnknownThread { .. } => "CheckpointError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }

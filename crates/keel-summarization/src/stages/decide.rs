@@ -7,10 +7,31 @@
 
 use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::middleware::ModelRequest;
+use keel_core::state::COMPACTED_THROUGH;
 
 use crate::middleware::Compactor;
 use crate::plan::{self, Limit};
 use crate::stages::Measured;
+
+/// True when the thread was compacted by hand (its state holds
+/// [`COMPACTED_THROUGH`]) and the request still starts with the messages it had then: one
+/// map lookup and one id comparison, so the pass-through check stays O(1).
+pub(crate) fn compacted_by_hand(request: &ModelRequest) -> bool {
+    let Some(mark) = request.state.values.get(COMPACTED_THROUGH) else {
+        return false;
+    };
+    let count = mark.get("count").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+    let id = mark
+        .get("message_id")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    count > 0
+        && !id.is_empty()
+        && request
+            .messages
+            .get(count - 1)
+            .is_some_and(|m| m.id() == id)
+}
 
 /// What the call does next.
 pub(crate) enum Decision {
@@ -25,18 +46,24 @@ pub(crate) enum Decision {
 impl Compactor {
     /// Decides for `request`. `forced`: a token limit the request must get under (the
     /// retry after a provider's context-overflow error), added to the triggers.
+    /// `manual`: a compaction asked for (`Agent::compact`), which compacts whatever the
+    /// triggers say.
     pub(crate) fn decide(
         &self,
         request: &ModelRequest,
         m: &mut Measured,
         forced: Option<u64>,
+        manual: bool,
     ) -> Decision {
         if !self.config.enabled || request.messages.is_empty() {
             return Decision::PassThrough;
         }
         if let Some(f) = forced {
             m.triggers.push(Limit::Tokens(f.max(1)));
-        } else if !plan::triggered(&m.triggers, m.total, request.messages.len()) {
+        } else if !manual
+            && !plan::triggered(&m.triggers, m.total, request.messages.len())
+            && !compacted_by_hand(request)
+        {
             return Decision::PassThrough;
         }
         self.warn_fixed_cost(m);

@@ -51,4 +51,7 @@ pub(crate) struct Call<'r> {
     /// The keep policy for this call instead of the configured one (a speculative
     /// summary keeps less, by what the thread will grow before it crosses).
     pub keep: Option<crate::plan::Limit>,
+    /// A compaction asked for (`Agent::compact`): the cached summary is folded into,
+    /// never served as it is.
+    pub manual: bool,
 }

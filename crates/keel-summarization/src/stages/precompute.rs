@@ -268,6 +268,7 @@ impl Compactor {
             key,
             background: true,
             keep: None,
+            manual: false,
         };
         self.precompute_for(&mut call, share).await;
         self.cache

@@ -32,7 +32,8 @@ impl Compactor {
         if !self.matches(call, &entry) {
             return Lookup::Miss(None);
         }
-        if seen.is_none_or(|old| !Arc::ptr_eq(old, &entry))
+        if !call.manual
+            && seen.is_none_or(|old| !Arc::ptr_eq(old, &entry))
             && let Some(p) = self.reuse(call, &entry, SummarySource::Cache, None)
             && fits(call, &p)
         {
