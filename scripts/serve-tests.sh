@@ -116,7 +116,12 @@ run_browser() {
     build
     chromium_env
     rm -f "$WORK/browser.db"*
-    start_server browser "$ROOT/target/debug/keel" serve --config examples/keel.yaml --port 0 \
+    # The page's toast is for a compaction the user waits for; examples/keel.yaml writes
+    # summaries ahead (precompute_at), which the user never waits for, so this server
+    # compacts on crossing to show the toast.
+    sed 's/^\( *\)precompute_at: .*/\1precompute_at: null/' examples/keel.yaml >"$WORK/keel-blocking.yaml"
+    grep -q "precompute_at: null" "$WORK/keel-blocking.yaml"
+    start_server browser "$ROOT/target/debug/keel" serve --config "$WORK/keel-blocking.yaml" --port 0 \
         --database "sqlite://$WORK/browser.db"
     local plain="$URL"
     rm -f "$WORK/browser-review.db"*

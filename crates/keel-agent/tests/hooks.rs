@@ -1,4 +1,4 @@
-//! Hook order, jumps and hook skipping (issue 2's acceptance list).
+//! Hook order, jumps and hook skipping: the pipeline's contract, hook by hook.
 
 mod common;
 

@@ -654,8 +654,7 @@ impl<'a> Run<'a> {
                 events.push(payload);
             }
         }
-        let (summary_runs, cache_event) = classify(&events);
-        self.report.totals.summary_calls += summary_runs;
+        let (mut summary_runs, cache_event) = classify(&events);
         let (request_messages, carries_summary) = match &sent {
             Some(_) if untouched => (position, false),
             Some(s) => (s.messages.len(), s.messages.iter().any(is_summary)),
@@ -669,8 +668,17 @@ impl<'a> Run<'a> {
                 .strip_prefix(SUMMARY_PREFIX)
                 .unwrap_or(&text)
                 .trim_start();
+            // A summary written ahead (`precompute_at`) is served as a cache hit; the
+            // first call that sends it counts the summary run it cost.
+            if summary_runs == 0
+                && precomputed(&events)
+                && self.report.summary.as_deref() != Some(body)
+            {
+                summary_runs = 1;
+            }
             self.report.summary = Some(body.to_owned());
         }
+        self.report.totals.summary_calls += summary_runs;
         let report = CallReport {
             index: call,
             line,
@@ -722,6 +730,14 @@ fn sent_request(terminal: &TranscriptAnswer, index: usize) -> Option<SentRequest
 /// session memory share, so a UI can hide it).
 pub fn is_summary(message: &Message) -> bool {
     message.is_human() && (message.name() == Some(SUMMARY_NAME) || message.flag(HIDE_FROM_UI))
+}
+
+/// True when a `context_compacted` event says its summary was written ahead.
+fn precomputed(events: &[Value]) -> bool {
+    events.iter().any(|e| {
+        e.get("type").and_then(Value::as_str) == Some(EVENT_COMPACTED)
+            && e.get("precomputed").and_then(Value::as_bool) == Some(true)
+    })
 }
 
 /// Reads the events of one call: how many summaries were produced (or attempted: a

@@ -1,4 +1,4 @@
-//! Issue 7's acceptance criteria, on the bundled session replayed with the bundled
+//! The replay demo's acceptance criteria, on the bundled session replayed with the bundled
 //! `examples/summarization.yaml` and the offline extractive summarizer:
 //!
 //! - the tokens sent total at most 20 % of sending the last 100 messages verbatim;

@@ -332,3 +332,62 @@ impl SummaryStore for LeaseStore {
         Ok(())
     }
 }
+
+/// The prefix a provider caches (system prompt, tools, summary message) is the same
+/// bytes whether the summary was written ahead or on crossing, and stays the same on
+/// every call the summary serves.
+#[tokio::test]
+async fn the_precomputed_and_the_blocking_request_are_the_same_bytes() {
+    let system = keel_core::message::Message::system("You are a support assistant.");
+    let tools = vec![keel_core::tool::ToolSpec::new(
+        "lookup",
+        "looks something up",
+        serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    )];
+    let with = |mut r: keel_core::middleware::ModelRequest| {
+        r.system = Some(system.clone());
+        r.tools = Arc::new(tools.clone());
+        r
+    };
+    // Trigger 20, keep 6: the blocking path cuts at 14 on crossing; written ahead at 16,
+    // the speculative cut keeps 6 - (20 - 16) = 2, also at 14.
+    let (ahead, blocking) = (precomputing(Some(0.8)), precomputing(None));
+    let (model_a, model_b) = (SummaryModel::new(), SummaryModel::new());
+    let terminal = Terminal::default();
+    run(
+        &ahead,
+        with(request(chat(16, 20), model_a.clone(), "t")),
+        &terminal,
+    )
+    .await
+    .unwrap();
+    ahead.settle("t").await;
+    let a = ahead
+        .prepare(&with(request(chat(20, 20), model_a.clone(), "t")))
+        .await;
+    let b = blocking
+        .prepare(&with(request(chat(20, 20), model_b.clone(), "t")))
+        .await;
+    assert!(a.report.precomputed && !b.report.precomputed);
+    assert_eq!(
+        model_a.last_prompt(),
+        model_b.last_prompt(),
+        "the same fold"
+    );
+    let bytes = |p: &keel_summarization::middleware::Prepared| {
+        serde_json::to_string(&(&p.request.system, &*p.request.tools, &*p.request.messages))
+            .unwrap()
+    };
+    assert_eq!(bytes(&a), bytes(&b));
+    // Later calls served by the same summary send the same prefix.
+    let prefix = |p: &keel_summarization::middleware::Prepared| {
+        serde_json::to_string(&(&p.request.system, &*p.request.tools, &p.request.messages[0]))
+            .unwrap()
+    };
+    for n in 21..24 {
+        let later = ahead
+            .prepare(&with(request(chat(n, 20), model_a.clone(), "t")))
+            .await;
+        assert_eq!(prefix(&later), prefix(&a), "call at {n} messages");
+    }
+}

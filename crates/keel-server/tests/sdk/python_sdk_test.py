@@ -135,8 +135,14 @@ async def twelve_long_turns(c):
                 custom.append(part.data)
     assert {"values", "updates", "messages", "custom"} <= seen_modes, seen_modes
     kinds = [e.get("type") for e in custom]
-    assert "context_compacting" in kinds, kinds
     assert "context_compacted" in kinds, kinds
+    # examples/keel.yaml writes summaries ahead (precompute_at): a compaction either used
+    # one (`precomputed`), reused the cache, or blocked and was announced first.
+    compacted = [e for e in custom if e.get("type") == "context_compacted"]
+    assert any(e.get("precomputed") for e in compacted), compacted
+    for i, e in enumerate(custom):
+        if e.get("type") == "context_compacted" and e.get("source") == "model" and not e.get("precomputed"):
+            assert "context_compacting" in kinds[:i], (i, kinds)
     state = await c.threads.get_state(thread["thread_id"])
     messages = state["values"]["messages"]
     humans = [m for m in messages if m["type"] == "human"]
