@@ -186,6 +186,10 @@ pub struct SummarizationConfig {
     /// `precompute_max_concurrent` (default 4): background summaries one process writes
     /// at a time; a thread that finds them all busy is summarized when it crosses.
     pub precompute_max_concurrent: usize,
+    /// `compact_tool` (default false): offers the model a `compact_conversation` tool
+    /// (as deepagents does); calling it compacts the thread before the model's next step,
+    /// as `Agent::compact` does.
+    pub compact_tool: bool,
 }
 
 impl Default for SummarizationConfig {
@@ -221,6 +225,7 @@ impl Default for SummarizationConfig {
             extractive_word_budget: 300,
             precompute_at: None,
             precompute_max_concurrent: DEFAULT_PRECOMPUTE_MAX_CONCURRENT,
+            compact_tool: false,
         }
     }
 }
@@ -410,6 +415,7 @@ pub const KEYS: &[&str] = &[
     "extractive_word_budget",
     "precompute_at",
     "precompute_max_concurrent",
+    "compact_tool",
 ];
 
 fn suggest(key: &str, known: &[&str]) -> Option<String> {
@@ -829,6 +835,7 @@ impl SummarizationConfig {
                                 _ => Some(ctx.number(PRECOMPUTE_AT_RANGE)?),
                             }
                         }
+                        "compact_tool" => config.compact_tool = ctx.bool()?,
                         "precompute_max_concurrent" => {
                             config.precompute_max_concurrent =
                                 usize::try_from(ctx.int(1, "a whole number in [1, 1024]")?)
@@ -1319,6 +1326,8 @@ impl SummarizationConfigBuilder {
         extractive_word_budget: usize,
         /// Background summaries written at a time by one process.
         precompute_max_concurrent: usize,
+        /// Offer the model the `compact_conversation` tool.
+        compact_tool: bool,
     }
 
     /// Validates and returns the configuration (warnings are logged).

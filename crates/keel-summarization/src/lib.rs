@@ -29,6 +29,7 @@
 //! ```
 
 pub mod cache;
+pub mod compact_tool;
 pub mod config;
 pub mod middleware;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).

@@ -55,14 +55,19 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::message::Message;
+use keel_core::middleware::{
+    Hooks, Middleware, ModelRequest, ModelResponse, Next, ToolCallRequest, ToolNext,
+};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::store::StoreError;
 use keel_core::tokens::TokenCounter;
+use keel_core::tool::ToolError;
 use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
 
 use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
+use crate::compact_tool;
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
 use crate::events::SummarySource;
 use crate::extractive::ExtractiveOptions;
@@ -798,8 +803,26 @@ impl Middleware for SummarizationMiddleware {
     fn hooks(&self) -> Hooks {
         Hooks {
             wrap_model_call: true,
+            // Answers `compact_conversation`; one name comparison per tool call otherwise.
+            wrap_tool_call: true,
             ..Hooks::NONE
         }
+    }
+
+    /// Answers the `compact_conversation` tool (`compact_tool: true`); the compaction
+    /// runs on the next model call.
+    async fn wrap_tool_call(
+        &self,
+        request: ToolCallRequest,
+        next: ToolNext<'_>,
+    ) -> Result<Message, ToolError> {
+        if self.core.config.compact_tool && request.call.name == compact_tool::COMPACT_TOOL {
+            return Ok(
+                Message::tool(request.call.id.clone(), compact_tool::COMPACT_TOOL_ANSWER)
+                    .with_name(compact_tool::COMPACT_TOOL),
+            );
+        }
+        next.run(request).await
     }
 
     /// A compaction asked for: folds what left the kept window into the thread's
@@ -843,6 +866,26 @@ impl Middleware for SummarizationMiddleware {
         request: ModelRequest,
         next: Next<'_>,
     ) -> Result<ModelResponse, ModelError> {
+        let request = if self.core.config.compact_tool {
+            compact_tool::with_spec(request)
+        } else {
+            request
+        };
+        if self.core.config.compact_tool
+            && self.core.config.enabled
+            && compact_tool::asked(&request.messages)
+        {
+            // The model called compact_conversation on its previous step.
+            let prepared = self.core.prepare_with(&request, None, true).await;
+            let mut response = next.run(prepared.request).await?;
+            if let Some(mark) = compact_tool::mark(&request.messages) {
+                response
+                    .update
+                    .values
+                    .insert(compact_tool::MARK_KEY.to_owned(), mark);
+            }
+            return Ok(response);
+        }
         let prepared = self.prepare(&request).await;
         let sent = prepared.report.tokens_after;
         match next.clone().run(prepared.request).await {

@@ -198,3 +198,75 @@ async fn compacting_a_thread_that_never_ran_is_a_typed_error() {
         "{err}"
     );
 }
+
+/// `compact_tool: true`: the model sees `compact_conversation`, calls it, and its next
+/// step (and every later call) is sent compacted, under the trigger.
+#[tokio::test]
+async fn the_model_can_ask_for_a_compaction_with_the_compact_conversation_tool() {
+    let model = Arc::new(ScriptedModel::from_fn(|req| {
+        if req.internal {
+            return Ok(Message::ai(SUMMARY_TEXT));
+        }
+        let last = req.messages.last().unwrap();
+        if last.is_human() && last.text().contains("compact now") {
+            return Ok(Message::ai("").with_tool_calls(vec![ToolCall::new(
+                "c1",
+                keel_summarization::compact_tool::COMPACT_TOOL,
+                json!({}),
+            )]));
+        }
+        Ok(Message::ai("ok"))
+    }));
+    let cfg = config()
+        .trigger(tokens(100_000))
+        .keep(msgs(2))
+        .compact_tool(true)
+        .build()
+        .unwrap();
+    let agent = Agent::builder()
+        .model(model.clone())
+        .middleware(middleware(cfg).build().unwrap())
+        .build()
+        .unwrap();
+    agent.invoke("t", chat(12, 40)).await.unwrap();
+    let offered = &model.requests()[0].tools;
+    assert!(
+        offered.iter().any(|t| t.name == "compact_conversation"),
+        "{offered:?}"
+    );
+    assert_eq!(model.internal_calls(), 0);
+
+    agent
+        .invoke(
+            "t",
+            vec![Message::human("compact now please").with_id("ask")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(model.internal_calls(), 1, "one summary for the tool call");
+    let requests = model.requests();
+    let after_tool = requests.iter().filter(|r| !r.internal).last().unwrap();
+    assert_eq!(after_tool.messages[0].name(), Some("summary"));
+    assert!(after_tool.messages.last().unwrap().is_tool());
+    let state = agent.state("t").await.unwrap().unwrap();
+    assert!(
+        state
+            .values
+            .contains_key(keel_core::state::COMPACTED_THROUGH),
+        "{:?}",
+        state.values
+    );
+    // A later turn is still sent compacted, with no new summary.
+    agent
+        .invoke("t", vec![Message::human("thanks").with_id("thanks")])
+        .await
+        .unwrap();
+    let last = model
+        .requests()
+        .into_iter()
+        .filter(|r| !r.internal)
+        .last()
+        .unwrap();
+    assert_eq!(last.messages[0].name(), Some("summary"));
+    assert_eq!(model.internal_calls(), 1);
+}
