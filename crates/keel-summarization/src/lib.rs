@@ -31,6 +31,7 @@
 pub mod cache;
 pub mod config;
 pub mod middleware;
+pub mod overflow;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).
 pub use keel_core::pairs;
 pub mod plan;

@@ -64,8 +64,9 @@ use serde::Serialize;
 
 use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
-use crate::events::SummarySource;
+use crate::events::{CompactionReason, SummarySource};
 use crate::extractive::ExtractiveOptions;
+use crate::overflow::OverflowGuard;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
 use crate::stages::memo::{PLAN_INDEX_LISTS, PlanIndexes, ThreadMemos};
 use crate::stages::{Call, Decision, Lookup, Measured, Written};
@@ -127,6 +128,9 @@ pub enum Action {
 pub struct CompactionReport {
     /// What happened.
     pub action: Action,
+    /// Why the request was considered for compaction: a trigger, or the provider's
+    /// context-overflow error.
+    pub reason: CompactionReason,
     /// Tokens of the whole request before.
     pub tokens_before: u64,
     /// Tokens of the whole request sent.
@@ -334,6 +338,7 @@ impl SummarizationMiddlewareBuilder {
             threads: ThreadMemos::new(WARNED_THREADS),
             plan_indexes: PlanIndexes::new(PLAN_INDEX_LISTS),
             report_ids: self.report_ids,
+            overflow: OverflowGuard::default(),
         })
     }
 }
@@ -439,6 +444,9 @@ pub struct SummarizationMiddleware {
     /// [`crate::stages::memo::PlanIndexes`].
     pub(crate) plan_indexes: PlanIndexes,
     pub(crate) report_ids: bool,
+    /// Recovery from the provider's context-overflow errors: counters and the per-run
+    /// bound ([`crate::overflow`]).
+    pub(crate) overflow: OverflowGuard,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
     /// summary made under another prompt or summary model (say, read back from the
@@ -611,7 +619,11 @@ impl SummarizationMiddleware {
 
     /// The stages in order (see [`crate::stages`]); `forced` is a token limit to get
     /// under, after the provider said the request overflowed its context.
-    async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
+    pub(crate) async fn prepare_inner(
+        &self,
+        request: &ModelRequest,
+        forced: Option<u64>,
+    ) -> Prepared {
         let counter = self.counter_for(request.model.profile());
         // 1. measure
         let mut measured = self.measure(request, counter.as_ref());
@@ -738,18 +750,13 @@ impl Middleware for SummarizationMiddleware {
         let sent = prepared.report.tokens_after;
         match next.clone().run(prepared.request).await {
             Err(e) if e.kind == ModelErrorKind::ContextOverflow && self.config.enabled => {
-                // The model says it does not fit although our count said otherwise:
-                // compact below three quarters of what was sent and retry once.
-                let forced = self
-                    .prepare_inner(&request, Some(sent.saturating_mul(3) / 4))
-                    .await;
-                if forced.report.tokens_after < sent {
-                    next.run(forced.request).await
-                } else {
-                    Err(e)
-                }
+                self.recover_overflow(&request, sent, e, next).await
             }
-            other => other,
+            other => {
+                self.overflow
+                    .succeeded(&request.runtime.run_id, other.is_ok());
+                other
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::middleware::ModelRequest;
 
+use crate::events::CompactionReason;
 use crate::middleware::SummarizationMiddleware;
 use crate::plan::{self, Limit};
 use crate::stages::Measured;
@@ -36,6 +37,7 @@ impl SummarizationMiddleware {
         }
         if let Some(f) = forced {
             m.triggers.push(Limit::Tokens(f.max(1)));
+            m.reason = CompactionReason::Overflow;
         } else if !plan::triggered(&m.triggers, m.total, request.messages.len()) {
             return Decision::PassThrough;
         }
