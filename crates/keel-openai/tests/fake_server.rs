@@ -610,6 +610,13 @@ async fn recorded_llama_cpp_python_bodies() {
     let body = fixture("llama_cpp_python_context_overflow.json");
     let err = invoke_error(400, body, &[]).await;
     assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+    let f = err.overflow.unwrap();
+    assert_eq!((f.sent_tokens, f.window_tokens), (Some(6039), Some(2048)));
+    let f = invoke_error(400, fixture("error_context_llamacpp.json"), &[])
+        .await
+        .overflow
+        .unwrap();
+    assert_eq!((f.sent_tokens, f.window_tokens), (Some(4100), Some(4096)));
 }
 
 /// Overflow as the providers and gateways send it, each body recorded as documented or
