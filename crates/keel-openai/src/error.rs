@@ -174,7 +174,8 @@ pub fn is_context_overflow(message: &str) -> bool {
 }
 
 /// True when a 429's `message` says the one request is over the per-minute token limit
-/// (so no wait helps), as OpenAI and Azure OpenAI word it.
+/// (so no wait helps), as OpenAI words it (and OpenAI-style deployments that relay its
+/// wording).
 fn is_too_large_for_rate(message: &str) -> bool {
     let lower = message.to_lowercase();
     TOO_LARGE_FOR_RATE_PHRASES.iter().any(|p| lower.contains(p))

@@ -624,7 +624,7 @@ async fn recorded_llama_cpp_python_bodies() {
 #[tokio::test]
 async fn every_overflow_shape_is_recognised_with_its_figures() {
     let cases: [(u16, &str, Option<u64>, Option<u64>); 6] = [
-        // OpenAI (and Azure OpenAI): one request over the tokens-per-minute limit.
+        // OpenAI: one request over the tokens-per-minute limit.
         (
             429,
             "error_429_request_too_large_openai.json",
