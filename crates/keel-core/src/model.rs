@@ -484,6 +484,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn profiles_and_usage_written_before_the_new_fields_still_read() {
+        let p: ModelProfile = serde_json::from_str(
+            r#"{"name":"gpt-4o","provider":"openai","max_input_tokens":128000}"#,
+        )
+        .unwrap();
+        assert_eq!(p.max_output_tokens, None);
+        assert_eq!(p.usable_input_tokens(None), Some(128_000));
+        let u: Usage =
+            serde_json::from_str(r#"{"input_tokens":9,"output_tokens":7,"total_tokens":16}"#)
+                .unwrap();
+        assert_eq!(u.cached_input_tokens, 0);
+        // Nothing new is written when there is nothing to say.
+        assert_eq!(
+            serde_json::to_string(&u).unwrap(),
+            r#"{"input_tokens":9,"output_tokens":7,"total_tokens":16}"#
+        );
+        assert!(
+            !serde_json::to_string(&p)
+                .unwrap()
+                .contains("max_output_tokens")
+        );
+    }
+
+    #[test]
+    fn usable_input_never_drops_to_zero_and_overflow_figures_print() {
+        let p = ModelProfile::new("m", "p")
+            .with_max_input_tokens(100)
+            .with_max_output_tokens(200);
+        assert_eq!(p.usable_input_tokens(None), Some(1));
+        let f = OverflowFigures {
+            sent_tokens: Some(9),
+            window_tokens: None,
+        };
+        assert_eq!(
+            f.to_string(),
+            "9 tokens sent, the model's window is unknown"
+        );
+        let g = f.or(OverflowFigures {
+            sent_tokens: Some(1),
+            window_tokens: Some(8),
+        });
+        assert_eq!(
+            g.to_string(),
+            "9 tokens sent, the model's window is 8 tokens"
+        );
+    }
+
+    #[test]
     fn aggregator_assembles_split_arguments() {
         let mut agg = ChunkAggregator::new();
         for c in [
