@@ -716,4 +716,18 @@ mod tests {
         let null_error: Value = serde_json::from_str(r#"{"error":null,"choices":[]}"#).unwrap();
         assert!(!is_error_object(&null_error));
     }
+
+    #[test]
+    fn a_plain_text_error_event_is_read_for_overflow() {
+        let parse_error = serde_json::from_str::<Value>("Input is too long").unwrap_err();
+        let err = from_openai(OpenAIError::JSONDeserialize(
+            parse_error,
+            "Input is too long for requested model.".into(),
+        ));
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+        assert!(err.overflow.is_some());
+        let parse_error = serde_json::from_str::<Value>("garbage").unwrap_err();
+        let err = from_openai(OpenAIError::JSONDeserialize(parse_error, "garbage".into()));
+        assert_eq!(err.kind, ModelErrorKind::MalformedResponse);
+    }
 }
