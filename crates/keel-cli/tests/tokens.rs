@@ -99,3 +99,79 @@ fn missing_file_bad_line_and_unknown_counter_are_clear_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn model_prints_window_output_limit_usable_input_and_source() {
+    let (code, out, err) = keel(&["tokens", "--model", "gpt-4o-2024-08-06"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "model\tgpt-4o-2024-08-06\nfamily\tgpt-4o (openai)\nwindow\t128000\noutput limit\t16384\nusable input\t111616\t(the window less the output limit)\nsource\thttps://platform.openai.com/docs/models/gpt-4o\n"
+    );
+    let (code, out, err) = keel(&[
+        "tokens",
+        "--model",
+        "anthropic/claude-3.5-sonnet",
+        "--max-tokens",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["context_window"], 200_000);
+    assert_eq!(v["max_output_tokens"], 8_192);
+    assert_eq!(v["usable_input_tokens"], 199_000);
+    assert_eq!(v["family"], "claude-3-5-sonnet");
+}
+
+#[test]
+fn an_unknown_model_says_so_and_a_window_can_be_given() {
+    let (code, out, err) = keel(&["tokens", "--model", "smollm2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("window\tunknown\n"), "{out}");
+    assert!(out.contains("--context-window"), "{out}");
+    let (code, out, err) = keel(&["tokens", "--model", "smollm2", "--context-window", "2048"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("window\t2048\n") && out.contains("usable input\t2048\t"),
+        "{out}"
+    );
+    let (code, _, err) = keel(&["tokens", "--model", "smollm2", "--context-window", "0"]);
+    assert_eq!(code, 2, "a zero window is a usage error: {err}");
+}
+
+#[test]
+fn model_and_file_together_print_both() {
+    let f = transcript(&[HELLO]);
+    let (code, out, err) = keel(&[
+        "tokens",
+        f.path().to_str().unwrap(),
+        "--counter",
+        "approximate",
+        "--model",
+        "gpt-4o",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["total"], 7);
+    assert_eq!(v["model"]["usable_input_tokens"], 111_616);
+    let (code, _, err) = keel(&["tokens"]);
+    assert_eq!(code, 2, "neither FILE nor --model: {err}");
+    // KEEL_CONTEXT_WINDOW, set for `keel run`, does not get in the way of counting.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args([
+            "tokens",
+            f.path().to_str().unwrap(),
+            "--counter",
+            "approximate",
+        ])
+        .env("KEEL_CONTEXT_WINDOW", "2048")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

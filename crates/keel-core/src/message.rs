@@ -259,6 +259,14 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Total as reported (usually input + output).
     pub total_tokens: u64,
+    /// Prompt tokens the provider read from its prompt cache (part of `input_tokens`;
+    /// `0` when it reported none, or reports no cache use at all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Whether a tool ran successfully.

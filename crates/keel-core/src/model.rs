@@ -13,14 +13,23 @@ use crate::message::{AiMessage, Message, ToolCall, Usage, new_id};
 use crate::tool::ToolSpec;
 
 /// What a model is and how much it can read.
+///
+/// `max_input_tokens` is the context window as the provider's model page states it;
+/// the answer's tokens come out of the same window for most providers, so what a
+/// request may carry is [`usable_input_tokens`](Self::usable_input_tokens): the window
+/// less the request's `max_tokens`, or less the model's output limit when the request
+/// sets none.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelProfile {
     /// Model name as the provider knows it (`gpt-4o-mini`).
     pub name: String,
     /// Provider (`openai`, `anthropic`, `vllm`, `scripted`, ...).
     pub provider: String,
-    /// Context window in input tokens, when known; fraction triggers need it.
+    /// Context window in tokens, when known; fraction triggers need it.
     pub max_input_tokens: Option<u64>,
+    /// The most tokens one answer may have, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
 }
 
 impl ModelProfile {
@@ -30,6 +39,7 @@ impl ModelProfile {
             name: name.into(),
             provider: provider.into(),
             max_input_tokens: None,
+            max_output_tokens: None,
         }
     }
 
@@ -37,6 +47,34 @@ impl ModelProfile {
     pub fn with_max_input_tokens(mut self, n: u64) -> Self {
         self.max_input_tokens = Some(n);
         self
+    }
+
+    /// Returns the profile with a known output limit.
+    pub fn with_max_output_tokens(mut self, n: u64) -> Self {
+        self.max_output_tokens = Some(n);
+        self
+    }
+
+    /// The tokens a request may carry: the window less the answer's room, which is
+    /// `request_max_tokens` when the request sets it and the model's output limit
+    /// otherwise. `None` when the window is unknown; never below 1.
+    ///
+    /// ```
+    /// use keel_core::model::ModelProfile;
+    /// let p = ModelProfile::new("gpt-4o", "openai")
+    ///     .with_max_input_tokens(128_000)
+    ///     .with_max_output_tokens(16_384);
+    /// assert_eq!(p.usable_input_tokens(None), Some(111_616));
+    /// assert_eq!(p.usable_input_tokens(Some(1_000)), Some(127_000));
+    /// assert_eq!(ModelProfile::new("local", "vllm").usable_input_tokens(None), None);
+    /// ```
+    pub fn usable_input_tokens(&self, request_max_tokens: Option<u32>) -> Option<u64> {
+        let window = self.max_input_tokens?;
+        let reserve = request_max_tokens
+            .map(u64::from)
+            .or(self.max_output_tokens)
+            .unwrap_or(0);
+        Some(window.saturating_sub(reserve).max(1))
     }
 }
 
@@ -353,6 +391,41 @@ impl ModelErrorKind {
     }
 }
 
+/// The figures of a context-window overflow: how many tokens were sent and how many
+/// the model takes, as the provider's message gave them (or as Keel counted them when
+/// it did not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverflowFigures {
+    /// Tokens of the request that overflowed.
+    pub sent_tokens: Option<u64>,
+    /// The limit it went over: the model's context window, or the per-request token
+    /// limit of a deployment that rejected it for size.
+    pub window_tokens: Option<u64>,
+}
+
+impl OverflowFigures {
+    /// These figures, each missing one taken from `other`.
+    pub fn or(self, other: OverflowFigures) -> OverflowFigures {
+        OverflowFigures {
+            sent_tokens: self.sent_tokens.or(other.sent_tokens),
+            window_tokens: self.window_tokens.or(other.window_tokens),
+        }
+    }
+}
+
+impl std::fmt::Display for OverflowFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.sent_tokens {
+            Some(n) => write!(f, "{n} tokens sent")?,
+            None => f.write_str("an unknown number of tokens sent")?,
+        }
+        match self.window_tokens {
+            Some(n) => write!(f, ", the model's window is {n} tokens"),
+            None => f.write_str(", the model's window is unknown"),
+        }
+    }
+}
+
 /// A failed model call.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("model call failed ({kind:?}): {message}")]
@@ -365,6 +438,9 @@ pub struct ModelError {
     pub retry_after: Option<Duration>,
     /// The raw response text, when it could not be understood.
     pub raw: Option<String>,
+    /// For [`ModelErrorKind::ContextOverflow`]: what was sent and the model's window,
+    /// when known.
+    pub overflow: Option<OverflowFigures>,
 }
 
 impl ModelError {
@@ -375,7 +451,14 @@ impl ModelError {
             message: message.into(),
             retry_after: None,
             raw: None,
+            overflow: None,
         }
+    }
+
+    /// Attaches the figures of a context overflow.
+    pub fn with_overflow(mut self, figures: OverflowFigures) -> Self {
+        self.overflow = Some(figures);
+        self
     }
 
     /// Attaches the raw response text.
@@ -399,6 +482,54 @@ impl ModelError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profiles_and_usage_written_before_the_new_fields_still_read() {
+        let p: ModelProfile = serde_json::from_str(
+            r#"{"name":"gpt-4o","provider":"openai","max_input_tokens":128000}"#,
+        )
+        .unwrap();
+        assert_eq!(p.max_output_tokens, None);
+        assert_eq!(p.usable_input_tokens(None), Some(128_000));
+        let u: Usage =
+            serde_json::from_str(r#"{"input_tokens":9,"output_tokens":7,"total_tokens":16}"#)
+                .unwrap();
+        assert_eq!(u.cached_input_tokens, 0);
+        // Nothing new is written when there is nothing to say.
+        assert_eq!(
+            serde_json::to_string(&u).unwrap(),
+            r#"{"input_tokens":9,"output_tokens":7,"total_tokens":16}"#
+        );
+        assert!(
+            !serde_json::to_string(&p)
+                .unwrap()
+                .contains("max_output_tokens")
+        );
+    }
+
+    #[test]
+    fn usable_input_never_drops_to_zero_and_overflow_figures_print() {
+        let p = ModelProfile::new("m", "p")
+            .with_max_input_tokens(100)
+            .with_max_output_tokens(200);
+        assert_eq!(p.usable_input_tokens(None), Some(1));
+        let f = OverflowFigures {
+            sent_tokens: Some(9),
+            window_tokens: None,
+        };
+        assert_eq!(
+            f.to_string(),
+            "9 tokens sent, the model's window is unknown"
+        );
+        let g = f.or(OverflowFigures {
+            sent_tokens: Some(1),
+            window_tokens: Some(8),
+        });
+        assert_eq!(
+            g.to_string(),
+            "9 tokens sent, the model's window is 8 tokens"
+        );
+    }
 
     #[test]
     fn aggregator_assembles_split_arguments() {

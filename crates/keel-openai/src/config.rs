@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::profile::known_context_window;
+use crate::profile::known_model;
 
 /// OpenAI's public endpoint, used when no base URL is configured.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -101,7 +101,7 @@ pub struct OpenAiConfig {
     pub model: String,
     /// Provider name reported in profiles and response metadata.
     pub provider: String,
-    /// Context window override; `None` uses the built-in table of OpenAI models.
+    /// Context window override; `None` uses the built-in table ([`crate::KNOWN_MODELS`]).
     pub context_window: Option<u64>,
     /// Ask streaming servers for a final usage chunk (`stream_options.include_usage`).
     pub stream_usage: bool,
@@ -261,10 +261,21 @@ impl OpenAiConfig {
         }
     }
 
-    /// The context window: the configured one, else the known window of an OpenAI model.
+    /// The context window: the configured one, else the known window of the model
+    /// ([`known_model`](crate::known_model)).
     pub fn resolved_context_window(&self) -> Option<u64> {
         self.context_window
-            .or_else(|| known_context_window(&self.model))
+            .or_else(|| known_model(&self.model).map(|k| k.context_window))
+    }
+
+    /// The model's output limit, from the table, when the window comes from the table
+    /// too: a configured window is the server's own (a local server started with a
+    /// small context), and the table's limit for the model family may not fit in it.
+    pub fn resolved_max_output_tokens(&self) -> Option<u64> {
+        match self.context_window {
+            Some(_) => None,
+            None => known_model(&self.model).and_then(|k| k.max_output_tokens),
+        }
     }
 
     /// Checks every setting; the error names the first that is wrong.

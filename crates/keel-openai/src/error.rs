@@ -7,11 +7,27 @@
 //! and Ollama sends `{"error": "..."}`. [`classify_http`] reads all of them; the status code
 //! decides the kind except for context overflow, which is recognised from codes and
 //! phrasings first because several servers report it as a plain 400 or even a 500.
+//!
+//! Overflow also arrives in shapes that are not a plain 400:
+//! - OpenAI's 429 for a single request larger than the deployment's tokens-per-minute
+//!   limit ("Request too large for gpt-4o ... on tokens per min (TPM): Limit 30000,
+//!   Requested 36278. The input or output tokens must be reduced"): waiting never
+//!   helps, a smaller request does.
+//! - Gateways relaying Anthropic's `prompt is too long: N tokens > M maximum`: LiteLLM
+//!   inside its own message, OpenRouter as "Provider returned error" with the
+//!   provider's body in `error.metadata.raw`.
+//! - Google's OpenAI-compatible endpoint, which wraps the error object in a list.
+//! - An error event inside a 200 stream: `data: {"error": {...}}` (OpenAI, OpenRouter,
+//!   LiteLLM, vLLM) or an `event: error` frame whose data is `{"type": "error", ...}`
+//!   (Anthropic-style and Responses-style streams, Bedrock through proxies).
+//!
+//! The figures in the provider's message (tokens sent, the window) are read into
+//! [`ModelError::overflow`] by [`overflow_figures`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_openai::error::OpenAIError;
-use keel_core::model::{ModelError, ModelErrorKind};
+use keel_core::model::{ModelError, ModelErrorKind, OverflowFigures};
 use serde_json::Value;
 
 /// Error codes and types that mean "the request does not fit the context window".
@@ -40,6 +56,17 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "input is too long",
     "prompt is too long",
     "input validation error: `inputs` tokens + `max_new_tokens`",
+    // Google's Gemini API and its OpenAI-compatible endpoint.
+    "exceeds the maximum number of tokens allowed",
+    // GitHub Models and Azure AI model inference (413 `tokens_limit_reached`).
+    "request body too large",
+];
+
+/// Lower-cased phrasings of a 429 that no wait can fix: one request larger than the
+/// deployment's per-minute token limit. Compacting it is the only way through.
+const TOO_LARGE_FOR_RATE_PHRASES: &[&str] = &[
+    "request too large for",
+    "the input or output tokens must be reduced",
 ];
 
 /// A non-success HTTP answer, captured with its status, retry hint and raw body before
@@ -65,6 +92,11 @@ fn classify(
     parsed: Option<&Value>,
     body: &str,
 ) -> ModelError {
+    // Google's OpenAI-compatible endpoint answers `[{"error": {...}}]`.
+    let parsed = match parsed {
+        Some(Value::Array(items)) => items.first(),
+        other => other,
+    };
     let detail = parsed.map(ErrorDetail::from_json).unwrap_or_default();
     let message = detail
         .message
@@ -78,7 +110,14 @@ fn classify(
                 trimmed.to_owned()
             }
         });
-    let kind = if detail.is_overflow() || is_context_overflow(&message) || status == 413 {
+    let relayed = detail.relayed.as_deref().unwrap_or_default();
+    let too_large_for_rate = status == 429 && is_too_large_for_rate(&message);
+    let kind = if detail.is_overflow()
+        || is_context_overflow(&message)
+        || is_context_overflow(relayed)
+        || too_large_for_rate
+        || status == 413
+    {
         ModelErrorKind::ContextOverflow
     } else {
         match status {
@@ -94,6 +133,12 @@ fn classify(
         }
     };
     let mut err = ModelError::new(kind, format!("HTTP {status}: {message}")).with_raw(body);
+    if kind == ModelErrorKind::ContextOverflow {
+        let figures = overflow_figures(&message)
+            .or(overflow_figures(relayed))
+            .or(detail.figures);
+        err = err.with_overflow(figures);
+    }
     if kind == ModelErrorKind::RateLimited
         && let Some(wait) = retry_after.or_else(|| retry_hint_in_message(&message))
     {
@@ -109,10 +154,90 @@ pub fn classify_error_object(value: &Value, raw: &str) -> ModelError {
     classify(status, None, Some(value), raw)
 }
 
+/// True when a decoded JSON answer or stream event is an error report rather than a
+/// completion: an `error` member that is not `null` (OpenAI, OpenRouter, LiteLLM,
+/// vLLM, llama.cpp), or a bare error object (`{"type": "error", ...}` as Anthropic-style
+/// and Responses-style `event: error` frames carry, `{"object": "error", ...}` as
+/// older vLLM sends).
+pub(crate) fn is_error_object(v: &Value) -> bool {
+    if v.get("error").is_some_and(|e| !e.is_null()) {
+        return true;
+    }
+    let tag = |k: &str| v.get(k).and_then(Value::as_str) == Some("error");
+    (tag("type") || tag("object")) && v.get("choices").is_none()
+}
+
 /// True when `message` is one of the known phrasings of a context-window overflow.
 pub fn is_context_overflow(message: &str) -> bool {
     let lower = message.to_lowercase();
     OVERFLOW_PHRASES.iter().any(|p| lower.contains(p))
+}
+
+/// True when a 429's `message` says the one request is over the per-minute token limit
+/// (so no wait helps), as OpenAI words it (and OpenAI-style deployments that relay its
+/// wording).
+fn is_too_large_for_rate(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    TOO_LARGE_FOR_RATE_PHRASES.iter().any(|p| lower.contains(p))
+}
+
+/// Phrases after which a provider states the tokens it was sent, lower-cased.
+const SENT_MARKERS: &[&str] = &[
+    "prompt is too long: ",       // Anthropic: `N tokens > M maximum`
+    "your messages resulted in ", // OpenAI
+    "you requested about ",       // OpenRouter
+    "you requested ",             // vLLM
+    "your request has ",          // vLLM, output-cap form
+    "requested tokens (",         // llama-cpp-python
+    "the input token count (",    // Google
+    ", requested ",               // OpenAI tokens-per-minute 429
+    "input length ",              // TGI-style
+];
+
+/// Phrases after which a provider states the window (or the per-request limit).
+const WINDOW_MARKERS: &[&str] = &[
+    "tokens > ",                          // Anthropic: `N tokens > M maximum`
+    "maximum context length is ",         // OpenAI, vLLM, OpenRouter
+    "exceed context window of ",          // llama-cpp-python
+    "maximum number of tokens allowed (", // Google
+    "(tpm): limit ",                      // OpenAI tokens-per-minute 429
+    "max size: ",                         // GitHub Models, Azure AI inference
+    "context length of ",                 // Ollama / LM Studio phrasings
+];
+
+/// The tokens sent and the window, as far as a provider's overflow message states them.
+///
+/// ```
+/// use keel_openai::overflow_figures;
+/// let f = overflow_figures("prompt is too long: 208310 tokens > 200000 maximum");
+/// assert_eq!((f.sent_tokens, f.window_tokens), (Some(208_310), Some(200_000)));
+/// let f = overflow_figures("This model's maximum context length is 128000 tokens. However, your messages resulted in 130517 tokens.");
+/// assert_eq!((f.sent_tokens, f.window_tokens), (Some(130_517), Some(128_000)));
+/// assert_eq!(overflow_figures("Input is too long for requested model.").sent_tokens, None);
+/// ```
+pub fn overflow_figures(message: &str) -> OverflowFigures {
+    let lower = message.to_lowercase();
+    let find = |markers: &[&str]| {
+        markers.iter().find_map(|m| {
+            lower
+                .find(m)
+                .and_then(|at| leading_number(&lower[at + m.len()..]))
+        })
+    };
+    OverflowFigures {
+        sent_tokens: find(SENT_MARKERS),
+        window_tokens: find(WINDOW_MARKERS),
+    }
+}
+
+/// The number `text` starts with (digits, with `,` or `_` thousands separators).
+fn leading_number(text: &str) -> Option<u64> {
+    let digits: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '_')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// Maps an async-openai error to a typed error.
@@ -126,6 +251,15 @@ pub(crate) fn from_openai(err: OpenAIError) -> ModelError {
         OpenAIError::ApiError(api) => {
             let body = serde_json::json!({ "error": api.api_error }).to_string();
             classify_http(api.status_code.as_u16(), None, &body)
+        }
+        // A proxy's `event: error` frame may carry plain text rather than JSON.
+        OpenAIError::JSONDeserialize(_, content) if is_context_overflow(&content) => {
+            ModelError::new(
+                ModelErrorKind::ContextOverflow,
+                format!("the server reported an error event: {}", content.trim()),
+            )
+            .with_overflow(overflow_figures(&content))
+            .with_raw(content)
         }
         OpenAIError::JSONDeserialize(e, content) => ModelError::new(
             ModelErrorKind::MalformedResponse,
@@ -177,6 +311,11 @@ struct ErrorDetail {
     code: Option<String>,
     kind: Option<String>,
     status: Option<u16>,
+    /// The upstream provider's own error text, as a gateway relays it (OpenRouter's
+    /// `error.metadata.raw`).
+    relayed: Option<String>,
+    /// Figures the body states as fields (llama.cpp's `n_prompt_tokens` and `n_ctx`).
+    figures: OverflowFigures,
 }
 
 impl ErrorDetail {
@@ -205,11 +344,24 @@ impl ErrorDetail {
             _ => (None, None),
         };
         let kind = obj.get("type").and_then(Value::as_str).map(str::to_owned);
+        let relayed = obj
+            .get("metadata")
+            .and_then(|m| m.get("raw"))
+            .map(|raw| match raw {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+        let field = |k: &str| obj.get(k).and_then(Value::as_u64);
         ErrorDetail {
             message,
             code,
             kind,
             status,
+            relayed,
+            figures: OverflowFigures {
+                sent_tokens: field("n_prompt_tokens"),
+                window_tokens: field("n_ctx"),
+            },
         }
     }
 
@@ -445,5 +597,137 @@ mod tests {
             classify_error_object(&v, "raw").kind,
             ModelErrorKind::Server
         );
+    }
+
+    #[test]
+    fn a_429_for_one_request_over_the_token_rate_is_an_overflow() {
+        let body = r#"{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 36278. The input or output tokens must be reduced in order to run successfully. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+        let err = classify_http(429, Some(Duration::from_secs(5)), body);
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+        assert!(!err.is_retryable(), "waiting does not shrink the request");
+        assert_eq!(err.retry_after, None);
+        let f = err.overflow.unwrap();
+        assert_eq!(
+            (f.sent_tokens, f.window_tokens),
+            (Some(36_278), Some(30_000))
+        );
+        // An ordinary rate limit stays one.
+        let busy = r#"{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 199000, Requested 3000. Please try again in 1.5s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+        assert_eq!(kind(429, busy), ModelErrorKind::RateLimited);
+        assert_eq!(classify_http(429, None, busy).overflow, None);
+    }
+
+    #[test]
+    fn gateways_relaying_anthropic() {
+        let litellm = r#"{"error":{"message":"litellm.BadRequestError: litellm.ContextWindowExceededError: AnthropicError - {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 209303 tokens > 200000 maximum\"}}\nReceived Model Group=claude-3-5-sonnet\nAvailable Model Group Fallbacks=None","type":null,"param":null,"code":"400"}}"#;
+        let err = classify_http(400, None, litellm);
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+        let f = err.overflow.unwrap();
+        assert_eq!(
+            (f.sent_tokens, f.window_tokens),
+            (Some(209_303), Some(200_000))
+        );
+        let openrouter = r#"{"error":{"message":"Provider returned error","code":400,"metadata":{"raw":"{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 201234 tokens > 200000 maximum\"}}","provider_name":"Anthropic"}}}"#;
+        let err = classify_http(400, None, openrouter);
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+        let f = err.overflow.unwrap();
+        assert_eq!(
+            (f.sent_tokens, f.window_tokens),
+            (Some(201_234), Some(200_000))
+        );
+        // A relayed error that is not an overflow stays what its status says.
+        let other = r#"{"error":{"message":"Provider returned error","code":400,"metadata":{"raw":"{\"error\":{\"message\":\"invalid tool schema\"}}","provider_name":"Anthropic"}}}"#;
+        assert_eq!(kind(400, other), ModelErrorKind::InvalidRequest);
+    }
+
+    #[test]
+    fn google_wraps_the_error_in_a_list() {
+        let body = r#"[{"error":{"code":400,"message":"The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}]"#;
+        let err = classify_http(400, None, body);
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+        let f = err.overflow.unwrap();
+        assert_eq!(
+            (f.sent_tokens, f.window_tokens),
+            (Some(1_200_293), Some(1_048_576))
+        );
+    }
+
+    #[test]
+    fn figures_from_each_phrasing() {
+        for (message, sent, window) in [
+            (
+                "This model's maximum context length is 4096 tokens. However, you requested 5023 tokens (4023 in the messages, 1000 in the completion).",
+                Some(5_023),
+                Some(4_096),
+            ),
+            (
+                "This endpoint's maximum context length is 200000 tokens. However, you requested about 250000 tokens (249000 of text input, 1000 in the output).",
+                Some(250_000),
+                Some(200_000),
+            ),
+            (
+                "Requested tokens (3000) exceed context window of 2048",
+                Some(3_000),
+                Some(2_048),
+            ),
+            (
+                "Request body too large for gpt-4o model. Max size: 8000 tokens.",
+                None,
+                Some(8_000),
+            ),
+            ("Input is too long for requested model.", None, None),
+        ] {
+            let f = overflow_figures(message);
+            assert_eq!(
+                (f.sent_tokens, f.window_tokens),
+                (sent, window),
+                "{message}"
+            );
+        }
+        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#;
+        let f = classify_http(400, None, llama).overflow.unwrap();
+        assert_eq!((f.sent_tokens, f.window_tokens), (Some(5_000), Some(4_096)));
+    }
+
+    #[test]
+    fn bare_error_objects_as_event_error_frames_carry_them() {
+        let anthropic: Value = serde_json::from_str(r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 9000 tokens > 8192 maximum"}}"#).unwrap();
+        assert!(is_error_object(&anthropic));
+        assert_eq!(
+            classify_error_object(&anthropic, "raw").kind,
+            ModelErrorKind::ContextOverflow
+        );
+        let responses: Value = serde_json::from_str(r#"{"type":"error","code":"context_length_exceeded","message":"Your input exceeds the context window of this model.","param":null,"sequence_number":2}"#).unwrap();
+        assert!(is_error_object(&responses));
+        assert_eq!(
+            classify_error_object(&responses, "raw").kind,
+            ModelErrorKind::ContextOverflow
+        );
+        let overloaded: Value = serde_json::from_str(
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            classify_error_object(&overloaded, "raw").kind,
+            ModelErrorKind::Server
+        );
+        let chunk: Value = serde_json::from_str(r#"{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}"#).unwrap();
+        assert!(!is_error_object(&chunk));
+        let null_error: Value = serde_json::from_str(r#"{"error":null,"choices":[]}"#).unwrap();
+        assert!(!is_error_object(&null_error));
+    }
+
+    #[test]
+    fn a_plain_text_error_event_is_read_for_overflow() {
+        let parse_error = serde_json::from_str::<Value>("Input is too long").unwrap_err();
+        let err = from_openai(OpenAIError::JSONDeserialize(
+            parse_error,
+            "Input is too long for requested model.".into(),
+        ));
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+        assert!(err.overflow.is_some());
+        let parse_error = serde_json::from_str::<Value>("garbage").unwrap_err();
+        let err = from_openai(OpenAIError::JSONDeserialize(parse_error, "garbage".into()));
+        assert_eq!(err.kind, ModelErrorKind::MalformedResponse);
     }
 }

@@ -12,7 +12,11 @@
 //! - [`OpenAiChatModel`]: `invoke` (one JSON answer) and `stream` (server-sent events),
 //!   with usage requested through `stream_options.include_usage`. When a server reports
 //!   no usage, the response metadata says `usage_reported: false`; no numbers are made up.
-//! - [`classify_http`] / [`is_context_overflow`]: the error classifier.
+//! - [`classify_http`] / [`is_context_overflow`] / [`overflow_figures`]: the error
+//!   classifier, and the figures of a context overflow.
+//! - [`known_model`] / [`KNOWN_MODELS`]: context windows and output limits of the models
+//!   users name (OpenAI, Anthropic, Gemini, Llama, Qwen, Mistral, DeepSeek), each with
+//!   its source.
 //!
 //! ```
 //! use keel_core::model::ChatModel;
@@ -40,7 +44,7 @@ mod request;
 mod response;
 
 pub use config::{ConfigError, OpenAiConfig};
-pub use error::{classify_error_object, classify_http, is_context_overflow};
+pub use error::{classify_error_object, classify_http, is_context_overflow, overflow_figures};
 pub use model::OpenAiChatModel;
-pub use profile::known_context_window;
+pub use profile::{KNOWN_MODELS, KnownModel, known_context_window, known_model};
 pub use request::build_body;

@@ -80,6 +80,7 @@ impl OpenAiChatModel {
         let client = Client::with_config(openai).with_http_service(SendOnce { client: http });
         let mut profile = ModelProfile::new(config.model.clone(), config.provider_name());
         profile.max_input_tokens = config.resolved_context_window();
+        profile.max_output_tokens = config.resolved_max_output_tokens();
         Ok(OpenAiChatModel {
             client,
             config,

@@ -12,7 +12,7 @@ use keel_core::message::{AiMessage, ToolCall, Usage, new_id};
 use keel_core::model::{ChatChunk, ModelError, ModelErrorKind};
 use serde_json::{Map, Value};
 
-use crate::error::classify_error_object;
+use crate::error::{classify_error_object, is_error_object};
 
 /// Facts every response's metadata carries.
 pub(crate) struct CallFacts<'a> {
@@ -57,10 +57,24 @@ fn usage_of(v: &Value) -> Option<Usage> {
     let output = num("completion_tokens")
         .or_else(|| num("output_tokens"))
         .unwrap_or(0);
+    // OpenAI (and vLLM, LiteLLM) report cache reads in `prompt_tokens_details`, the
+    // Responses shape in `input_tokens_details`, DeepSeek as `prompt_cache_hit_tokens`,
+    // Anthropic's own field name survives some gateways as `cache_read_input_tokens`.
+    let detail = |k: &str| {
+        u.get(k)
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+    };
+    let cached = detail("prompt_tokens_details")
+        .or_else(|| detail("input_tokens_details"))
+        .or_else(|| num("prompt_cache_hit_tokens"))
+        .or_else(|| num("cache_read_input_tokens"))
+        .unwrap_or(0);
     Some(Usage {
         input_tokens: input,
         output_tokens: output,
         total_tokens: num("total_tokens").unwrap_or(input + output),
+        cached_input_tokens: cached,
     })
 }
 
@@ -84,7 +98,7 @@ fn base_metadata(facts: &CallFacts<'_>, v: &Value) -> Map<String, Value> {
 /// Decodes a non-streaming answer into an AI message.
 pub(crate) fn decode_completion(v: &Value, facts: &CallFacts<'_>) -> Result<AiMessage, ModelError> {
     let raw = || v.to_string();
-    if v.get("error").is_some_and(|e| !e.is_null()) {
+    if is_error_object(v) {
         return Err(classify_error_object(v, &raw()));
     }
     let choice = v
@@ -173,7 +187,7 @@ impl StreamDecoder {
 
     /// Decodes one event's JSON.
     pub(crate) fn push(&mut self, v: &Value) -> Result<Vec<ChatChunk>, ModelError> {
-        if v.get("error").is_some_and(|e| !e.is_null()) {
+        if is_error_object(v) {
             return Err(classify_error_object(v, &v.to_string()));
         }
         if !v.is_object() {

@@ -4,8 +4,10 @@
 //! and runs these tests with `KEEL_E2E_LLAMA=1` and `OPENAI_BASE_URL` set.
 //!
 //! The model is far too small to answer or summarize well, so the tests check the
-//! protocol: an answer arrives, streams in pieces, reports usage, overflow is classified,
-//! and a full agent run with the summarization middleware completes through it.
+//! protocol: an answer arrives, streams in pieces, reports usage, overflow is classified
+//! (with the figures of the server's message), a full agent run with the summarization
+//! middleware completes through it, and a run whose request the server rejects as over
+//! its context recovers by compacting once.
 
 // Helpers outside #[test] functions may unwrap too: a broken fixture should fail loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -169,6 +171,72 @@ async fn overflowing_the_context_window_is_classified() {
     println!("overflow error: {err}");
     assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
     assert!(!err.is_retryable());
+    // llama-cpp-python: "This model's maximum context length is 2048 tokens. However,
+    // you requested N tokens (...)".
+    let f = err.overflow.expect("the figures of the server's message");
+    assert_eq!(f.window_tokens, Some(2048), "{err}");
+    assert!(f.sent_tokens.is_some_and(|n| n > 2048), "{err}");
+}
+
+#[tokio::test]
+#[ignore = "needs a llama.cpp server: scripts/llama-e2e.sh"]
+async fn a_request_the_server_rejects_as_too_long_is_compacted_and_sent_once_more() {
+    if model().is_none() {
+        return;
+    }
+    // Keel is told a far larger window than the server's 2048 tokens, so no trigger
+    // fires by Keel's count: only the server's rejection makes the middleware compact.
+    let model = OpenAiConfig::from_env()
+        .unwrap()
+        .with_timeout(Duration::from_secs(120))
+        .with_context_window(32_768)
+        .build()
+        .unwrap();
+    let config = SummarizationConfig::builder()
+        .trigger(ContextSize::Tokens(30_000))
+        .keep(ContextSize::Messages(4))
+        .build()
+        .unwrap();
+    let summarization = Arc::new(
+        SummarizationMiddleware::builder(config)
+            .extractive()
+            .build()
+            .unwrap(),
+    );
+    let agent = Agent::builder()
+        .model(Arc::new(model))
+        .system_prompt("You are a helpful assistant. Answer briefly.")
+        .settings(settings(16))
+        .middleware_shared(summarization.clone())
+        .build()
+        .unwrap();
+    // About 4000 tokens of notes: twice the server's window, far under Keel's.
+    let mut input = Vec::new();
+    for i in 0..40 {
+        input.push(Message::human(format!(
+            "Note {i}: the deployment in region {i} keeps its checkpoints in the SQLite file keel-{i}.db, which is backed up every night to the bucket archive-{i} and restored on demand."
+        )));
+        input.push(Message::ai(format!("Noted, item {i}.")));
+    }
+    input.push(Message::human("Where does region 3 keep its checkpoints?"));
+
+    let mut stream = agent.stream("overflow", input, &[StreamMode::Custom]);
+    let mut compacted = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let StreamEvent::Custom { payload, .. } = event
+            && payload["type"] == EVENT_COMPACTED
+        {
+            compacted.push(payload);
+        }
+    }
+    println!("compaction: {compacted:?}");
+    if let Some(Err(e)) = stream.into_result() {
+        panic!("the run failed: {e}");
+    }
+    assert_eq!(compacted.len(), 1, "{compacted:?}");
+    assert_eq!(compacted[0]["reason"], json!("overflow"));
+    let stats = summarization.overflow_stats();
+    assert_eq!((stats.overflows, stats.recovered), (1, 1), "{stats:?}");
 }
 
 #[tokio::test]

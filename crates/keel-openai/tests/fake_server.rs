@@ -92,7 +92,8 @@ async fn non_streaming_answer_and_the_exact_request() {
         Some(Usage {
             input_tokens: 19,
             output_tokens: 8,
-            total_tokens: 27
+            total_tokens: 27,
+            cached_input_tokens: 0,
         })
     );
     let meta = &ai.response_metadata;
@@ -214,7 +215,8 @@ async fn streamed_text_with_usage() {
         Some(Usage {
             input_tokens: 9,
             output_tokens: 7,
-            total_tokens: 16
+            total_tokens: 16,
+            cached_input_tokens: 0,
         })
     );
     assert_eq!(ai.response_metadata["id"], json!("chatcmpl-BUr1"));
@@ -608,4 +610,163 @@ async fn recorded_llama_cpp_python_bodies() {
     let body = fixture("llama_cpp_python_context_overflow.json");
     let err = invoke_error(400, body, &[]).await;
     assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+    let f = err.overflow.unwrap();
+    assert_eq!((f.sent_tokens, f.window_tokens), (Some(6039), Some(2048)));
+    let f = invoke_error(400, fixture("error_context_llamacpp.json"), &[])
+        .await
+        .overflow
+        .unwrap();
+    assert_eq!((f.sent_tokens, f.window_tokens), (Some(4100), Some(4096)));
+}
+
+/// Overflow as the providers and gateways send it, each body recorded as documented or
+/// reported: classified as an overflow, with the figures their messages state.
+#[tokio::test]
+async fn every_overflow_shape_is_recognised_with_its_figures() {
+    let cases: [(u16, &str, Option<u64>, Option<u64>); 6] = [
+        // OpenAI: one request over the tokens-per-minute limit.
+        (
+            429,
+            "error_429_request_too_large_openai.json",
+            Some(36_278),
+            Some(30_000),
+        ),
+        // LiteLLM's proxy relaying Anthropic.
+        (
+            400,
+            "error_context_litellm_anthropic.json",
+            Some(209_303),
+            Some(200_000),
+        ),
+        // OpenRouter relaying Anthropic in `metadata.raw`.
+        (
+            400,
+            "error_context_openrouter_anthropic.json",
+            Some(200_251),
+            Some(200_000),
+        ),
+        // Google's OpenAI-compatible endpoint: a list around the error.
+        (
+            400,
+            "error_context_gemini_openai_compat.json",
+            Some(1_200_293),
+            Some(1_048_576),
+        ),
+        (400, "error_context_openai.json", None, None),
+        (400, "error_context_llamacpp.json", None, None),
+    ];
+    for (status, name, sent, window) in cases {
+        let body = fixture(name);
+        let err = invoke_error(status, body.clone(), &[("retry-after", "7")]).await;
+        assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{name}: {err}");
+        assert!(!err.is_retryable(), "{name}");
+        assert_eq!(err.retry_after, None, "{name}: no wait fixes it");
+        assert_eq!(err.raw.as_deref(), Some(body.as_str()), "{name}");
+        let f = err.overflow.unwrap_or_else(|| panic!("{name}: no figures"));
+        if sent.is_some() {
+            assert_eq!((f.sent_tokens, f.window_tokens), (sent, window), "{name}");
+        }
+    }
+    // The recorded OpenAI and llama.cpp bodies state their figures too.
+    let f = invoke_error(400, fixture("error_context_openai.json"), &[])
+        .await
+        .overflow
+        .unwrap();
+    assert!(
+        f.sent_tokens.is_some() && f.window_tokens.is_some(),
+        "{f:?}"
+    );
+}
+
+async fn first_stream_error(fixture_name: &str) -> (Vec<ChatChunk>, keel_core::model::ModelError) {
+    let server = serve(200, fixture(fixture_name), "text/event-stream").await;
+    let model = model(&server, "claude-3-5-sonnet");
+    let messages = vec![Message::human("hi")];
+    let settings = ModelSettings::default();
+    let mut stream = model
+        .stream(ChatRequest::new(&messages, &settings))
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    loop {
+        match stream.next().await {
+            Some(Ok(chunk)) => before.push(chunk),
+            Some(Err(e)) => {
+                assert!(
+                    stream.next().await.is_none(),
+                    "the stream ends after an error"
+                );
+                return (before, e);
+            }
+            None => panic!("{fixture_name}: the stream ended without an error"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn error_events_inside_a_200_stream() {
+    // `data: {"error": ...}` after the stream began (LiteLLM relaying Bedrock).
+    let (_, err) = first_stream_error("stream_error_mid_bedrock_litellm.sse").await;
+    assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+    // An `event: error` frame whose data carries no `choices` (Anthropic-style).
+    let (_, err) = first_stream_error("stream_event_error_anthropic_style.sse").await;
+    assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+    let f = err.overflow.unwrap();
+    assert_eq!(
+        (f.sent_tokens, f.window_tokens),
+        (Some(201_234), Some(200_000))
+    );
+    // OpenRouter's mid-stream error chunk: a server failure after some text.
+    let (before, err) = first_stream_error("stream_error_mid_openrouter.sse").await;
+    assert_eq!(before, [ChatChunk::Text { text: "Hel".into() }]);
+    assert_eq!(err.kind, ModelErrorKind::Server, "{err}");
+    assert!(err.message.contains("Provider disconnected unexpectedly"));
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_are_reported() {
+    let server = serve(
+        200,
+        fixture("openai_completion_cached.json"),
+        "application/json",
+    )
+    .await;
+    let model = model(&server, "gpt-4o");
+    let messages = vec![Message::human("hi")];
+    let settings = ModelSettings::default();
+    let answer = model
+        .invoke(ChatRequest::new(&messages, &settings))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.as_ai().unwrap().usage,
+        Some(Usage {
+            input_tokens: 2006,
+            output_tokens: 300,
+            total_tokens: 2306,
+            cached_input_tokens: 1920,
+        })
+    );
+
+    let server = serve(
+        200,
+        fixture("openai_stream_cached.sse"),
+        "text/event-stream",
+    )
+    .await;
+    let model = self::model(&server, "gpt-4o");
+    let chunks = collect(&model, ChatRequest::new(&messages, &settings)).await;
+    let usage = chunks.iter().find_map(|c| match c {
+        ChatChunk::Usage { usage } => Some(*usage),
+        _ => None,
+    });
+    assert_eq!(usage.map(|u| u.cached_input_tokens), Some(1920));
+    assert_eq!(
+        assemble(&chunks)
+            .as_ai()
+            .unwrap()
+            .usage
+            .map(|u| u.input_tokens),
+        Some(2006)
+    );
 }

@@ -6,7 +6,7 @@
 //! Input messages are accepted in both the LangChain shape (`type`) and the OpenAI chat
 //! shape (`role`), which is what `langgraph-sdk` users and `agent-chat-ui` send.
 
-use keel_core::message::{Content, Message, MessageBody, ToolCall, ToolStatus};
+use keel_core::message::{Content, Message, MessageBody, ToolCall, ToolStatus, Usage};
 use keel_core::state::{AgentState, INTERRUPT_KEY, MessageOp, StateUpdate};
 use serde_json::{Map, Value, json};
 
@@ -26,13 +26,7 @@ pub fn message_to_lc(message: &Message) -> Value {
             "additional_kwargs": {}, "response_metadata": {}, "example": false,
         }),
         MessageBody::Ai(ai) => {
-            let usage = ai.usage.map_or(Value::Null, |u| {
-                json!({
-                    "input_tokens": u.input_tokens,
-                    "output_tokens": u.output_tokens,
-                    "total_tokens": u.total_tokens,
-                })
-            });
+            let usage = ai.usage.as_ref().map_or(Value::Null, usage_to_lc);
             json!({
                 "type": "ai", "content": content, "id": message.id(), "name": name,
                 "tool_calls": ai.tool_calls.iter().map(tool_call_to_lc).collect::<Vec<_>>(),
@@ -50,6 +44,20 @@ pub fn message_to_lc(message: &Message) -> Value {
             "additional_kwargs": {}, "response_metadata": {},
         }),
     }
+}
+
+/// LangChain's `usage_metadata` for a usage: the prompt tokens read from the provider's
+/// prompt cache go in `input_token_details.cache_read`, when there are any.
+pub fn usage_to_lc(u: &Usage) -> Value {
+    let mut v = json!({
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "total_tokens": u.total_tokens,
+    });
+    if u.cached_input_tokens > 0 {
+        v["input_token_details"] = json!({"cache_read": u.cached_input_tokens});
+    }
+    v
 }
 
 /// A tool call in LangChain's shape.
@@ -252,6 +260,23 @@ pub fn kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_prompt_tokens_are_langchain_s_cache_read() {
+        let mut u = Usage {
+            input_tokens: 2006,
+            output_tokens: 300,
+            total_tokens: 2306,
+            cached_input_tokens: 1920,
+        };
+        assert_eq!(
+            usage_to_lc(&u),
+            json!({"input_tokens": 2006, "output_tokens": 300, "total_tokens": 2306,
+                   "input_token_details": {"cache_read": 1920}})
+        );
+        u.cached_input_tokens = 0;
+        assert!(usage_to_lc(&u).get("input_token_details").is_none());
+    }
 
     #[test]
     fn round_trips_every_kind() {

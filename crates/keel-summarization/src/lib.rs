@@ -12,6 +12,9 @@
 //!   functions, including [`plan::langchain_split`] for LangChain parity.
 //! - [`cache`]: the process-wide per-thread summary cache (LRU, optional second level,
 //!   single flight).
+//! - [`overflow`]: recovery when the provider rejects a request as over its context
+//!   window (compact below three quarters, send once more, a typed error with the
+//!   figures, a per-run bound, counters).
 //!
 //! The building blocks shared with session memory live below both middlewares and are
 //! re-exported here: [`summary_call`], [`transcript`], [`extractive`], [`events`] and the
@@ -32,6 +35,7 @@ pub mod cache;
 pub mod compact_tool;
 pub mod config;
 pub mod middleware;
+pub mod overflow;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).
 pub use keel_core::pairs;
 pub mod plan;

@@ -69,8 +69,9 @@ use serde::Serialize;
 use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
 use crate::compact_tool;
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
-use crate::events::SummarySource;
+use crate::events::{CompactionReason, SummarySource};
 use crate::extractive::ExtractiveOptions;
+use crate::overflow::OverflowGuard;
 use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
 use crate::stages::memo::{PLAN_INDEX_LISTS, PlanIndexes, ThreadMemos};
 use crate::stages::precompute::Precompute;
@@ -133,6 +134,9 @@ pub enum Action {
 pub struct CompactionReport {
     /// What happened.
     pub action: Action,
+    /// Why the request was considered for compaction: a trigger, or the provider's
+    /// context-overflow error.
+    pub reason: CompactionReason,
     /// Tokens of the whole request before.
     pub tokens_before: u64,
     /// Tokens of the whole request sent.
@@ -345,6 +349,7 @@ impl SummarizationMiddlewareBuilder {
                 threads: ThreadMemos::new(WARNED_THREADS),
                 plan_indexes: PlanIndexes::new(PLAN_INDEX_LISTS),
                 report_ids: self.report_ids,
+                overflow: OverflowGuard::default(),
             }),
         })
     }
@@ -460,6 +465,9 @@ pub(crate) struct Compactor {
     /// [`crate::stages::memo::PlanIndexes`].
     pub(crate) plan_indexes: PlanIndexes,
     pub(crate) report_ids: bool,
+    /// Recovery from the provider's context-overflow errors: counters and the per-run
+    /// bound ([`crate::overflow`]).
+    pub(crate) overflow: OverflowGuard,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
     /// summary made under another prompt or summary model (say, read back from the
@@ -890,19 +898,14 @@ impl Middleware for SummarizationMiddleware {
         let sent = prepared.report.tokens_after;
         match next.clone().run(prepared.request).await {
             Err(e) if e.kind == ModelErrorKind::ContextOverflow && self.core.config.enabled => {
-                // The model says it does not fit although our count said otherwise:
-                // compact below three quarters of what was sent and retry once.
-                let forced = self
-                    .core
-                    .prepare_inner(&request, Some(sent.saturating_mul(3) / 4))
-                    .await;
-                if forced.report.tokens_after < sent {
-                    next.run(forced.request).await
-                } else {
-                    Err(e)
-                }
+                self.core.recover_overflow(&request, sent, e, next).await
             }
-            other => other,
+            other => {
+                self.core
+                    .overflow
+                    .succeeded(&request.runtime.run_id, other.is_ok());
+                other
+            }
         }
     }
 }

@@ -154,6 +154,7 @@ async fn a_compaction_asked_for_holds_for_every_later_call_under_the_trigger() {
     let report = &done.reports["SummarizationMiddleware"];
     assert_eq!(report["action"], "compacted", "{report}");
     assert!(report["summarized"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["reason"], "requested", "{report}");
     assert_eq!(model.internal_calls(), 1, "one summary call");
     let state = agent.state("t").await.unwrap().unwrap();
     assert_eq!(

@@ -12,14 +12,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use keel_core::message::{DYNAMIC_CONTEXT, HIDE_FROM_UI, Message};
-use keel_core::model::{ModelError, ModelErrorKind, ModelProfile};
+use keel_core::model::{ModelError, ModelErrorKind, ModelProfile, OverflowFigures};
 use keel_core::pairs::check_pairs;
 use keel_core::store::{StoreError, SummaryStore};
+use keel_core::tokens::TokenCounter;
 use keel_core::tool::ToolSpec;
 use keel_summarization::SUMMARY_PREFIX;
 use keel_summarization::cache::{CachedSummary, SummaryCache};
-use keel_summarization::events::SummarySource;
+use keel_summarization::config::ContextSize;
+use keel_summarization::events::{CompactionReason, SummarySource};
 use keel_summarization::middleware::Action;
+use keel_summarization::overflow::{MAX_FAILED_RECOVERIES_PER_RUN, OverflowStats};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -1031,6 +1034,201 @@ async fn context_overflow_from_the_model_compacts_and_retries_once() {
         .unwrap_err();
     assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
     assert_eq!(terminal.count(), 2);
+    // The typed error: what the compacted request carried (Keel's count, as the
+    // provider gave no figures) and what the model's window is.
+    let sent = CharCounter.count_messages(&terminal.last().messages);
+    assert_eq!(
+        err.overflow,
+        Some(OverflowFigures {
+            sent_tokens: Some(sent),
+            window_tokens: None
+        })
+    );
+    assert!(
+        err.message.contains(&format!(
+            "{sent} tokens sent, the model's window is unknown"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        mw.overflow_stats(),
+        OverflowStats {
+            overflows: 2,
+            recovered: 1,
+            unrecovered: 1,
+            bounded: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn overflow_recovery_is_visible_and_uses_the_provider_s_figures() {
+    let model = SummaryModel::new();
+    let cfg = config()
+        .trigger(tokens(1_000_000))
+        .keep(msgs(3))
+        .build()
+        .unwrap();
+    let mw = middleware(cfg).build().unwrap();
+    let terminal = Terminal::default();
+    // The provider counted twice what Keel did against its window: the compacted
+    // request must get under half of Keel's count, not merely three quarters.
+    terminal.errors.lock().push(
+        ModelError::new(ModelErrorKind::ContextOverflow, "prompt is too long").with_overflow(
+            OverflowFigures {
+                sent_tokens: Some(2_400),
+                window_tokens: Some(1_200),
+            },
+        ),
+    );
+    let (r, mut rx) = request_with_events(chat(12, 100), model.clone(), "t");
+    let sent = CharCounter.count_messages(&r.messages);
+    run(&mw, r, &terminal).await.unwrap();
+    let events = custom_events(&mut rx);
+    let compacted: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "context_compacted")
+        .collect();
+    assert_eq!(compacted.len(), 1, "{events:?}");
+    assert_eq!(compacted[0]["reason"], json!("overflow"));
+    assert_eq!(compacted[0]["tokens_before"], json!(sent));
+    let after = CharCounter.count_messages(&terminal.last().messages);
+    assert!(after * 2 <= sent, "{after} of {sent}");
+    assert_eq!(mw.overflow_stats().recovered, 1);
+
+    // A trigger compaction says so.
+    let cfg = config().trigger(msgs(10)).keep(msgs(3)).build().unwrap();
+    let mw = middleware(cfg).build().unwrap();
+    let (r, mut rx) = request_with_events(chat(12, 10), model.clone(), "u");
+    let p = mw.prepare(&r).await;
+    assert_eq!(p.report.reason, CompactionReason::Trigger);
+    let events = custom_events(&mut rx);
+    assert_eq!(events.last().unwrap()["reason"], json!("trigger"));
+}
+
+#[tokio::test]
+async fn overflows_that_compaction_cannot_fix_are_bounded_per_run() {
+    let model = SummaryModel::new();
+    let cfg = config()
+        .trigger(tokens(1_000_000))
+        .keep(msgs(3))
+        .build()
+        .unwrap();
+    let mw = middleware(cfg).build().unwrap();
+    let terminal = Terminal::default();
+    terminal.errors.lock().extend(
+        (0..20)
+            .map(|_| ModelError::new(ModelErrorKind::ContextOverflow, "context_length_exceeded")),
+    );
+    let first = request(chat(12, 100), model.clone(), "t");
+    let same_run = |thread: &str| {
+        let mut r = request(chat(12, 100), model.clone(), thread);
+        r.runtime.run_id = first.runtime.run_id.clone();
+        r
+    };
+    for i in 0..MAX_FAILED_RECOVERIES_PER_RUN as usize {
+        run(&mw, same_run("t"), &terminal).await.unwrap_err();
+        assert_eq!(terminal.count(), 2 * (i + 1), "one retry per call");
+    }
+    let err = run(&mw, same_run("t"), &terminal).await.unwrap_err();
+    assert_eq!(
+        terminal.count(),
+        2 * MAX_FAILED_RECOVERIES_PER_RUN as usize + 1,
+        "no retry once the run is over the bound"
+    );
+    assert_eq!(err.kind, ModelErrorKind::ContextOverflow);
+    assert!(err.message.contains("not compacted again"), "{err}");
+    assert_eq!(mw.overflow_stats().bounded, 1);
+    // Another run is not affected.
+    let before = terminal.count();
+    run(&mw, request(chat(12, 100), model.clone(), "t"), &terminal)
+        .await
+        .unwrap_err();
+    assert_eq!(terminal.count(), before + 2);
+    // A success ends the run's streak.
+    terminal.errors.lock().clear();
+    run(&mw, same_run("t"), &terminal).await.unwrap();
+    terminal
+        .errors
+        .lock()
+        .push(ModelError::new(ModelErrorKind::ContextOverflow, "x"));
+    let before = terminal.count();
+    run(&mw, same_run("t"), &terminal).await.unwrap();
+    assert_eq!(terminal.count(), before + 2, "recovered again");
+}
+
+#[tokio::test]
+async fn an_overflow_with_nothing_to_compact_is_a_typed_error_at_once() {
+    let model = SummaryModel::new();
+    let cfg = config()
+        .trigger(tokens(1_000_000))
+        .keep(msgs(3))
+        .build()
+        .unwrap();
+    let mw = middleware(cfg).build().unwrap();
+    let terminal = Terminal::default();
+    terminal.errors.lock().push(
+        ModelError::new(
+            ModelErrorKind::ContextOverflow,
+            "prompt is too long: 9000 tokens > 8192 maximum",
+        )
+        .with_overflow(OverflowFigures {
+            sent_tokens: Some(9_000),
+            window_tokens: Some(8_192),
+        }),
+    );
+    let err = run(&mw, request(chat(1, 100), model.clone(), "t"), &terminal)
+        .await
+        .unwrap_err();
+    assert_eq!(terminal.count(), 1, "nothing smaller to send");
+    assert_eq!(
+        err.overflow,
+        Some(OverflowFigures {
+            sent_tokens: Some(9_000),
+            window_tokens: Some(8_192)
+        })
+    );
+    assert!(
+        err.message
+            .contains("9000 tokens sent, the model's window is 8192 tokens"),
+        "{err}"
+    );
+    assert!(
+        err.message.contains("could not make it any smaller"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn triggers_leave_room_for_the_answer() {
+    let profile = ModelProfile::new("m", "scripted")
+        .with_max_input_tokens(1_000)
+        .with_max_output_tokens(400);
+    let model: Arc<dyn keel_core::model::ChatModel> =
+        Arc::new(keel_testkit::ScriptedModel::new([]).with_profile(profile));
+    // 700 tokens: under the 5000-token trigger and the 1000-token window, over what the
+    // provider accepts once the answer's 400 tokens are reserved.
+    let cfg = config()
+        .trigger(tokens(5_000))
+        .keep(msgs(2))
+        .build()
+        .unwrap();
+    let mw = middleware(cfg).extractive().build().unwrap();
+    let p = mw.prepare(&request(chat(7, 100), model.clone(), "t")).await;
+    assert_eq!(p.report.action, Action::Compacted, "{:?}", p.report);
+    // The request's own max_tokens replaces the output limit: 900 usable.
+    let mut r = request(chat(7, 100), model.clone(), "u");
+    r.settings.max_tokens = Some(100);
+    assert_eq!(mw.prepare(&r).await.report.action, Action::PassThrough);
+    // A fraction resolves against the usable window: 0.5 x 600.
+    let cfg = config()
+        .trigger(ContextSize::Fraction(0.5))
+        .keep(msgs(2))
+        .build()
+        .unwrap();
+    let mw = middleware(cfg).extractive().build().unwrap();
+    let p = mw.prepare(&request(chat(4, 100), model.clone(), "v")).await;
+    assert_eq!(p.report.action, Action::Compacted, "400 tokens > 300");
 }
 
 // 10. Extractive --------------------------------------------------------------------

@@ -5,8 +5,9 @@
 //!   when, and only when, the run blocks on a summary model call, so a chat UI can show
 //!   a transient toast. Cache reuse and the extractive summarizer are silent.
 //! - [`ContextCompacted`]: `{"type": "context_compacted", ...}`, emitted after every
-//!   compaction that changed the request, with token counts before and after and how the
-//!   summary was obtained, for UIs and metrics.
+//!   compaction that changed the request, with token counts before and after, how the
+//!   summary was obtained and why the request was compacted ([`CompactionReason`]:
+//!   `"trigger"` or `"overflow"`), for UIs and metrics.
 //!
 //! ```
 //! use keel_summary::events::{ContextCompacting, EVENT_COMPACTING};
@@ -72,12 +73,42 @@ pub enum SummarySource {
     LastGood,
 }
 
+/// Why a request was compacted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// The request reached a configured trigger.
+    #[default]
+    Trigger,
+    /// The provider rejected the request as larger than the model's context window
+    /// (recognised from its error), and it was compacted to be sent once more.
+    Overflow,
+    /// A compaction asked for (`Agent::compact`, `POST /threads/{id}/compact`, the
+    /// `compact_conversation` tool), or a later call of a thread compacted that way.
+    Requested,
+}
+
+impl CompactionReason {
+    /// The wire name (`"trigger"`, `"overflow"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionReason::Trigger => "trigger",
+            CompactionReason::Overflow => "overflow",
+            CompactionReason::Requested => "requested",
+        }
+    }
+}
+
 /// A compaction finished and the request sent to the model changed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextCompacted {
     /// Always [`EVENT_COMPACTED`].
     #[serde(rename = "type")]
     pub kind: String,
+    /// Why the request was compacted (absent in events written before the field
+    /// existed, which were all trigger compactions).
+    #[serde(default)]
+    pub reason: CompactionReason,
     /// Tokens of the whole request before compaction.
     pub tokens_before: u64,
     /// Tokens of the whole request actually sent.

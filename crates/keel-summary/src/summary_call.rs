@@ -3,8 +3,12 @@
 //! One [`SummaryCaller::call`] is: for the summary model, then (if it fails) the run's
 //! model, up to `max_attempts` attempts each with a timeout, retrying only transient
 //! errors ([`ModelError::is_retryable`]) with exponential backoff (a server's
-//! `retry_after` is honoured, capped). A context-overflow error from the summarizer is
-//! retried once with the middle of the transcript cut out. The call is marked
+//! `retry_after` is honoured, capped). A context-overflow error from the summarizer gets
+//! the rule compaction applies to the run's own calls: the middle of the transcript is
+//! cut until the prompt is below three quarters of what was sent (and below the window
+//! the provider stated, when it stated one), and it is sent once more. A second
+//! overflow, or a prompt that cannot get smaller, ends that model's attempts with
+//! [`SummaryCallError::Failed`] carrying the figures ([`OverflowFigures`]). The call is marked
 //! [`ChatRequest::internal`], so its tokens never reach the user's stream.
 //!
 //! Output is validated before anyone can store it: blank text, text longer than the cap,
@@ -46,7 +50,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::message::Message;
-use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings};
+use keel_core::model::{
+    ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings, OverflowFigures,
+};
 use lru::LruCache;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -238,6 +244,9 @@ pub enum SummaryCallError {
         reason: String,
         /// The last model error's kind, if the last failure was a model error.
         kind: Option<ModelErrorKind>,
+        /// When the last failure was a context overflow that cutting the transcript did
+        /// not fix: the tokens sent and the model's window.
+        overflow: Option<OverflowFigures>,
     },
 }
 
@@ -323,6 +332,7 @@ impl SummaryCaller {
         let mut last_reason = String::from("no model was tried");
         let mut reasons: Vec<String> = Vec::new();
         let mut last_kind = None;
+        let mut last_overflow = None;
         'models: for (model_index, model) in models.iter().enumerate() {
             let mut prompt =
                 fit_to_window(prompt, model.profile().max_input_tokens, max_output_tokens);
@@ -372,13 +382,39 @@ impl SummaryCaller {
                 tracing::warn!(model = %model.profile().name, attempt = model_attempts, error = %error.message, "summary attempt failed");
                 last_reason = format!("{}: {}", model.profile().name, error.message);
                 last_kind = Some(error.kind);
-                if error.kind == ModelErrorKind::ContextOverflow
-                    && !overflow_cut_used
-                    && let Some(shorter) = prompt.without_middle()
-                {
-                    prompt = shorter;
-                    overflow_cut_used = true;
-                    continue;
+                last_overflow = None;
+                if error.kind == ModelErrorKind::ContextOverflow {
+                    let sent_chars = prompt.render().len();
+                    let figures = error.overflow.unwrap_or_default().or(OverflowFigures {
+                        sent_tokens: Some((sent_chars / CHARS_PER_TOKEN_FLOOR) as u64),
+                        window_tokens: model.profile().max_input_tokens,
+                    });
+                    let shorter = (!overflow_cut_used)
+                        .then(|| cut_after_overflow(&prompt, figures, max_output_tokens))
+                        .flatten();
+                    if let Some(shorter) = shorter {
+                        tracing::warn!(
+                            model = %model.profile().name,
+                            sent_chars,
+                            cut_chars = shorter.render().len(),
+                            "summary prompt overflowed the model's context; cutting its middle and sending it once more"
+                        );
+                        prompt = shorter;
+                        overflow_cut_used = true;
+                        continue;
+                    }
+                    last_reason = format!(
+                        "{}: the summary prompt overflows the context window ({figures}){}: {}",
+                        model.profile().name,
+                        if overflow_cut_used {
+                            " after cutting the middle of its transcript"
+                        } else {
+                            " and cannot be cut further"
+                        },
+                        error.message
+                    );
+                    last_overflow = Some(figures);
+                    break;
                 }
                 // A timed-out local server is most likely still busy with the abandoned
                 // answer: a retry would only queue behind it. Try the next model.
@@ -412,6 +448,7 @@ impl SummaryCaller {
             attempts,
             reason: reasons.join("; then "),
             kind: last_kind,
+            overflow: last_overflow,
         })
     }
 
@@ -508,6 +545,34 @@ pub fn fit_to_window(
         );
     }
     out
+}
+
+/// `prompt` after the provider said it overflowed: its middle cut until the rendered
+/// prompt is under three quarters of what was sent and, when the provider stated the
+/// window, under that window less the output cap (three characters a token, on the
+/// safe side). `None` when no cut makes it smaller.
+fn cut_after_overflow(
+    prompt: &SummaryPrompt,
+    figures: OverflowFigures,
+    max_output_tokens: Option<u32>,
+) -> Option<SummaryPrompt> {
+    let sent = prompt.render().len();
+    let mut budget = sent.saturating_mul(3) / 4;
+    if let Some(window) = figures.window_tokens {
+        let tokens = window.saturating_sub(u64::from(max_output_tokens.unwrap_or(0)));
+        let chars = usize::try_from(tokens)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(CHARS_PER_TOKEN_FLOOR);
+        budget = budget.min(chars);
+    }
+    let mut out = prompt.without_middle()?;
+    while out.render().len() > budget {
+        match out.without_middle() {
+            Some(shorter) => out = shorter,
+            None => break,
+        }
+    }
+    (out.render().len() < sent).then_some(out)
 }
 
 /// Checks a model's summary: trimmed, non-blank, not a placeholder or error text, within
@@ -702,6 +767,114 @@ mod tests {
         assert!(cut.render().contains("- old"), "the previous summary stays");
         assert!(cut.message_count() < 40);
     }
+    fn long_prompt() -> SummaryPrompt {
+        let msgs: Vec<Message> = (0..40)
+            .map(|i| Message::human(format!("message {i} {}", "x".repeat(200))))
+            .collect();
+        SummaryPrompt::new(
+            "{messages}",
+            None,
+            &msgs,
+            &crate::transcript::TranscriptOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_overflowing_summary_prompt_is_cut_below_three_quarters_and_sent_once_more() {
+        let overflow = || {
+            ModelError::new(ModelErrorKind::ContextOverflow, "prompt is too long").with_overflow(
+                OverflowFigures {
+                    sent_tokens: Some(9_000),
+                    window_tokens: Some(8_192),
+                },
+            )
+        };
+        let model = Arc::new(keel_testkit::ScriptedModel::with_results([
+            Err(overflow()),
+            Ok(Message::ai("- kept")),
+        ]));
+        let caller = SummaryCaller::new(SummaryCallOptions::default());
+        let prompt = long_prompt();
+        let out = caller
+            .call("t", &SummaryModels::single(model.clone()), &prompt, None)
+            .await
+            .unwrap();
+        assert_eq!(out.text, "- kept");
+        let sent: Vec<usize> = model
+            .requests()
+            .iter()
+            .map(|r| r.messages[0].text().len())
+            .collect();
+        assert_eq!(sent.len(), 2);
+        assert!(sent[1] * 4 <= sent[0] * 3, "{sent:?}");
+
+        // Overflowing twice: one cut, then a typed error with the provider's figures.
+        let model = Arc::new(keel_testkit::ScriptedModel::with_results([
+            Err(overflow()),
+            Err(overflow()),
+            Ok(Message::ai("- never asked")),
+        ]));
+        let err = caller
+            .call("t2", &SummaryModels::single(model.clone()), &prompt, None)
+            .await
+            .unwrap_err();
+        assert_eq!(model.calls(), 2, "never loops");
+        let SummaryCallError::Failed {
+            kind, overflow: f, ..
+        } = &err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!(*kind, Some(ModelErrorKind::ContextOverflow));
+        assert_eq!(
+            *f,
+            Some(OverflowFigures {
+                sent_tokens: Some(9_000),
+                window_tokens: Some(8_192)
+            })
+        );
+        assert!(
+            err.to_string()
+                .contains("9000 tokens sent, the model's window is 8192 tokens"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_prompt_that_cannot_be_cut_reports_keel_s_own_figures() {
+        let model = Arc::new(
+            keel_testkit::ScriptedModel::with_results([Err(ModelError::new(
+                ModelErrorKind::ContextOverflow,
+                "too long",
+            ))])
+            .with_profile(
+                keel_core::model::ModelProfile::new("tiny", "local").with_max_input_tokens(64),
+            ),
+        );
+        let prompt = SummaryPrompt::new(
+            "{messages}",
+            None,
+            &[Message::human("x".repeat(600))],
+            &crate::transcript::TranscriptOptions::default(),
+        )
+        .unwrap();
+        let caller = SummaryCaller::new(SummaryCallOptions::default());
+        let err = caller
+            .call("t", &SummaryModels::single(model.clone()), &prompt, None)
+            .await
+            .unwrap_err();
+        assert_eq!(model.calls(), 1);
+        let SummaryCallError::Failed {
+            overflow: Some(f), ..
+        } = err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!(f.window_tokens, Some(64));
+        assert!(f.sent_tokens.is_some_and(|n| n >= 200), "{f:?}");
+    }
+
     /// A model that never answers in time, counting its calls.
     struct Hanging(ModelProfileHolder, std::sync::atomic::AtomicUsize);
     struct ModelProfileHolder(keel_core::model::ModelProfile);

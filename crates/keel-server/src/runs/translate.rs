@@ -10,7 +10,7 @@ use keel_core::stream::StreamEvent;
 use serde_json::{Map, Value, json};
 
 use super::modes::{ModeSet, WireMode};
-use crate::wire::{interrupts_to_lg, message_to_lc, state_to_values, update_to_lc};
+use crate::wire::{interrupts_to_lg, message_to_lc, state_to_values, update_to_lc, usage_to_lc};
 
 /// One SSE event to append to the run's log.
 pub type Out = (Option<WireMode>, &'static str, Value);
@@ -287,11 +287,7 @@ impl Translator {
                 }
             }
             ChatChunk::Usage { usage } => {
-                let usage = json!({
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                    "total_tokens": usage.total_tokens,
-                });
+                let usage = usage_to_lc(usage);
                 lc["usage_metadata"] = usage.clone();
                 partial.usage = usage;
             }

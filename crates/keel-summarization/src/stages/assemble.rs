@@ -31,6 +31,7 @@ impl Compactor {
             request: request.clone(),
             report: CompactionReport {
                 action,
+                reason: m.reason,
                 tokens_before: m.total,
                 tokens_after: m.total,
                 messages_before: messages.len(),
@@ -167,6 +168,7 @@ impl Compactor {
             request: request.with_messages(out),
             report: CompactionReport {
                 action,
+                reason: m.reason,
                 tokens_before: m.total,
                 tokens_after: tokens,
                 messages_before: messages.len(),
@@ -192,6 +194,7 @@ impl Compactor {
         let Some(source) = report.source else { return };
         ContextCompacted {
             kind: crate::events::EVENT_COMPACTED.to_owned(),
+            reason: report.reason,
             tokens_before: report.tokens_before,
             tokens_after: report.tokens_after,
             cache_hit: source == SummarySource::Cache,

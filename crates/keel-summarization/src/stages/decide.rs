@@ -9,6 +9,7 @@ use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_call
 use keel_core::middleware::ModelRequest;
 use keel_core::state::COMPACTED_THROUGH;
 
+use crate::events::CompactionReason;
 use crate::middleware::Compactor;
 use crate::plan::{self, Limit};
 use crate::stages::Measured;
@@ -60,11 +61,12 @@ impl Compactor {
         }
         if let Some(f) = forced {
             m.triggers.push(Limit::Tokens(f.max(1)));
-        } else if !manual
-            && !plan::triggered(&m.triggers, m.total, request.messages.len())
-            && !compacted_by_hand(request)
-        {
-            return Decision::PassThrough;
+            m.reason = CompactionReason::Overflow;
+        } else if !plan::triggered(&m.triggers, m.total, request.messages.len()) {
+            if !(manual || compacted_by_hand(request)) {
+                return Decision::PassThrough;
+            }
+            m.reason = CompactionReason::Requested;
         }
         self.warn_fixed_cost(m);
         // Scan only from where the last call on this list found nothing dangling.

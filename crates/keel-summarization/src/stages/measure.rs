@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use keel_core::middleware::ModelRequest;
 use keel_core::tokens::TokenCounter;
 
+use crate::events::CompactionReason;
 use crate::middleware::Compactor;
 use crate::plan::{Limit, resolve};
 
@@ -14,10 +15,14 @@ pub(crate) struct Measured {
     pub fixed: u64,
     /// The whole request.
     pub total: u64,
-    /// The triggers, resolved against the model's context window.
+    /// The triggers, resolved against the usable window, and none above it.
     pub triggers: Vec<Limit>,
-    /// The model's context window, when known.
+    /// What a request to the model may carry, when its window is known: the window less
+    /// the request's `max_tokens` or the model's output limit
+    /// ([`ModelProfile::usable_input_tokens`](keel_core::model::ModelProfile::usable_input_tokens)).
     pub window: Option<u64>,
+    /// Why this call compacts, if it does: a trigger, or the provider's overflow error.
+    pub reason: CompactionReason,
 }
 
 impl Compactor {
@@ -29,19 +34,38 @@ impl Compactor {
             .map_or(0, |s| counter.count_message(s))
             + counter.count_tools(&request.tools);
         let total = fixed + counter.count_messages_in(&request.messages, request.lineage());
-        let window = request.model.profile().max_input_tokens;
+        let window = request
+            .model
+            .profile()
+            .usable_input_tokens(request.settings.max_tokens);
         Measured {
             fixed,
             total,
             triggers: self.resolve_triggers(window),
             window,
+            reason: CompactionReason::Trigger,
         }
     }
 
+    /// The configured triggers against the usable window. A token trigger above the
+    /// window is lowered to it (once-per-process warning): the provider would reject
+    /// the request before the trigger fired.
     pub(crate) fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
+        static WARNED: AtomicBool = AtomicBool::new(false);
         let mut out = Vec::with_capacity(self.config.trigger.len());
         for t in &self.config.trigger {
             match resolve(*t, window) {
+                Some(Limit::Tokens(n)) if window.is_some_and(|w| n > w) => {
+                    let w = window.unwrap_or(n);
+                    if !WARNED.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            trigger_tokens = n,
+                            usable_tokens = w,
+                            "summarization.trigger: {n} tokens is above what the model accepts ({w} tokens: its window less the answer's room, max_tokens or the model's output limit); compacting at {w} instead"
+                        );
+                    }
+                    out.push(Limit::Tokens(w));
+                }
                 Some(l) => out.push(l),
                 None => self.warn_fraction("trigger"),
             }
