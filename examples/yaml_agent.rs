@@ -183,6 +183,8 @@ fn show(event: StreamEvent, streaming_text: &mut bool) -> Result<(), std::io::Er
             )?,
             _ => writeln!(out, "  [custom]   {node}: {payload}")?,
         },
+        // Task and checkpoint events come only for the modes that ask for them.
+        _ => {}
     }
     out.flush()
 }

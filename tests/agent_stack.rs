@@ -131,6 +131,7 @@ fn describe(event: &StreamEvent) -> String {
         StreamEvent::Custom { node, payload } => {
             format!("custom {node} {}", payload["type"].as_str().unwrap_or("?"))
         }
+        other => format!("{:?}", other.mode()),
     }
 }
 

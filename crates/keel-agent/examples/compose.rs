@@ -114,7 +114,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 serde_json::to_string(&chunk)?
             ),
             StreamEvent::Custom { node, payload } => println!("custom  {node}: {payload}"),
-            StreamEvent::Values { .. } => {}
+            // Values, and the task and checkpoint events of modes not asked for here.
+            _ => {}
         }
     }
     let out = stream.finish().await?;

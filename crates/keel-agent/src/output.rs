@@ -29,6 +29,8 @@ pub(crate) struct Modes {
     pub(crate) updates: bool,
     pub(crate) messages: bool,
     pub(crate) custom: bool,
+    pub(crate) tasks: bool,
+    pub(crate) checkpoints: bool,
 }
 
 impl Modes {
@@ -37,6 +39,8 @@ impl Modes {
         updates: false,
         messages: false,
         custom: false,
+        tasks: false,
+        checkpoints: false,
     };
 
     pub(crate) fn wants(&self, mode: StreamMode) -> bool {
@@ -45,6 +49,10 @@ impl Modes {
             StreamMode::Updates => self.updates,
             StreamMode::Messages => self.messages,
             StreamMode::Custom => self.custom,
+            StreamMode::Tasks => self.tasks,
+            StreamMode::Checkpoints => self.checkpoints,
+            // A mode this version of the agent does not produce.
+            _ => false,
         }
     }
 }
@@ -57,6 +65,8 @@ impl From<&[StreamMode]> for Modes {
             updates: has(StreamMode::Updates),
             messages: has(StreamMode::Messages),
             custom: has(StreamMode::Custom),
+            tasks: has(StreamMode::Tasks),
+            checkpoints: has(StreamMode::Checkpoints),
         }
     }
 }

@@ -517,9 +517,18 @@ impl Run {
         .map_err(|source| self.store_error(source))?;
         match outcome {
             PutOutcome::Saved { seq } => {
+                let parent = self.head;
                 self.head = Some(seq);
                 self.wrote = true;
                 self.from = None;
+                if self.modes.checkpoints {
+                    self.writer.send(StreamEvent::Checkpoint {
+                        seq,
+                        parent,
+                        node: node.to_owned(),
+                        state: self.state.clone(),
+                    });
+                }
             }
             PutOutcome::Conflict { head } => {
                 return Err(AgentError::Conflict {
@@ -531,6 +540,26 @@ impl Run {
         }
         self.emit_values();
         Ok(())
+    }
+
+    /// `tasks` mode: `node` starts from the current state.
+    fn task_start(&self, node: &str) {
+        if self.modes.tasks {
+            self.writer.send(StreamEvent::TaskStart {
+                node: node.to_owned(),
+                input: self.state.clone(),
+            });
+        }
+    }
+
+    /// `tasks` mode: `node` ended, having written `update`.
+    fn task_end(&self, node: &str, update: &StateUpdate) {
+        if self.modes.tasks {
+            self.writer.send(StreamEvent::TaskEnd {
+                node: node.to_owned(),
+                update: update.clone(),
+            });
+        }
     }
 
     fn emit_values(&self) {
@@ -561,6 +590,7 @@ impl Run {
                 }
             };
             let m = &entry.middleware;
+            self.task_start(&entry.node);
             let outcome: Result<HookOutcome, MiddlewareError> = match hook {
                 NodeHook::BeforeAgent => m.before_agent(&self.state, runtime).await,
                 NodeHook::BeforeModel => m.before_model(&self.state, runtime).await,
@@ -568,6 +598,7 @@ impl Run {
                 NodeHook::AfterAgent => m.after_agent(&self.state, runtime).await,
             };
             let HookOutcome { update, jump } = outcome?;
+            self.task_end(&entry.node, &update);
             // A node that wrote nothing emits no `values` (as in LangGraph, where values
             // follow a step only when it wrote a channel): the state is the one the last
             // write sent, and a client would receive the whole thread again for nothing.
@@ -612,6 +643,7 @@ impl Run {
             writer: self.modes.messages.then(|| self.writer.clone()),
             calls: &self.calls,
         };
+        self.task_start(MODEL_NODE);
         let response = Next::new(&inner.pipeline.wrap_model, &terminal)
             .run(request)
             .await
@@ -621,6 +653,7 @@ impl Run {
         update.messages.push(MessageOp::Upsert {
             message: response.message,
         });
+        self.task_end(MODEL_NODE, &update);
         self.commit(inner, MODEL_NODE, update, true).await
     }
 
@@ -635,6 +668,7 @@ impl Run {
         };
         let runtime = self.runtime(TOOLS_NODE);
         let chain = &inner.pipeline.wrap_tool;
+        self.task_start(TOOLS_NODE);
         // Polled together (not spawned): the calls overlap without needing a runtime handle.
         let results = futures::future::join_all(calls.into_iter().map(|call| {
             let request = ToolCallRequest {
@@ -654,8 +688,9 @@ impl Run {
             }
         }))
         .await;
-        self.commit(inner, TOOLS_NODE, StateUpdate::messages(results), true)
-            .await
+        let update = StateUpdate::messages(results);
+        self.task_end(TOOLS_NODE, &update);
+        self.commit(inner, TOOLS_NODE, update, true).await
     }
 }
 

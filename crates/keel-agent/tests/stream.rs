@@ -69,6 +69,14 @@ fn label(e: &StreamEvent) -> String {
             other => format!("messages:{node}:{call_index}:{other:?}"),
         },
         StreamEvent::Custom { node, payload } => format!("custom:{node}:{}", payload["call"]),
+        StreamEvent::TaskStart { node, .. } => format!("task:{node}"),
+        StreamEvent::TaskEnd { node, update } => {
+            format!("task_end:{node}:{}", update.messages.len())
+        }
+        StreamEvent::Checkpoint {
+            seq, parent, node, ..
+        } => format!("checkpoint:{node}:{seq}:{parent:?}"),
+        other => format!("other:{:?}", other.mode()),
     }
 }
 
@@ -248,4 +256,53 @@ async fn finish_returns_the_outcome_without_reading_events() {
         .await
         .unwrap();
     assert_eq!(out.state.messages.len(), 2);
+}
+
+/// `tasks` mode: each node's start and end, a node that wrote nothing included, in the
+/// order they run; `checkpoints` mode: each checkpoint as written, with its parent (the
+/// thread's empty root, seq 0, is written before the run's first step).
+#[tokio::test]
+async fn tasks_and_checkpoints_modes_follow_every_node_and_write() {
+    let agent = Agent::builder()
+        .model(Arc::new(ScriptedModel::new([
+            ai_calls(&[("c1", "echo")]),
+            Message::ai("done"),
+        ])))
+        .tool(FnTool::new("echo", |args| Ok(args.to_string().into())))
+        .middleware(Bystander)
+        .build()
+        .unwrap();
+    let stream = agent.stream(
+        "t",
+        vec![Message::human("hi")],
+        &[StreamMode::Tasks, StreamMode::Checkpoints],
+    );
+    let labels: Vec<_> = stream.map(|e| label(&e)).collect().await;
+    assert_eq!(
+        labels,
+        [
+            "checkpoint:input:1:Some(0)",
+            "task:Bystander.before_agent",
+            "task_end:Bystander.before_agent:0",
+            "task:Bystander.before_model",
+            "task_end:Bystander.before_model:0",
+            "task:model",
+            "task_end:model:1",
+            "checkpoint:model:2:Some(1)",
+            "task:Bystander.after_model",
+            "task_end:Bystander.after_model:0",
+            "task:tools",
+            "task_end:tools:1",
+            "checkpoint:tools:3:Some(2)",
+            "task:Bystander.before_model",
+            "task_end:Bystander.before_model:0",
+            "task:model",
+            "task_end:model:1",
+            "checkpoint:model:4:Some(3)",
+            "task:Bystander.after_model",
+            "task_end:Bystander.after_model:0",
+            "task:Bystander.after_agent",
+            "task_end:Bystander.after_agent:0",
+        ]
+    );
 }

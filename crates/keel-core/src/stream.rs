@@ -1,4 +1,5 @@
-//! Stream events (LangGraph's `values`, `updates`, `messages` and `custom` modes) and the
+//! Stream events (LangGraph's `values`, `updates`, `messages`, `custom`, `tasks` and
+//! `checkpoints` modes) and the
 //! writer hooks use to emit custom events.
 
 use std::sync::Arc;
@@ -10,8 +11,9 @@ use tokio::sync::mpsc;
 use crate::model::ChatChunk;
 use crate::state::{AgentState, StateUpdate};
 
-/// Which kinds of event a stream consumer wants.
+/// Which kinds of event a stream consumer wants. New modes add variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
 #[serde(rename_all = "snake_case")]
 pub enum StreamMode {
     /// The full state after each step.
@@ -22,10 +24,15 @@ pub enum StreamMode {
     Messages,
     /// JSON payloads written by hooks.
     Custom,
+    /// Each node's start and end (LangGraph's `tasks`).
+    Tasks,
+    /// Each checkpoint as it is written (LangGraph's `checkpoints`).
+    Checkpoints,
 }
 
-/// One streamed event.
+/// One streamed event. New modes add variants: match with a wildcard arm.
 #[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum StreamEvent {
     /// The state after a step.
@@ -59,6 +66,32 @@ pub enum StreamEvent {
         /// The payload, e.g. `{"type": "context_compacting", "message": "..."}`.
         payload: Value,
     },
+    /// A node starts (`tasks` mode).
+    TaskStart {
+        /// Node name, as in [`StreamEvent::Updates`].
+        node: String,
+        /// The state it starts from (for `tools`, the pending calls are its last
+        /// message's).
+        input: Arc<AgentState>,
+    },
+    /// A node ended (`tasks` mode), with what it wrote (empty when it wrote nothing).
+    TaskEnd {
+        /// Node name.
+        node: String,
+        /// What it changed.
+        update: StateUpdate,
+    },
+    /// A checkpoint was written (`checkpoints` mode).
+    Checkpoint {
+        /// Its seq in the thread.
+        seq: u64,
+        /// The checkpoint it follows (`None`: the thread's first).
+        parent: Option<u64>,
+        /// The node that wrote it.
+        node: String,
+        /// The state it holds.
+        state: Arc<AgentState>,
+    },
 }
 
 impl StreamEvent {
@@ -69,6 +102,8 @@ impl StreamEvent {
             StreamEvent::Updates { .. } => StreamMode::Updates,
             StreamEvent::Messages { .. } => StreamMode::Messages,
             StreamEvent::Custom { .. } => StreamMode::Custom,
+            StreamEvent::TaskStart { .. } | StreamEvent::TaskEnd { .. } => StreamMode::Tasks,
+            StreamEvent::Checkpoint { .. } => StreamMode::Checkpoints,
         }
     }
 }

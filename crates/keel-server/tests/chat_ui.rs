@@ -513,13 +513,61 @@ async fn graph_internal_stream_modes_and_ui_flags_are_accepted() {
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(status_of(&events), "success", "{text}");
     assert!(events.iter().any(|(e, _)| e == "values"));
-    assert!(
+    let of = |name: &str| -> Vec<&Value> {
         events
             .iter()
-            .all(|(e, _)| ["metadata", "values", "messages", "end"].contains(&e.as_str())),
-        "{text}"
+            .filter(|(e, _)| e == name)
+            .map(|(_, d)| d)
+            .collect()
+    };
+    // tasks: the model's start (with its input state) and its result, under one id.
+    let tasks = of("tasks");
+    let start = tasks
+        .iter()
+        .find(|d| d["name"] == "model" && d.get("input").is_some())
+        .unwrap();
+    assert_eq!(start["triggers"], json!(["branch:to:model"]), "{start}");
+    assert_eq!(start["input"]["messages"][0]["content"], "one", "{start}");
+    let end = tasks
+        .iter()
+        .find(|d| d["id"] == start["id"] && d.get("result").is_some())
+        .unwrap();
+    assert_eq!(end["error"], Value::Null);
+    assert_eq!(end["result"]["messages"][0]["type"], "ai", "{end}");
+    // checkpoints: each write, chained by parent, with LangGraph's step and source.
+    let checkpoints = of("checkpoints");
+    assert!(checkpoints.len() >= 2, "{text}");
+    let input = checkpoints[0];
+    assert_eq!(input["metadata"]["source"], "input", "{input}");
+    assert_eq!(input["metadata"]["step"], 0, "{input}");
+    assert_eq!(input["values"]["messages"][0]["content"], "one");
+    let model = checkpoints.last().unwrap();
+    assert_eq!(model["metadata"]["source"], "loop");
+    assert_eq!(
+        model["parent_config"]["configurable"]["checkpoint_id"],
+        checkpoints[checkpoints.len() - 2]["config"]["configurable"]["checkpoint_id"]
     );
-    // Only those modes: no events but the run's own.
+    // The head is the last checkpoint streamed.
+    let (_, state) = call(&app, "GET", &format!("/threads/{t}/state"), None).await;
+    assert_eq!(
+        json(&state)["checkpoint"]["checkpoint_id"],
+        model["config"]["configurable"]["checkpoint_id"]
+    );
+    // debug: the same, typed and stepped.
+    let kinds: Vec<_> = of("debug")
+        .iter()
+        .map(|d| d["type"].as_str().unwrap().to_owned())
+        .collect();
+    for kind in ["checkpoint", "task", "task_result"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kind}: {kinds:?}");
+    }
+    let debug_checkpoint = of("debug")
+        .into_iter()
+        .find(|d| d["type"] == "checkpoint")
+        .unwrap();
+    assert!(debug_checkpoint["payload"]["checkpoint"]["checkpoint_id"].is_string());
+    assert!(debug_checkpoint["timestamp"].is_string());
+    // A run that runs no node sends none of them.
     let mut body = ui_body(json!({"input": {}, "command": {"goto": "__end__"}}));
     body["stream_mode"] = json!("debug");
     let (status, events, text) = stream(&app, &t, body).await;

@@ -232,39 +232,6 @@ fn command_of(
         .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
-/// LangGraph's stream modes for graph internals (`tasks`, `checkpoints`, `debug`), which
-/// Keel accepts and sends no events for (its agent is not a graph of addressable
-/// nodes; `updates` carries each step). `useStream` asks for them when given
-/// `onTaskEvent`, `onCheckpointEvent` or `onDebugEvent`.
-pub const UNSTREAMED_MODES: [&str; 3] = ["tasks", "checkpoints", "debug"];
-
-/// `stream_mode` without the [`UNSTREAMED_MODES`], and those that were there. Asking
-/// only for them streams no mode at all (not the `values` default).
-fn without_unstreamed(stream_mode: Option<Value>) -> (Option<Value>, Vec<&'static str>) {
-    let is_unstreamed = |v: &Value| {
-        v.as_str()
-            .and_then(|name| UNSTREAMED_MODES.into_iter().find(|m| *m == name))
-    };
-    match stream_mode {
-        Some(Value::String(name)) if is_unstreamed(&Value::String(name.clone())).is_some() => {
-            let found = UNSTREAMED_MODES
-                .into_iter()
-                .filter(|m| *m == name)
-                .collect();
-            (Some(json!([])), found)
-        }
-        Some(Value::Array(items)) if items.iter().any(|v| is_unstreamed(v).is_some()) => {
-            let found = items.iter().filter_map(is_unstreamed).collect();
-            let kept: Vec<Value> = items
-                .into_iter()
-                .filter(|v| is_unstreamed(v).is_none())
-                .collect();
-            (Some(Value::Array(kept)), found)
-        }
-        other => (other, Vec::new()),
-    }
-}
-
 /// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
 /// object's (LangGraph's `{checkpoint_id, checkpoint_ns, checkpoint_map}`, what
 /// agent-chat-ui's `useStream` sends with every message). `None`: the thread's head.
@@ -445,11 +412,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             )));
         }
     };
-    let (stream_mode, unstreamed) = without_unstreamed(body.stream_mode);
-    let modes = match &stream_mode {
-        Some(Value::Array(kept)) if kept.is_empty() && !unstreamed.is_empty() => ModeSet::of(&[]),
-        _ => ModeSet::from_json(stream_mode.as_ref()).map_err(ApiError::Invalid)?,
-    };
+    let modes = ModeSet::from_json(body.stream_mode.as_ref()).map_err(ApiError::Invalid)?;
     let metadata = match body.metadata {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
@@ -497,7 +460,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         "command": body.command,
         "config": body.config.unwrap_or_else(|| json!({})),
         "context": body.context.unwrap_or_else(|| json!({})),
-        "stream_mode": modes.names().into_iter().chain(unstreamed).collect::<Vec<_>>(),
+        "stream_mode": modes.names(),
         "multitask_strategy": strategy.as_str(),
         "on_disconnect": if cancel_on_disconnect { "cancel" } else { "continue" },
     });
@@ -1132,7 +1095,7 @@ pub(crate) fn stream_mode_filter(query: &QueryPairs) -> Result<Option<ModeSet>, 
     let names: Vec<&str> = query
         .all("stream_mode")
         .into_iter()
-        .filter(|n| !n.is_empty() && !UNSTREAMED_MODES.contains(n))
+        .filter(|n| !n.is_empty())
         .collect();
     if names.is_empty() {
         return Ok(None);

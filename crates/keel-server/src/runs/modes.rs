@@ -23,16 +23,28 @@ pub enum WireMode {
     /// `events`: LangChain callback events (`on_chat_model_stream`, `on_chain_end`,
     /// `on_custom_event`).
     Events,
+    /// `tasks`: each node's start (`{id, name, input, triggers}`) and result (`{id,
+    /// name, error, result, interrupts}`).
+    Tasks,
+    /// `checkpoints`: each checkpoint as written (`{config, parent_config, values,
+    /// metadata, next, tasks}`).
+    Checkpoints,
+    /// `debug`: checkpoints and tasks as `{type: checkpoint|task|task_result, timestamp,
+    /// step, payload}`.
+    Debug,
 }
 
 /// Every mode, in the order the docs list them.
-pub const ALL_MODES: [WireMode; 6] = [
+pub const ALL_MODES: [WireMode; 9] = [
     WireMode::Values,
     WireMode::Updates,
     WireMode::Messages,
     WireMode::MessagesTuple,
     WireMode::Custom,
     WireMode::Events,
+    WireMode::Tasks,
+    WireMode::Checkpoints,
+    WireMode::Debug,
 ];
 
 impl WireMode {
@@ -45,6 +57,9 @@ impl WireMode {
             WireMode::MessagesTuple => "messages-tuple",
             WireMode::Custom => "custom",
             WireMode::Events => "events",
+            WireMode::Tasks => "tasks",
+            WireMode::Checkpoints => "checkpoints",
+            WireMode::Debug => "debug",
         }
     }
 
@@ -55,7 +70,7 @@ impl WireMode {
             .find(|m| m.as_str() == name)
             .ok_or_else(|| {
                 format!(
-                    "stream_mode {name:?} is not supported; use any of values, updates, messages, messages-tuple, custom, events"
+                    "stream_mode {name:?} is not supported; use any of values, updates, messages, messages-tuple, custom, events, tasks, checkpoints, debug"
                 )
             })
     }
@@ -63,17 +78,17 @@ impl WireMode {
 
 /// A set of modes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ModeSet(u8);
+pub struct ModeSet(u16);
 
 impl ModeSet {
     /// The set holding these modes.
     pub fn of(modes: &[WireMode]) -> Self {
-        ModeSet(modes.iter().fold(0, |acc, m| acc | (1 << *m as u8)))
+        ModeSet(modes.iter().fold(0, |acc, m| acc | (1 << *m as u16)))
     }
 
     /// True when `mode` is in the set.
     pub fn has(self, mode: WireMode) -> bool {
-        self.0 & (1 << mode as u8) != 0
+        self.0 & (1 << mode as u16) != 0
     }
 
     /// The modes in the set.
@@ -135,6 +150,12 @@ impl ModeSet {
         if self.has(WireMode::Custom) || self.has(WireMode::Events) {
             out.push(StreamMode::Custom);
         }
+        if self.has(WireMode::Tasks) || self.has(WireMode::Debug) {
+            out.push(StreamMode::Tasks);
+        }
+        if self.has(WireMode::Checkpoints) || self.has(WireMode::Debug) {
+            out.push(StreamMode::Checkpoints);
+        }
         out
     }
 }
@@ -149,8 +170,12 @@ mod tests {
         let set = ModeSet::from_json(Some(&json!(["values", "messages-tuple"]))).unwrap();
         assert_eq!(set.names(), ["values", "messages-tuple"]);
         assert_eq!(ModeSet::from_json(None).unwrap().names(), ["values"]);
-        let err = ModeSet::from_json(Some(&json!("debug"))).unwrap_err();
-        assert!(err.contains("\"debug\""), "{err}");
+        let err = ModeSet::from_json(Some(&json!("tracing"))).unwrap_err();
+        assert!(err.contains("\"tracing\""), "{err}");
+        assert_eq!(
+            ModeSet::of(&[WireMode::Debug]).agent_modes(),
+            [StreamMode::Tasks, StreamMode::Checkpoints]
+        );
         assert_eq!(
             ModeSet::of(&[WireMode::Events]).agent_modes(),
             [

@@ -10,7 +10,19 @@ use keel_core::stream::StreamEvent;
 use serde_json::{Map, Value, json};
 
 use super::modes::{ModeSet, WireMode};
-use crate::wire::{interrupts_to_lg, message_to_lc, state_to_values, update_to_lc, usage_to_lc};
+use crate::wire::{
+    interrupts_to_lg, message_to_lc, state_to_values, tool_call_to_lc, update_to_lc, usage_to_lc,
+};
+
+/// A checkpoint's `metadata.source`, from the node that wrote it (as the thread's
+/// history reports it).
+fn checkpoint_source(node: &str) -> &'static str {
+    match node {
+        "input" => "input",
+        n if n == "update" || n.starts_with("update:") => "update",
+        _ => "loop",
+    }
+}
 
 /// One SSE event to append to the run's log.
 pub type Out = (Option<WireMode>, &'static str, Value);
@@ -84,6 +96,8 @@ pub struct Translator {
     /// answer was streamed, so `messages-tuple` does not send it again whole.
     streamed: bool,
     step: u64,
+    /// `tasks`: the id of each node's running task.
+    tasks: HashMap<String, String>,
 }
 
 impl Translator {
@@ -95,6 +109,7 @@ impl Translator {
             partial: HashMap::new(),
             streamed: false,
             step: 0,
+            tasks: HashMap::new(),
         }
     }
 
@@ -155,10 +170,8 @@ impl Translator {
     /// The protocol events for one Keel event.
     pub fn translate(&mut self, event: &StreamEvent, out: &mut Vec<Out>) {
         match event {
-            StreamEvent::Values { state } => {
-                if self.modes.has(WireMode::Values) {
-                    out.push((Some(WireMode::Values), "values", state_to_values(state)));
-                }
+            StreamEvent::Values { state } if self.modes.has(WireMode::Values) => {
+                out.push((Some(WireMode::Values), "values", state_to_values(state)));
             }
             StreamEvent::Updates { node, update } => {
                 self.step += 1;
@@ -221,6 +234,50 @@ impl Translator {
                 call_index,
                 message_id,
             } => self.chunk(chunk, node, *call_index, message_id, out),
+            StreamEvent::TaskStart { node, input } => {
+                let id = keel_core::message::new_id();
+                self.tasks.insert(node.clone(), id.clone());
+                // The tools node's input is the calls it runs, as LangGraph's `tools` task.
+                let input = if node == "tools" {
+                    let calls = input
+                        .messages
+                        .iter()
+                        .rev()
+                        .find(|m| m.is_ai())
+                        .map(|m| m.tool_calls().iter().map(tool_call_to_lc).collect())
+                        .unwrap_or_default();
+                    Value::Array(calls)
+                } else {
+                    state_to_values(input)
+                };
+                let payload = json!({
+                    "id": id, "name": node, "input": input,
+                    "triggers": [format!("branch:to:{node}")],
+                });
+                self.graph_event("task", payload, out);
+            }
+            StreamEvent::TaskEnd { node, update } => {
+                let id = self
+                    .tasks
+                    .remove(node)
+                    .unwrap_or_else(keel_core::message::new_id);
+                let interrupts = update
+                    .values
+                    .get(INTERRUPT_KEY)
+                    .and_then(interrupts_to_lg)
+                    .unwrap_or_else(|| json!([]));
+                let payload = json!({
+                    "id": id, "name": node, "error": null,
+                    "result": update_to_lc(update), "interrupts": interrupts,
+                });
+                self.graph_event("task_result", payload, out);
+            }
+            StreamEvent::Checkpoint {
+                seq,
+                parent,
+                node,
+                state,
+            } => self.checkpoint(*seq, *parent, node, state, out),
             StreamEvent::Custom { node, payload } => {
                 if self.modes.has(WireMode::Custom) {
                     out.push((Some(WireMode::Custom), "custom", payload.clone()));
@@ -234,6 +291,80 @@ impl Translator {
                     out.push(self.event("on_custom_event", &name, node, payload.clone()));
                 }
             }
+            // A mode this server does not translate yet.
+            _ => {}
+        }
+    }
+
+    /// A `tasks` event, and its `debug` form (`task` or `task_result`).
+    fn graph_event(&self, kind: &str, payload: Value, out: &mut Vec<Out>) {
+        if self.modes.has(WireMode::Tasks) {
+            out.push((Some(WireMode::Tasks), "tasks", payload.clone()));
+        }
+        if self.modes.has(WireMode::Debug) {
+            out.push((
+                Some(WireMode::Debug),
+                "debug",
+                json!({
+                    "type": kind,
+                    "timestamp": crate::time::rfc3339(crate::time::now_ms()),
+                    "step": self.step,
+                    "payload": payload,
+                }),
+            ));
+        }
+    }
+
+    /// A `checkpoints` event, and its `debug` form (with `checkpoint` and
+    /// `parent_checkpoint` references). `metadata.step` counts from the thread's empty
+    /// root (-1) along the seqs, which is LangGraph's step on a thread never forked.
+    fn checkpoint(
+        &self,
+        seq: u64,
+        parent: Option<u64>,
+        node: &str,
+        state: &keel_core::state::AgentState,
+        out: &mut Vec<Out>,
+    ) {
+        if !(self.modes.has(WireMode::Checkpoints) || self.modes.has(WireMode::Debug)) {
+            return;
+        }
+        let thread_id = crate::auth::public_thread_id(&self.ctx.thread_id);
+        let reference = |seq: u64| {
+            json!({
+                "thread_id": thread_id,
+                "checkpoint_ns": "",
+                "checkpoint_id": crate::routes::threads::checkpoint_id(seq),
+            })
+        };
+        let config = |seq: u64| json!({ "configurable": reference(seq) });
+        // The thread's empty root is seq 0 and LangGraph's step -1.
+        let step = i64::try_from(seq).map_or(i64::MAX, |s| s - 1);
+        let payload = json!({
+            "config": config(seq),
+            "parent_config": parent.map(config),
+            "values": state_to_values(state),
+            "metadata": {"source": checkpoint_source(node), "step": step, "parents": {}},
+            "next": [],
+            "tasks": [],
+        });
+        if self.modes.has(WireMode::Checkpoints) {
+            out.push((Some(WireMode::Checkpoints), "checkpoints", payload.clone()));
+        }
+        if self.modes.has(WireMode::Debug) {
+            let mut debug = payload;
+            debug["checkpoint"] = reference(seq);
+            debug["parent_checkpoint"] = parent.map_or(Value::Null, reference);
+            out.push((
+                Some(WireMode::Debug),
+                "debug",
+                json!({
+                    "type": "checkpoint",
+                    "timestamp": crate::time::rfc3339(crate::time::now_ms()),
+                    "step": step,
+                    "payload": debug,
+                }),
+            ));
         }
     }
 
