@@ -35,6 +35,7 @@ pub mod middleware;
 pub use keel_core::pairs;
 pub mod plan;
 pub(crate) mod stages;
+mod telemetry;
 pub mod yaml;
 
 pub use keel_summary::{

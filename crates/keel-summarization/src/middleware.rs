@@ -61,6 +61,7 @@ use keel_core::store::StoreError;
 use keel_core::tokens::TokenCounter;
 use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
 use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
@@ -609,9 +610,20 @@ impl SummarizationMiddleware {
         self.prepare_inner(request, None).await
     }
 
+    /// [`prepare_stages`](Self::prepare_stages) inside a `compaction` span.
+    async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
+        let span = crate::telemetry::compaction_span(forced);
+        let prepared = self
+            .prepare_stages(request, forced)
+            .instrument(span.clone())
+            .await;
+        self.record_compaction(&span, request, forced, &prepared.report);
+        prepared
+    }
+
     /// The stages in order (see [`crate::stages`]); `forced` is a token limit to get
     /// under, after the provider said the request overflowed its context.
-    async fn prepare_inner(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
+    async fn prepare_stages(&self, request: &ModelRequest, forced: Option<u64>) -> Prepared {
         let counter = self.counter_for(request.model.profile());
         // 1. measure
         let mut measured = self.measure(request, counter.as_ref());
@@ -622,7 +634,7 @@ impl SummarizationMiddleware {
                 return self.untouched(request, &measured, Action::PassThrough, None);
             }
             Decision::Patched(patched) => {
-                return Box::pin(self.prepare_inner(&patched, forced)).await;
+                return Box::pin(self.prepare_stages(&patched, forced)).await;
             }
             Decision::Compact => {}
         }
