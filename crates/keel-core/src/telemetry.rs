@@ -152,7 +152,7 @@ pub fn record_agent<E: std::fmt::Display>(
     if span.is_disabled() {
         return;
     }
-    span.record("keel.model_steps", model_steps as u64);
+    span.record("keel.model_steps", attribute_int(model_steps as u64));
     if let Err(e) = outcome {
         span.record("otel.status_code", "error");
         span.record("otel.status_description", e.to_string());
@@ -199,15 +199,15 @@ impl ChatSpan {
             gen_ai.system_instructions = Empty,
             error.type = Empty,
             keel.call.purpose = purpose.as_str(),
-            keel.request.messages = request.messages.len() as u64,
-            keel.request.tools = request.tools.len() as u64,
+            keel.request.messages = attribute_int(request.messages.len() as u64),
+            keel.request.tools = attribute_int(request.tools.len() as u64),
         );
         if span.is_disabled() {
             return ChatSpan { span, purpose };
         }
         let settings = request.settings;
         if let Some(n) = settings.max_tokens {
-            span.record("gen_ai.request.max_tokens", u64::from(n));
+            span.record("gen_ai.request.max_tokens", i64::from(n));
         }
         if let Some(t) = settings.temperature {
             span.record("gen_ai.request.temperature", f64::from(t));
@@ -267,8 +267,14 @@ impl ChatSpan {
                     span.record("gen_ai.response.id", id);
                 }
                 if let Some(usage) = ai.usage {
-                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                    span.record(
+                        "gen_ai.usage.input_tokens",
+                        attribute_int(usage.input_tokens),
+                    );
+                    span.record(
+                        "gen_ai.usage.output_tokens",
+                        attribute_int(usage.output_tokens),
+                    );
                     count(
                         Counter::Tokens {
                             kind: "input",
@@ -368,6 +374,12 @@ pub fn record_tool(span: &Span, result: &Message) {
     if capture_content() {
         span.record("gen_ai.tool.call.result", result.text().as_ref());
     }
+}
+
+/// `n` as a span attribute: OpenTelemetry integers are signed 64-bit, and
+/// `tracing-opentelemetry` records a `u64` field as text.
+pub fn attribute_int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A counter [`count`] adds to.

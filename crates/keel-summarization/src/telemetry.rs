@@ -3,7 +3,7 @@
 //! span, and the parent of the summary model's `chat` spans.
 
 use keel_core::middleware::ModelRequest;
-use keel_core::telemetry::{self, Counter};
+use keel_core::telemetry::{self, Counter, attribute_int as int};
 use keel_summary::events::SummarySource;
 use tracing::Span;
 use tracing::field::Empty;
@@ -21,7 +21,7 @@ pub(crate) fn compaction_span(forced: Option<u64>) -> Span {
         keel.compaction.action = Empty,
         keel.compaction.reason = Empty,
         keel.compaction.trigger = Empty,
-        keel.compaction.forced_limit = forced,
+        keel.compaction.forced_limit = forced.map(int),
         keel.compaction.tokens_before = Empty,
         keel.compaction.tokens_after = Empty,
         keel.compaction.messages_before = Empty,
@@ -51,33 +51,36 @@ impl SummarizationMiddleware {
             return;
         }
         span.record("keel.compaction.action", action_name(report.action));
-        span.record("keel.compaction.tokens_before", report.tokens_before);
-        span.record("keel.compaction.tokens_after", report.tokens_after);
+        span.record("keel.compaction.tokens_before", int(report.tokens_before));
+        span.record("keel.compaction.tokens_after", int(report.tokens_after));
         span.record(
             "keel.compaction.messages_before",
-            report.messages_before as u64,
+            int(report.messages_before as u64),
         );
         span.record(
             "keel.compaction.messages_after",
-            report.messages_after as u64,
+            int(report.messages_after as u64),
         );
-        span.record("keel.compaction.kept_messages", report.kept as u64);
+        span.record("keel.compaction.kept_messages", int(report.kept as u64));
         let (reason, trigger) = self.reason(request, forced, report);
         span.record("keel.compaction.reason", reason);
         if let Some(n) = trigger {
-            span.record("keel.compaction.trigger", n);
+            span.record("keel.compaction.trigger", int(n));
         }
         if report.action == Action::PassThrough {
             return;
         }
         span.record(
             "keel.compaction.summarized_messages",
-            report.summarized as u64,
+            int(report.summarized as u64),
         );
-        span.record("keel.compaction.rescued_messages", report.rescued as u64);
+        span.record(
+            "keel.compaction.rescued_messages",
+            int(report.rescued as u64),
+        );
         span.record(
             "keel.compaction.summary_calls",
-            u64::from(report.summary_calls),
+            int(u64::from(report.summary_calls)),
         );
         span.record(
             "keel.compaction.headroom_reachable",
