@@ -215,8 +215,10 @@ impl Telemetry {
     }
 }
 
+/// The SDK's resource (`OTEL_RESOURCE_ATTRIBUTES`, `telemetry.sdk.*`) with the
+/// configured `service.name`.
 fn resource(service_name: &str) -> Resource {
-    Resource::builder_empty()
+    Resource::builder()
         .with_service_name(service_name.to_owned())
         .build()
 }
