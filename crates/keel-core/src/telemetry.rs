@@ -74,6 +74,8 @@ pub enum CallPurpose {
     ToolSelection,
     /// An LLM emulating a tool.
     ToolEmulation,
+    /// A classifier choosing the model to route to.
+    Routing,
 }
 
 impl CallPurpose {
@@ -85,6 +87,7 @@ impl CallPurpose {
             CallPurpose::Fold => "fold",
             CallPurpose::ToolSelection => "tool_selection",
             CallPurpose::ToolEmulation => "tool_emulation",
+            CallPurpose::Routing => "routing",
         }
     }
 }
@@ -175,7 +178,6 @@ impl ChatSpan {
         request: &ChatRequest<'_>,
         default_purpose: CallPurpose,
     ) -> Self {
-        let purpose = SCOPED_PURPOSE.with(Cell::get).unwrap_or(default_purpose);
         let span = tracing::info_span!(
             target: TARGET,
             "chat",
@@ -198,13 +200,18 @@ impl ChatSpan {
             gen_ai.output.messages = Empty,
             gen_ai.system_instructions = Empty,
             error.type = Empty,
-            keel.call.purpose = purpose.as_str(),
+            keel.call.purpose = Empty,
             keel.request.messages = attribute_int(request.messages.len() as u64),
             keel.request.tools = attribute_int(request.tools.len() as u64),
         );
         if span.is_disabled() {
-            return ChatSpan { span, purpose };
+            return ChatSpan {
+                span,
+                purpose: default_purpose,
+            };
         }
+        let purpose = SCOPED_PURPOSE.with(Cell::get).unwrap_or(default_purpose);
+        span.record("keel.call.purpose", purpose.as_str());
         let settings = request.settings;
         if let Some(n) = settings.max_tokens {
             span.record("gen_ai.request.max_tokens", i64::from(n));
