@@ -102,8 +102,9 @@ rm -rf "$soak_dir"
 # --- tracing ---
 # keel-otel's span-tree tests (in-memory exporters) ran with `cargo test` above. The
 # CLI's `otel` feature, then a `keel run` exported over OTLP/HTTP to Arize Phoenix (from
-# PyPI, on loopback) and read back through Phoenix's REST API (about 25 s to install
-# Phoenix on a fresh machine, 20 s to run).
+# PyPI, on loopback) and read back through Phoenix's REST API: about 45 s on a fresh
+# machine (Phoenix installed with uv), 15 s once its venv exists, besides building
+# keel-cli with the feature.
 echo "== tracing (OpenTelemetry, Phoenix)"
 cargo clippy -p keel-cli --features otel --all-targets -- -D warnings
 scripts/otel-tests.sh
