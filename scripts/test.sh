@@ -99,6 +99,15 @@ cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16
 cargo run -q --example soak -- --threads 100 --messages 60 --concurrency 16 --db "sqlite://$soak_dir/soak.db"
 cargo run -q --features postgres --example soak -- --threads 100 --messages 60 --concurrency 16 --db "$KEEL_TEST_POSTGRES_URL"
 rm -rf "$soak_dir"
+# --- tracing ---
+# keel-otel's span-tree tests (in-memory exporters) ran with `cargo test` above. The
+# CLI's `otel` feature, then a `keel run` exported over OTLP/HTTP to Arize Phoenix (from
+# PyPI, on loopback) and read back through Phoenix's REST API: about 45 s on a fresh
+# machine (Phoenix installed with uv), 15 s once its venv exists, besides building
+# keel-cli with the feature.
+echo "== tracing (OpenTelemetry, Phoenix)"
+cargo clippy -p keel-cli --features otel --all-targets -- -D warnings
+scripts/otel-tests.sh
 # --- keel serve ---
 # The server with the official Python and JavaScript SDKs, the chat page in headless
 # Chromium (screenshots under target/serve-tests/), and a small load test (50

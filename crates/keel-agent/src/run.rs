@@ -19,8 +19,10 @@ use keel_core::model::{
 use keel_core::state::{AgentState, Lineage, MessageOp, StateUpdate};
 use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
 use keel_core::stream::{StreamEvent, StreamWriter};
+use keel_core::telemetry;
 use keel_core::tool::{Tool, ToolError, ToolSpec};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::error::AgentError;
 use crate::multitask::{MultitaskStrategy, Registry, Turn};
@@ -193,7 +195,12 @@ impl Run {
                 strategy: inner.multitask,
             });
         };
-        let result = self.run_turn(inner, &mut turn, input).await;
+        let span = telemetry::agent_span(&self.thread_id, &self.run_id, inner.model.profile());
+        let result = self
+            .run_turn(inner, &mut turn, input)
+            .instrument(span.clone())
+            .await;
+        telemetry::record_agent(&span, self.model_steps, result.as_ref().map(|_| ()));
         // A run stopped before it wrote leaves the handoff it found to the next run.
         if let (Err(AgentError::RolledBack { .. }), Some(handoff), Some(base)) =
             (&result, &mut turn.handoff, &self.base)
@@ -678,13 +685,23 @@ impl Run {
                 runtime: runtime.clone(),
             };
             let terminal = &terminal;
+            let span = telemetry::tool_span(
+                &request.call,
+                request.tool.as_ref().map(|t| t.spec().description.as_str()),
+            );
             async move {
                 let id = request.call.id.clone();
                 let name = request.call.name.clone();
-                match ToolNext::new(chain, terminal).run(request).await {
+                let message = match ToolNext::new(chain, terminal)
+                    .run(request)
+                    .instrument(span.clone())
+                    .await
+                {
                     Ok(message) => message,
                     Err(e) => Message::tool_error(id, e.to_string()).with_name(name),
-                }
+                };
+                telemetry::record_tool(&span, &message);
+                message
             }
         }))
         .await;
@@ -730,7 +747,24 @@ struct AgentModel<'a> {
 
 #[async_trait]
 impl ModelHandler for AgentModel<'_> {
+    /// One `chat` span per call that reaches the model (each attempt of a retry).
     async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let chat = telemetry::ChatSpan::new(
+            request.model.profile(),
+            &request.chat_request(),
+            telemetry::CallPurpose::Agent,
+        );
+        let result = self
+            .stream_answer(request)
+            .instrument(chat.span().clone())
+            .await;
+        chat.record(&result);
+        result.map(ModelResponse::new)
+    }
+}
+
+impl AgentModel<'_> {
+    async fn stream_answer(&self, request: ModelRequest) -> Result<Message, ModelError> {
         let call_index = self.calls.fetch_add(1, Ordering::Relaxed);
         // The answer's id, known before its first chunk: the chunks carry it, and a
         // streamed answer is stored under it, as in LangGraph. (An answer nobody
@@ -771,7 +805,7 @@ impl ModelHandler for AgentModel<'_> {
                 .entry("model")
                 .or_insert_with(|| Value::String(profile.name.clone()));
         }
-        Ok(ModelResponse::new(message))
+        Ok(message)
     }
 }
 

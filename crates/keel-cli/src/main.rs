@@ -7,6 +7,7 @@
 //! usage errors are clap's (exit code 2); nothing prints a backtrace.
 
 mod commands;
+mod telemetry;
 
 use std::process::ExitCode;
 

@@ -43,6 +43,36 @@ fn a_bad_config_is_one_line_naming_the_key() {
     assert!(stderr.contains("middleware[0].summarization"), "{stderr}");
 }
 
+/// `--otlp` needs a keel built with the `otel` feature, and an http(s) URL: either
+/// mistake is one line saying what to do, before anything starts.
+#[test]
+fn a_bad_or_unsupported_otlp_endpoint_is_one_line() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/keel.yaml");
+    let out = keel()
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--database",
+            "memory:",
+            "--config",
+            config,
+        ])
+        .args(["--otlp", "127.0.0.1:4318"])
+        .env_remove("OTEL_SDK_DISABLED")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let expected = if cfg!(feature = "otel") {
+        "--otlp = \"127.0.0.1:4318\": expected an http:// or https:// URL with a host"
+    } else {
+        "--otlp 127.0.0.1:4318: this keel was built without OpenTelemetry export; build it with `cargo build -p keel-cli --features otel`"
+    };
+    assert!(stderr.contains(expected), "{stderr}");
+}
+
 #[test]
 fn the_example_serves_ok_info_and_the_page() {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/keel.yaml");

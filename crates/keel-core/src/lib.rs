@@ -42,6 +42,7 @@ pub mod recall;
 pub mod state;
 pub mod store;
 pub mod stream;
+pub mod telemetry;
 pub mod tokens;
 pub mod tool;
 pub mod transcript;

@@ -32,6 +32,7 @@ use keel_core::store::{
     StoreError, StoredMessage,
 };
 use keel_core::stream::StreamWriter;
+use keel_core::telemetry::{self, CallPurpose, Counter};
 use keel_summary::events::ContextCompacting;
 use keel_summary::extractive::{self, ExtractiveOptions};
 use keel_summary::summary_call::{
@@ -372,8 +373,11 @@ impl SessionCompressor {
             if batch.len() < self.settings.fold_batch {
                 break;
             }
-            match self.fold(scope, &state, &batch, &models, writer).await {
+            // Its summary calls are `chat` spans labelled `fold`.
+            let fold = self.fold(scope, &state, &batch, &models, writer);
+            match telemetry::with_purpose(CallPurpose::Fold, fold).await {
                 Step::Folded(next, messages) => {
+                    telemetry::count(Counter::Folds, 1);
                     folds.push(FoldOutcome::Folded {
                         messages,
                         version: next.version,

@@ -9,6 +9,7 @@
 //! fields. The tracing event has target `keel_middleware` and the same fields.
 
 use keel_core::stream::StreamWriter;
+use keel_core::telemetry::{self, Counter};
 use serde_json::{Map, Value, json};
 
 /// The `type` of every counter payload.
@@ -16,6 +17,12 @@ pub const COUNTER_EVENT: &str = "middleware_counter";
 
 /// Reports one counter on the custom stream and through `tracing`.
 pub fn counter(writer: &StreamWriter, middleware: &str, counter: &str, value: u64, extra: Value) {
+    // The ones with an OpenTelemetry counter of their own (`docs/operations.md`).
+    match counter {
+        "retries" => telemetry::count(Counter::Retries { middleware }, value),
+        "redactions" => telemetry::count(Counter::Redactions { middleware }, value),
+        _ => {}
+    }
     tracing::info!(
         target: "keel_middleware",
         middleware,

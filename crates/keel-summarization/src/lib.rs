@@ -40,6 +40,7 @@ pub mod overflow;
 pub use keel_core::pairs;
 pub mod plan;
 pub(crate) mod stages;
+mod telemetry;
 pub mod yaml;
 
 pub use keel_summary::{

@@ -65,6 +65,7 @@ use keel_core::tokens::TokenCounter;
 use keel_core::tool::ToolError;
 use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
 use crate::compact_tool;
@@ -685,10 +686,26 @@ impl Compactor {
         self.prepare_with(request, forced, false).await
     }
 
-    /// [`prepare_inner`](Self::prepare_inner); `manual`: a compaction asked for, which
-    /// folds what left the kept window whatever the triggers say, even when the cached
-    /// summary would still serve.
+    /// [`prepare_stages`](Self::prepare_stages) inside a `compaction` span; `manual`: a
+    /// compaction asked for, which folds what left the kept window whatever the triggers
+    /// say, even when the cached summary would still serve.
     pub(crate) async fn prepare_with(
+        &self,
+        request: &ModelRequest,
+        forced: Option<u64>,
+        manual: bool,
+    ) -> Prepared {
+        let span = crate::telemetry::compaction_span(forced);
+        let prepared = self
+            .prepare_stages(request, forced, manual)
+            .instrument(span.clone())
+            .await;
+        self.record_compaction(&span, request, forced, &prepared.report);
+        prepared
+    }
+
+    /// The stages in order.
+    async fn prepare_stages(
         &self,
         request: &ModelRequest,
         forced: Option<u64>,
@@ -704,7 +721,7 @@ impl Compactor {
                 return self.untouched(request, &measured, Action::PassThrough, None);
             }
             Decision::Patched(patched) => {
-                return Box::pin(self.prepare_with(&patched, forced, manual)).await;
+                return Box::pin(self.prepare_stages(&patched, forced, manual)).await;
             }
             Decision::Compact => {}
         }

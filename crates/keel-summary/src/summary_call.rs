@@ -53,6 +53,7 @@ use keel_core::message::Message;
 use keel_core::model::{
     ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings, OverflowFigures,
 };
+use keel_core::telemetry::{self, CallPurpose};
 use lru::LruCache;
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -482,7 +483,8 @@ impl SummaryCaller {
             let mut request = ChatRequest::new(messages, &settings);
             request.internal = true;
             let left = timeout.saturating_sub(started.elapsed());
-            match tokio::time::timeout(left, model.invoke(request)).await {
+            let call = telemetry::invoke(model, request, CallPurpose::Summary);
+            match tokio::time::timeout(left, call).await {
                 Ok(result) => result,
                 Err(_) => Err(ModelError::new(
                     ModelErrorKind::Timeout,

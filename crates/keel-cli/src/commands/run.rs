@@ -175,6 +175,9 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         .into());
     }
     let answers = read_script(&args.script, caps)?;
+    // Spans go to OTEL_EXPORTER_OTLP_ENDPOINT when set (the `otel` feature); the guard
+    // flushes them when the command ends.
+    let _telemetry = crate::telemetry::init(None, false)?;
     let model = Arc::new(ScriptModel {
         profile: ModelProfile::new(
             stack.model.clone().unwrap_or_else(|| "scripted".into()),

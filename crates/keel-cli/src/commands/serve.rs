@@ -80,6 +80,12 @@ pub struct Args {
     /// closed (a client that stopped reading; the run it streamed goes on).
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub write_timeout: u64,
+    /// Export the agent's traces (OpenTelemetry GenAI spans: runs, model calls, tool
+    /// calls, compactions) and counters to this OTLP/HTTP receiver, such as
+    /// http://127.0.0.1:4318; overrides OTEL_EXPORTER_OTLP_ENDPOINT. Needs a keel built
+    /// with the `otel` feature.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub otlp: Option<String>,
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -92,12 +98,8 @@ pub fn run(args: Args) -> CommandResult {
     };
     let api_keys = ApiKeys::parse(&keys_text)?;
     // Failed runs and storage errors go to stderr; RUST_LOG=info (or debug) shows more.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    // Built before the runtime: the exporter's HTTP client must not live inside it.
+    let _telemetry = crate::telemetry::init(args.otlp.as_deref(), true)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use keel_core::message::Message;
 use keel_core::middleware::{Hooks, Middleware, ToolCallRequest, ToolNext};
 use keel_core::model::{ChatModel, ChatRequest, ModelSettings};
+use keel_core::telemetry::{self, CallPurpose};
 use keel_core::tool::ToolError;
 use serde_json::json;
 
@@ -85,9 +86,7 @@ impl Middleware for LlmToolEmulator {
         };
         let mut chat = ChatRequest::new(&prompt, &settings);
         chat.internal = true;
-        let answer = self
-            .model
-            .invoke(chat)
+        let answer = telemetry::invoke(&*self.model, chat, CallPurpose::ToolEmulation)
             .await
             .map_err(|e| ToolError::Failed {
                 tool: request.call.name.clone(),

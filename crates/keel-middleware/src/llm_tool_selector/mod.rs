@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use keel_core::message::Message;
 use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ToolChoice};
+use keel_core::telemetry::{self, CallPurpose};
 use keel_core::tool::ToolSpec;
 use serde_json::{Value, json};
 
@@ -203,11 +204,12 @@ impl Middleware for LlmToolSelector {
             settings: &request.settings,
             internal: true,
         };
-        let mut answer = model.invoke(ask()).await?;
+        let select = || telemetry::invoke(&*model, ask(), CallPurpose::ToolSelection);
+        let mut answer = select().await?;
         let mut picked = Self::parse(&answer);
         let mut attempts = 0;
         while picked.is_none() && attempts < self.max_retries {
-            answer = model.invoke(ask()).await?;
+            answer = select().await?;
             picked = Self::parse(&answer);
             attempts += 1;
         }

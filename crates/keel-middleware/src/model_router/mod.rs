@@ -20,6 +20,7 @@ use keel_core::model::{
     ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings, ToolChoice,
 };
 use keel_core::state::{AgentState, StateUpdate};
+use keel_core::telemetry::{self, CallPurpose};
 use keel_core::tool::ToolSpec;
 use serde_json::{Value, json};
 
@@ -178,9 +179,7 @@ impl Middleware for ModelRouter {
             settings: &settings,
             internal: true,
         };
-        let answer = self
-            .classifier
-            .invoke(request)
+        let answer = telemetry::invoke(&*self.classifier, request, CallPurpose::Routing)
             .await
             .map_err(|e| fail(format!("the classifier failed: {e}")))?;
         let route = self.parse(&answer).ok_or_else(|| {
