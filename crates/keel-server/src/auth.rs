@@ -1,7 +1,8 @@
 //! API-key authentication: the `x-api-key` header the SDKs send (from
 //! `LANGGRAPH_API_KEY` or the `api_key` argument) names an owner, and every thread is
 //! scoped to its owner. Without configured keys the server is open and every request
-//! has the same, empty owner.
+//! has the same, empty owner. The MCP endpoint (`/mcp`) also takes the key as
+//! `Authorization: Bearer KEY`, the header MCP clients send.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -162,7 +163,19 @@ pub async fn authenticate(
     let owner = if !keys.enabled() || is_public(request.uri().path()) {
         Owner(Arc::from(""))
     } else {
-        match request.headers().get("x-api-key") {
+        let bearer = (request.uri().path() == crate::mcp::MCP_PATH)
+            .then(|| request.headers().get(axum::http::header::AUTHORIZATION))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| axum::http::HeaderValue::from_str(v.trim()).ok());
+        match request
+            .headers()
+            .get("x-api-key")
+            .cloned()
+            .or(bearer)
+            .as_ref()
+        {
             None => {
                 return ApiError::Unauthorized(
                     "missing x-api-key header: this server requires an API key".into(),
