@@ -119,3 +119,10 @@ scripts/serve-tests.sh adversarial 1
 scripts/serve-tests.sh diff
 # The SDK's React hook, useStream, on a page in headless Chromium (agent-chat-ui's wiring).
 scripts/serve-tests.sh usestream
+# --- MCP ---
+# keel-mcp with real servers from PyPI and npm (stdio and streamable HTTP, list_changed,
+# restarts), `keel run` calling MCP tools through the stack, and `keel serve`'s /mcp
+# endpoint with the official TypeScript SDK client and with keel-mcp. The script
+# installs the servers and the SDK under target/mcp-tests/.
+echo "== MCP"
+scripts/mcp-tests.sh

@@ -441,3 +441,42 @@ async fn list_changed_refreshes_the_tools() {
         .unwrap();
     assert_eq!(last_tool.text(), "fresh tool called");
 }
+
+/// `keel serve`'s own `/mcp` as the server, with the key from `bearer_token_env`:
+/// `KEEL_MCP_SERVE_URL` is the server (started by scripts/mcp-tests.sh with API keys)
+/// and `KEEL_MCP_SERVE_TOKEN` holds a key.
+#[tokio::test]
+async fn keel_serve_is_an_mcp_server_for_keel_mcp() {
+    let Some(url) = env("KEEL_MCP_SERVE_URL") else {
+        return;
+    };
+    if env("KEEL_MCP_SERVE_TOKEN").is_none() {
+        return;
+    }
+    let mut config = McpServerConfig::http("keel", format!("{url}/mcp"));
+    config.bearer_token_env = Some("KEEL_MCP_SERVE_TOKEN".into());
+    config.prefix = Some("ask_".into());
+    let toolset = McpToolset::connect(vec![config]).await.unwrap();
+    assert_eq!(toolset.tool_names(), ["ask_agent"]);
+    let results = run(
+        &toolset,
+        script(vec![(
+            "ask_agent",
+            json!({"message": "Please everything_echo the word ping"}),
+        )]),
+    )
+    .await;
+    assert_eq!(status(&results[0]), ToolStatus::Success, "{results:?}");
+    assert!(
+        results[0]
+            .text()
+            .contains("everything_echo returned: Echo: Please everything_echo the word ping"),
+        "{}",
+        results[0].text()
+    );
+    // Without the key the server refuses the connection.
+    let mut anonymous = McpServerConfig::http("keel", format!("{url}/mcp"));
+    anonymous.prefix = Some("ask_".into());
+    let err = McpToolset::connect(vec![anonymous]).await.unwrap_err();
+    assert!(matches!(err, McpError::Connect { .. }), "{err}");
+}
