@@ -83,10 +83,10 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// The peer to call, or why there is none.
-    pub(crate) fn peer(&self) -> Result<Peer<RoleClient>, McpError> {
+    /// The peer to call and the connection it belongs to, or why there is none.
+    pub(crate) fn peer(&self) -> Result<(Peer<RoleClient>, u64), McpError> {
         match &*self.status.read() {
-            Status::Ready(peer) => Ok(peer.clone()),
+            Status::Ready(peer) => Ok((peer.clone(), self.generation())),
             Status::Down(reason) => Err(McpError::Unavailable {
                 server: self.config.name.clone(),
                 reason: reason.clone(),
@@ -110,14 +110,19 @@ impl Server {
         (pid != 0 && matches!(self.config.transport(), Transport::Stdio { .. })).then_some(pid)
     }
 
-    /// Marks the server down (a call saw its transport fail) and has the supervisor
-    /// reconnect.
-    pub(crate) fn mark_down(&self, reason: String) {
+    /// Marks connection `generation` down (a call on it saw its transport fail) and
+    /// has the supervisor reconnect. A call that failed on an older connection changes
+    /// nothing.
+    pub(crate) fn mark_down(&self, generation: u64, reason: String) {
         let mut status = self.status.write();
-        if matches!(*status, Status::Ready(_)) {
+        if matches!(*status, Status::Ready(_)) && self.generation() == generation {
             *status = Status::Down(reason);
             self.broken.notify_one();
         }
+    }
+
+    fn is_down(&self) -> bool {
+        matches!(*self.status.read(), Status::Down(_))
     }
 }
 
@@ -209,10 +214,13 @@ async fn connect(server: &Arc<Server>) -> Result<Running, McpError> {
     let running = tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await
         .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}")))??;
-    *server.status.write() = Status::Ready(running.peer().clone());
-    server
-        .generation
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    {
+        let mut status = server.status.write();
+        server
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *status = Status::Ready(running.peer().clone());
+    }
     tracing::info!(server = %server.config.name, tools = server.tools().len(), "MCP server connected");
     Ok(running)
 }
@@ -265,7 +273,8 @@ async fn supervise(server: Arc<Server>, running: Running, mut stop: watch::Recei
             loop {
                 tokio::select! {
                     _ = &mut closed => break,
-                    _ = server.broken.notified() => break,
+                    // A wake-up left from an earlier connection finds this one up.
+                    _ = server.broken.notified() => if server.is_down() { break },
                     _ = server.changed.notified() => {
                         if let Err(e) = refresh(&server, &peer).await {
                             tracing::warn!(server = %server.config.name, "{e}");

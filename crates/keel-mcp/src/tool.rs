@@ -84,7 +84,7 @@ impl Tool for McpTool {
                 });
             }
         };
-        let peer = server.peer().map_err(|e| self.failed(e.to_string()))?;
+        let (peer, generation) = server.peer().map_err(|e| self.failed(e.to_string()))?;
         let timeout = server.config.timeout();
         let params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
         // Dropping the call on timeout sends notifications/cancelled to the server.
@@ -103,7 +103,7 @@ impl Tool for McpTool {
                 )));
             }
             Ok(Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
-                server.mark_down(e.to_string());
+                server.mark_down(generation, e.to_string());
                 return Err(self.failed(unavailable(&e.to_string()).to_string()));
             }
             Ok(Err(e)) => {
