@@ -192,13 +192,41 @@ async fn without_a_valid_key_there_is_no_session() {
     assert_eq!(status, 401);
 }
 
+#[tokio::test]
+async fn without_keys_a_foreign_host_is_refused_as_everywhere() {
+    // DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the
+    // tools. The router's guard checks Host for /mcp as for every path.
+    let agent = Agent::builder()
+        .model(Arc::new(OfflineModel::new()))
+        .build()
+        .unwrap();
+    let app = router_with(agent, ServerOptions::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let status = raw_post(&url, "/mcp", "evil.example:80", "", init).await;
+    assert_eq!(status, 403);
+    let addr = url.trim_start_matches("http://").to_owned();
+    let status = raw_post(&url, "/mcp", &addr, "", init).await;
+    assert_eq!(status, 200);
+}
+
 /// POSTs `{}` to `path` with an Authorization header, over a raw TCP connection.
 async fn reqwest_status(url: &str, path: &str, authorization: &str) -> u16 {
+    let addr = url.trim_start_matches("http://").to_owned();
+    let header = format!("Authorization: {authorization}\r\n");
+    raw_post(url, path, &addr, &header, "{}").await
+}
+
+/// POSTs `body` to `path` with `host` and extra header lines, over raw TCP; the status.
+async fn raw_post(url: &str, path: &str, host: &str, headers: &str, body: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
