@@ -238,6 +238,43 @@ async fn mcp_calls_go_through_the_tool_middleware() {
 }
 
 #[tokio::test]
+async fn human_review_pauses_before_an_mcp_tool_runs() {
+    let Some(path) = env("KEEL_MCP_EVERYTHING") else {
+        return;
+    };
+    let toolset = McpToolset::connect(vec![everything_stdio(&path)])
+        .await
+        .unwrap();
+    let stack = keel_middleware::stack::Stack::from_yaml_str(
+        "middleware:\n  - human_in_the_loop: {interrupt_on: {everything_echo: true}}\n",
+    )
+    .unwrap();
+    let model = script(vec![(
+        "everything_echo",
+        json!({"message": "needs review"}),
+    )]);
+    let m: Arc<dyn keel_core::model::ChatModel> = model.clone();
+    let agent = stack
+        .agent_builder(m.clone(), Arc::new(move |_: &str| Some(m.clone())))
+        .unwrap()
+        .toolset(toolset)
+        .build()
+        .unwrap();
+    let out = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    // Paused with the call pending: the interrupt names the MCP tool, nothing ran.
+    let interrupt = out
+        .state
+        .values
+        .get(keel_core::state::INTERRUPT_KEY)
+        .unwrap();
+    assert!(
+        interrupt.to_string().contains("everything_echo"),
+        "{interrupt}"
+    );
+    assert!(!out.state.messages.iter().any(|m| m.is_tool()));
+}
+
+#[tokio::test]
 async fn a_dead_stdio_server_is_restarted_and_named_meanwhile() {
     let Some(path) = env("KEEL_MCP_EVERYTHING") else {
         return;
