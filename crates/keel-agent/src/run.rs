@@ -57,7 +57,7 @@ pub(crate) struct Inner {
 }
 
 /// The tools of an agent's toolsets at one moment, beside its fixed tools.
-pub(crate) struct CurrentTools {
+struct CurrentTools {
     /// Each toolset's tools whose names no fixed tool or earlier toolset took.
     extra: Vec<Arc<dyn Tool>>,
     fixed_names: String,
@@ -698,9 +698,10 @@ impl Run {
             return Ok(());
         }
         let current = inner.current_tools();
-        let available = current
-            .as_ref()
-            .map_or(inner.tool_names.clone(), |c| c.names());
+        let available: std::borrow::Cow<'_, str> = match &current {
+            None => std::borrow::Cow::Borrowed(&inner.tool_names),
+            Some(c) => std::borrow::Cow::Owned(c.names()),
+        };
         let terminal = AgentTool {
             available: &available,
         };
