@@ -231,6 +231,16 @@ async fn refresh(server: &Arc<Server>, peer: &Peer<RoleClient>) -> Result<(), Mc
         server: server.config.name.clone(),
         message: format!("tools/list failed: {e}"),
     })?;
+    // A name in the allow list the server does not offer is most likely a typo.
+    for wanted in server.config.tools.iter().flatten() {
+        if !listed.iter().any(|t| t.name == wanted.as_str()) {
+            tracing::warn!(
+                server = %server.config.name,
+                "tools lists {wanted:?}, which the server does not offer; it offers: {}",
+                listed.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     for tool in listed {
         if !server.config.admits(&tool.name) {
