@@ -18,7 +18,7 @@ cargo clippy -p keel-store --all-features --all-targets -- -D warnings
 # every cfg of every crate: dependencies come in the same variants as under
 # `cargo hack --feature-powerset`, without its 128 runs (docs/architecture.md).
 echo "== feature combinations"
-facade_features=(agent summarization tiktoken memory sqlite postgres openai recall)
+facade_features=(agent summarization tiktoken memory sqlite postgres openai recall mcp)
 cargo clippy -p keel --no-default-features -- -D warnings
 for feature in "${facade_features[@]}"; do
     cargo clippy -p keel --no-default-features --features "$feature" -- -D warnings
@@ -128,3 +128,10 @@ scripts/serve-tests.sh adversarial 1
 scripts/serve-tests.sh diff
 # The SDK's React hook, useStream, on a page in headless Chromium (agent-chat-ui's wiring).
 scripts/serve-tests.sh usestream
+# --- MCP ---
+# keel-mcp with real servers from PyPI and npm (stdio and streamable HTTP, list_changed,
+# restarts), `keel run` calling MCP tools through the stack, and `keel serve`'s /mcp
+# endpoint with the official TypeScript SDK client and with keel-mcp. The script
+# installs the servers and the SDK under target/mcp-tests/.
+echo "== MCP"
+scripts/mcp-tests.sh

@@ -26,6 +26,9 @@ pub use keel_core::*;
 /// The agent loop (`keel-agent`).
 #[cfg(feature = "agent")]
 pub use keel_agent as agent;
+/// Tools from MCP servers, stdio or streamable HTTP (`keel-mcp`).
+#[cfg(feature = "mcp")]
+pub use keel_mcp as mcp;
 /// Rolling session memory (`keel-memory`).
 #[cfg(feature = "memory")]
 pub use keel_memory as memory;

@@ -8,7 +8,7 @@ use keel_core::message::Message;
 use keel_core::middleware::{Middleware, check_hooks};
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
 use keel_core::store::Checkpointer;
-use keel_core::tool::Tool;
+use keel_core::tool::{Tool, Toolset};
 
 use crate::agent::Agent;
 use crate::checkpointer::InMemoryCheckpointer;
@@ -34,6 +34,7 @@ impl Agent {
 pub struct AgentBuilder {
     model: Option<Arc<dyn ChatModel>>,
     tools: Vec<Arc<dyn Tool>>,
+    toolsets: Vec<Arc<dyn Toolset>>,
     system: Option<Message>,
     middleware: Vec<Arc<dyn Middleware>>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
@@ -63,6 +64,20 @@ impl AgentBuilder {
     /// Adds a shared tool.
     pub fn tool_shared(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Adds a set of tools that may change while the agent runs (an MCP server's
+    /// tools, `keel_mcp::McpToolset`). Its tools are offered and called like any
+    /// other, through the same `wrap_tool_call` middleware; one whose name a tool
+    /// added before already has is left out.
+    pub fn toolset(self, toolset: impl Toolset + 'static) -> Self {
+        self.toolset_shared(Arc::new(toolset))
+    }
+
+    /// Adds a shared toolset (see [`toolset`](Self::toolset)).
+    pub fn toolset_shared(mut self, toolset: Arc<dyn Toolset>) -> Self {
+        self.toolsets.push(toolset);
         self
     }
 
@@ -162,6 +177,7 @@ impl AgentBuilder {
             tools,
             tool_specs,
             tool_names,
+            toolsets: self.toolsets,
             system: self.system,
             settings: self.settings,
             tool_choice: self.tool_choice,

@@ -16,8 +16,10 @@
 //!   oldest quarter and the most recent ones when there are more);
 //! - **a tool result**: what each tool returned, quoted;
 //! - **a user message naming one of the offered tools** (`weather`, `lookup ticket`
-//!   for `lookup_ticket`): a call of that tool with `{"query": <the message>}`, unless
-//!   `tool_choice` is `none`;
+//!   for `lookup_ticket`): a call of that tool with `{"query": <the message>}` (or, for
+//!   a tool whose schema requires a string argument, such as an MCP server's `echo`
+//!   requiring `message`, that argument set to the message), unless `tool_choice` is
+//!   `none`;
 //! - **any other user message**: the line of its context (its own earlier answers aside)
 //!   that shares the most words with the message (the most recent on a tie), or an
 //!   acknowledgement when none does,
@@ -201,11 +203,26 @@ fn tool_call(request: &ChatRequest<'_>, text: &str, position: usize) -> Option<T
         let name = spec.name.to_lowercase();
         lower.contains(&name) || lower.contains(&name.replace('_', " "))
     })?;
+    let mut args = serde_json::Map::new();
+    args.insert(argument_for(&tool.parameters).to_owned(), json!(text));
     Some(ToolCall::new(
         format!("call_{position}"),
         tool.name.clone(),
-        json!({ "query": text }),
+        Value::Object(args),
     ))
+}
+
+/// The argument a message goes in: the first required string property of the schema,
+/// or `query`.
+fn argument_for(schema: &Value) -> &str {
+    let properties = &schema["properties"];
+    schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|name| properties[*name]["type"] == "string")
+        .unwrap_or("query")
 }
 
 /// What the tool results after the last AI message said.
@@ -315,6 +332,30 @@ mod tests {
         request.tools = tools;
         request.internal = internal;
         model.answer(&request)
+    }
+
+    #[test]
+    fn a_required_string_argument_carries_the_message() {
+        let model = OfflineModel::new();
+        let echo = ToolSpec::new(
+            "echo",
+            "",
+            json!({"type": "object", "properties": {"n": {"type": "number"}, "message": {"type": "string"}}, "required": ["n", "message"]}),
+        );
+        let plain = ToolSpec::new("lookup", "", json!({"type": "object"}));
+        let call = |text: &str| {
+            ask(
+                &model,
+                &[Message::human(text)],
+                &[echo.clone(), plain.clone()],
+                false,
+            )
+            .tool_calls()[0]
+                .args
+                .clone()
+        };
+        assert_eq!(call("echo this"), json!({"message": "echo this"}));
+        assert_eq!(call("lookup that"), json!({"query": "lookup that"}));
     }
 
     #[test]

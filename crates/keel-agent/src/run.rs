@@ -20,7 +20,7 @@ use keel_core::state::{AgentState, Lineage, MessageOp, StateUpdate};
 use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
 use keel_core::stream::{StreamEvent, StreamWriter};
 use keel_core::telemetry;
-use keel_core::tool::{Tool, ToolError, ToolSpec};
+use keel_core::tool::{Tool, ToolError, ToolSpec, Toolset};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) tools: HashMap<String, Arc<dyn Tool>>,
     pub(crate) tool_specs: Arc<Vec<ToolSpec>>,
     pub(crate) tool_names: String,
+    /// Tools that may change between calls, asked for their current set each step.
+    pub(crate) toolsets: Vec<Arc<dyn Toolset>>,
     pub(crate) system: Option<Message>,
     pub(crate) settings: ModelSettings,
     pub(crate) tool_choice: Option<ToolChoice>,
@@ -54,6 +56,71 @@ pub(crate) struct Inner {
     /// the lineage, so middleware that remember the list (token counts, summarization's
     /// scans) look at the new messages only; any other head starts a fresh lineage.
     pub(crate) lineages: parking_lot::Mutex<lru::LruCache<String, (u64, Lineage)>>,
+}
+
+/// The tools of an agent's toolsets at one moment, beside its fixed tools.
+struct CurrentTools {
+    /// Each toolset's tools whose names no fixed tool or earlier toolset took.
+    extra: Vec<Arc<dyn Tool>>,
+    fixed_names: String,
+}
+
+impl CurrentTools {
+    fn names(&self) -> String {
+        let mut names = self.fixed_names.clone();
+        for tool in &self.extra {
+            if !names.is_empty() {
+                names.push_str(", ");
+            }
+            names.push_str(&tool.spec().name);
+        }
+        names
+    }
+}
+
+impl Inner {
+    /// The toolsets' current tools, or `None` when the agent has no toolset.
+    fn current_tools(&self) -> Option<CurrentTools> {
+        if self.toolsets.is_empty() {
+            return None;
+        }
+        let mut taken: std::collections::HashSet<String> = self.tools.keys().cloned().collect();
+        let mut extra = Vec::new();
+        for set in &self.toolsets {
+            for tool in set.tools().iter() {
+                if taken.insert(tool.spec().name.clone()) {
+                    extra.push(tool.clone());
+                }
+            }
+        }
+        Some(CurrentTools {
+            extra,
+            fixed_names: self.tool_names.clone(),
+        })
+    }
+
+    /// What the model is offered now: the fixed tools, then the toolsets' tools.
+    fn current_specs(&self) -> Arc<Vec<ToolSpec>> {
+        match self.current_tools() {
+            None => self.tool_specs.clone(),
+            Some(current) => {
+                let mut specs = self.tool_specs.as_ref().clone();
+                specs.extend(current.extra.iter().map(|t| t.spec().clone()));
+                Arc::new(specs)
+            }
+        }
+    }
+
+    /// The tool a call of `name` runs.
+    fn find_tool(&self, current: Option<&CurrentTools>, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).cloned().or_else(|| {
+            current?
+                .extra
+                .iter()
+                .find(|t| t.spec().name == name)
+                .cloned()
+        })
+    }
 }
 
 /// How many threads' lineages an agent remembers.
@@ -639,7 +706,7 @@ impl Run {
         let request = ModelRequest {
             messages: self.state.messages.clone(),
             system: inner.system.clone(),
-            tools: inner.tool_specs.clone(),
+            tools: inner.current_specs(),
             tool_choice: inner.tool_choice.clone(),
             settings: inner.settings.clone(),
             model: inner.model.clone(),
@@ -670,8 +737,13 @@ impl Run {
             // A `tools` jump with nothing pending: no step, no checkpoint.
             return Ok(());
         }
+        let current = inner.current_tools();
+        let available: std::borrow::Cow<'_, str> = match &current {
+            None => std::borrow::Cow::Borrowed(&inner.tool_names),
+            Some(c) => std::borrow::Cow::Owned(c.names()),
+        };
         let terminal = AgentTool {
-            available: &inner.tool_names,
+            available: &available,
         };
         let runtime = self.runtime(TOOLS_NODE);
         let chain = &inner.pipeline.wrap_tool;
@@ -679,7 +751,7 @@ impl Run {
         // Polled together (not spawned): the calls overlap without needing a runtime handle.
         let results = futures::future::join_all(calls.into_iter().map(|call| {
             let request = ToolCallRequest {
-                tool: inner.tools.get(&call.name).cloned(),
+                tool: inner.find_tool(current.as_ref(), &call.name),
                 call,
                 state: self.state.clone(),
                 runtime: runtime.clone(),

@@ -133,3 +133,73 @@ async fn a_tool_loop_stops_at_the_recursion_limit() {
     assert!(err.to_string().contains("recursion_limit"));
     assert_eq!(model.calls(), 3);
 }
+
+/// A toolset whose tools the test swaps between runs.
+struct Swappable(parking_lot::Mutex<Arc<[Arc<dyn Tool>]>>);
+
+impl keel_core::tool::Toolset for Swappable {
+    fn tools(&self) -> Arc<[Arc<dyn Tool>]> {
+        self.0.lock().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_toolset_is_asked_for_its_tools_on_every_step() {
+    let fixed = FnTool::new("fixed", |_| Ok(Content::Text("the fixed tool".into())));
+    let set = Arc::new(Swappable(parking_lot::Mutex::new(Arc::from(vec![
+        Arc::new(FnTool::echo("a")) as Arc<dyn Tool>,
+        // Taken by the fixed tool: left out.
+        Arc::new(FnTool::new("fixed", |_| {
+            Ok(Content::Text("shadowed".into()))
+        })),
+    ]))));
+    let model = Arc::new(ScriptedModel::new([
+        ai_calls(&[("c1", "a"), ("c2", "fixed")]),
+        Message::ai("one"),
+        ai_calls(&[("c3", "b"), ("c4", "a")]),
+        Message::ai("two"),
+    ]));
+    let agent = Agent::builder()
+        .model(model.clone())
+        .tool(fixed)
+        .toolset_shared(set.clone())
+        .build()
+        .unwrap();
+    let first = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    let names = |i: usize| {
+        model.requests()[i]
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(0), ["fixed", "a"]);
+    let texts: Vec<String> = first
+        .state
+        .messages
+        .iter()
+        .filter(|m| m.is_tool())
+        .map(|m| m.text().into_owned())
+        .collect();
+    assert_eq!(texts, ["{\"q\":\"c1\"}", "the fixed tool"]);
+
+    // The set changes: `a` goes, `b` comes; the next run is offered and runs the new set.
+    *set.0.lock() = Arc::from(vec![Arc::new(FnTool::echo("b")) as Arc<dyn Tool>]);
+    let second = agent
+        .invoke("t", vec![Message::human("again")])
+        .await
+        .unwrap();
+    assert_eq!(names(2), ["fixed", "b"]);
+    let last: Vec<&Message> = second
+        .state
+        .messages
+        .iter()
+        .rev()
+        .filter(|m| m.is_tool())
+        .take(2)
+        .collect();
+    // c4 (`a`) is gone: unknown, naming what there is now.
+    assert_eq!(last[0].as_tool().unwrap().status, ToolStatus::Error);
+    assert!(last[0].text().contains("fixed, b"), "{}", last[0].text());
+    assert_eq!(last[1].text(), "{\"q\":\"c3\"}");
+}

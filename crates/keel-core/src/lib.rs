@@ -60,4 +60,4 @@ pub use model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile
 pub use state::{AgentState, MessageOp, StateUpdate};
 pub use stream::{StreamEvent, StreamMode, StreamWriter};
 pub use tokens::TokenCounter;
-pub use tool::{Tool, ToolError, ToolSpec};
+pub use tool::{Tool, ToolError, ToolSpec, Toolset};

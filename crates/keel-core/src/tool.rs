@@ -68,3 +68,15 @@ pub trait Tool: Send + Sync {
     /// Runs the tool with the model's arguments.
     async fn call(&self, args: Value) -> Result<Content, ToolError>;
 }
+
+/// A set of tools that may change while an agent runs: the tools of an MCP server,
+/// which it lists at start and lists again when it says they changed. The agent asks
+/// for the current set before every model call (the specs the model is offered) and
+/// before every tool step (the tool a call runs), so a change reaches the next call.
+///
+/// A toolset's tool whose name is already taken (by a tool added on its own, or by an
+/// earlier toolset) is left out: names stay unique in what the model sees.
+pub trait Toolset: Send + Sync {
+    /// The tools as of now, in a stable order.
+    fn tools(&self) -> std::sync::Arc<[std::sync::Arc<dyn Tool>]>;
+}

@@ -1,6 +1,6 @@
 //! The router: routes, in the order a request meets the layers (outermost first):
 //! the host and origin check ([`crate::origin`]), CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
-//! authentication, then the handlers.
+//! authentication, then the handlers (and `/mcp`, the MCP endpoint: [`crate::mcp`]).
 
 use std::sync::Arc;
 
@@ -136,6 +136,7 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         items,
     };
     let runs_handle = state.manager.clone();
+    let mcp = crate::mcp::service(state.clone(), options.max_body_bytes);
 
     let mut api = Router::new()
         .route("/ok", get(system::ok))
@@ -208,7 +209,8 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
             get(store::get).put(store::put).delete(store::delete),
         )
         .route("/store/items/search", post(store::search))
-        .route("/store/namespaces", post(store::namespaces));
+        .route("/store/namespaces", post(store::namespaces))
+        .route_service(crate::mcp::MCP_PATH, mcp);
     if options.page {
         api = api
             .route("/", get(page::index))

@@ -1,7 +1,8 @@
 //! API-key authentication: the `x-api-key` header the SDKs send (from
 //! `LANGGRAPH_API_KEY` or the `api_key` argument) names an owner, and every thread is
 //! scoped to its owner. Without configured keys the server is open and every request
-//! has the same, empty owner.
+//! has the same, empty owner. The MCP endpoint (`/mcp`) also takes the key as
+//! `Authorization: Bearer KEY`, the header MCP clients send.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -153,6 +154,13 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/ok" | "/info" | "/" | "/favicon.ico") || path.starts_with("/static/")
 }
 
+/// The token of an `Authorization: Bearer TOKEN` value (the scheme is
+/// case-insensitive, RFC 9110 section 11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// The middleware: resolves the owner or answers 401.
 pub async fn authenticate(
     State(keys): State<ApiKeys>,
@@ -162,7 +170,19 @@ pub async fn authenticate(
     let owner = if !keys.enabled() || is_public(request.uri().path()) {
         Owner(Arc::from(""))
     } else {
-        match request.headers().get("x-api-key") {
+        let bearer = (request.uri().path() == crate::mcp::MCP_PATH)
+            .then(|| request.headers().get(axum::http::header::AUTHORIZATION))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .and_then(|v| axum::http::HeaderValue::from_str(v).ok());
+        match request
+            .headers()
+            .get("x-api-key")
+            .cloned()
+            .or(bearer)
+            .as_ref()
+        {
             None => {
                 return ApiError::Unauthorized(
                     "missing x-api-key header: this server requires an API key".into(),
@@ -194,6 +214,14 @@ mod tests {
         assert!(ApiKeys::parse("short=x").is_err());
         assert!(ApiKeys::parse("no-equals-sign").is_err());
         assert!(!ApiKeys::parse("").unwrap().enabled());
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_whatever_the_scheme_case() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!                                  #     api_key_env: VAR, context_window: N}
 //! system_prompt: You are a support assistant.
 //! tools: [echo]                    # built-in tools
+//! mcp_servers:                     # tools from MCP servers (keel_mcp::config)
+//!   - {name: time, command: uvx, args: [mcp-server-time], prefix: time_}
 //! middleware:
 //!   - session_memory: {n_messages: 40, fold_batch: 10, pinned_keys: [project_id]}
 //!   - summarization: {enabled: true, trigger: [{type: tokens, value: 3500}],
@@ -33,7 +35,8 @@ use keel_agent::offline::OfflineModel;
 use keel_core::Content;
 use keel_core::model::ChatModel;
 use keel_core::store::SessionScope;
-use keel_core::tool::{Tool, ToolError, ToolSpec};
+use keel_core::tool::{Tool, ToolError, ToolSpec, Toolset};
+use keel_mcp::{McpError, McpServerConfig, McpToolset};
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
 use keel_middleware::stack::{ModelRegistry, Stack};
 use keel_store::Store;
@@ -67,6 +70,9 @@ pub enum StackError {
     /// value and what is allowed).
     #[error("keel.yaml: {0}")]
     Middleware(String),
+    /// An `mcp_servers` entry that is wrong, or a server that did not start.
+    #[error("keel.yaml: {0}")]
+    Mcp(#[from] McpError),
     /// A key with a value outside what is allowed.
     #[error("keel.yaml: {key}: {problem}")]
     Invalid {
@@ -102,6 +108,10 @@ pub struct StackConfig {
     /// Model calls per run.
     #[serde(default)]
     pub recursion_limit: Option<usize>,
+    /// MCP servers whose tools the agent gets (see `keel_mcp::config`), connected by
+    /// [`connect_mcp`](Self::connect_mcp).
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 fn default_name() -> String {
@@ -158,6 +168,7 @@ impl StackConfig {
             return Err(invalid("name", "must not be empty"));
         }
         stack.model_choice()?;
+        keel_mcp::validate_servers(&stack.mcp_servers).map_err(McpError::from)?;
         for (i, entry) in stack.middleware.iter().enumerate() {
             if entry.len() != 1 {
                 return Err(invalid(
@@ -216,10 +227,26 @@ impl StackConfig {
     }
 
     /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
-    /// second level).
+    /// second level). A file with `mcp_servers` needs [`build_connected`](Self::build_connected).
     pub fn build(&self, store: Arc<Store>) -> Result<Agent, StackError> {
         let (model, online) = self.model()?;
         self.build_with_model(store, model, online)
+    }
+
+    /// Connects the `mcp_servers` (spawning or dialling each, listing its tools), then
+    /// builds the agent on `store` with their tools.
+    pub async fn build_connected(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+        let mcp = self.connect_mcp().await?;
+        let (model, online) = self.model()?;
+        self.build_with_tools(store, model, online, mcp)
+    }
+
+    /// The `mcp_servers`, connected; `None` when the file lists none.
+    pub async fn connect_mcp(&self) -> Result<Option<McpToolset>, StackError> {
+        if self.mcp_servers.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(McpToolset::connect(self.mcp_servers.clone()).await?))
     }
 
     /// The model the `model` key describes, and whether it is a server (`true`) rather
@@ -256,13 +283,32 @@ impl StackConfig {
     }
 
     /// Builds the stack around a model of the caller's (the `model` key is ignored).
-    /// `online` picks how session memory folds: with the model, or extractively.
+    /// `online` picks how session memory folds: with the model, or extractively. A
+    /// file with `mcp_servers` needs [`build_with_tools`](Self::build_with_tools).
     pub fn build_with_model(
         &self,
         store: Arc<Store>,
         model: Arc<dyn ChatModel>,
         online: bool,
     ) -> Result<Agent, StackError> {
+        self.build_with_tools(store, model, online, None)
+    }
+
+    /// [`build_with_model`](Self::build_with_model) with the MCP servers' tools
+    /// ([`connect_mcp`](Self::connect_mcp)).
+    pub fn build_with_tools(
+        &self,
+        store: Arc<Store>,
+        model: Arc<dyn ChatModel>,
+        online: bool,
+        mcp: Option<McpToolset>,
+    ) -> Result<Agent, StackError> {
+        if !self.mcp_servers.is_empty() && mcp.is_none() {
+            return Err(invalid(
+                "mcp_servers",
+                "the servers are not connected: build with StackConfig::build_connected (as `keel serve` does)",
+            ));
+        }
         let profile = model.profile().clone();
         let mut builder = Agent::builder()
             .model(model.clone())
@@ -272,6 +318,9 @@ impl StackConfig {
         }
         if let Some(limit) = self.recursion_limit {
             builder = builder.recursion_limit(limit);
+        }
+        if let Some(mcp) = mcp {
+            builder = builder.toolset_shared(Arc::new(mcp) as Arc<dyn Toolset>);
         }
         for (i, name) in self.tools.iter().enumerate() {
             match name.as_str() {
@@ -418,6 +467,33 @@ mod tests {
         assert!(err.to_string().contains("middleware[0]"), "{err}");
         let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn mcp_servers_are_checked_and_connected_before_the_build() {
+        let err = StackConfig::from_yaml_str(
+            "mcp_servers:\n  - {name: t, command: a, timeout_seconds: 9000}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("mcp_servers[0].timeout_seconds = 9000.0"),
+            "{err}"
+        );
+        assert!(err.contains("at most 3600"), "{err}");
+        let err = StackConfig::from_yaml_str("mcp_servers:\n  - {name: t, cmd: a}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cmd"), "{err}");
+        let stack = StackConfig::from_yaml_str(
+            "mcp_servers:\n  - {name: ghost, command: /nonexistent/keel-mcp-server}\n",
+        )
+        .unwrap();
+        let store = Arc::new(Store::memory());
+        let err = stack.build(store.clone()).unwrap_err().to_string();
+        assert!(err.contains("build_connected"), "{err}");
+        let err = stack.build_connected(store).await.unwrap_err().to_string();
+        assert!(err.contains("\"ghost\" could not be connected"), "{err}");
     }
 
     #[tokio::test]

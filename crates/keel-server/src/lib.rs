@@ -40,13 +40,15 @@
 //! With `HumanInTheLoopMiddleware` in the stack, a paused run shows as LangGraph's
 //! `__interrupt__` (in `updates`, `values` and thread state) and a run request's
 //! `command: {resume: {"decisions": [...]}}` records the decisions and continues it
-//! ([`runs::RunManager`] applies them under the thread's lease).
+//! ([`runs::RunManager`] applies them under the thread's lease). The assistant is also a
+//! tool of an MCP server at `/mcp` ([`mcp`]), for Model Context Protocol clients.
 pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lease;
+pub mod mcp;
 pub mod origin;
 pub mod registry;
 pub mod routes;

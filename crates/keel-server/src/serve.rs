@@ -171,7 +171,7 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         }
         _ => Leases::Local,
     };
-    let agent = stack.build(Arc::new(store))?;
+    let agent = stack.build_connected(Arc::new(store)).await?;
     let model = agent.model_profile().name.clone();
     let mut connections = options.connections.clone();
     if let Some(limit) = raise_fd_limit() {

@@ -8,7 +8,9 @@
 //! (kinds as in `keel_core::model::ModelErrorKind`: `rate_limited`, `server`,
 //! `timeout`, `connection`, ...). Every model name in the stack (`model`, fallbacks, a
 //! summary model) is that scripted model. The tools are a built-in `echo` (answers with
-//! its arguments as JSON) and the ones the stack's middleware define (`write_todos`).
+//! its arguments as JSON), the ones the stack's middleware define (`write_todos`), and
+//! those of the file's `mcp_servers` (keel-mcp: started for the run, called for real), so
+//! a script line calling an MCP tool runs it through the whole middleware stack.
 //!
 //! With `--json` it prints `{"messages": [...], "requests": [...], "events": [...]}`: the
 //! final thread, every request the model received as it was sent (system message first,
@@ -178,6 +180,12 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     // Spans go to OTEL_EXPORTER_OTLP_ENDPOINT when set (the `otel` feature); the guard
     // flushes them when the command ends.
     let _telemetry = crate::telemetry::init(None, false)?;
+    // The stack loader leaves `mcp_servers` to the application (the file is at most
+    // MAX_STACK_BYTES: Stack::from_yaml_file read it whole already).
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let mcp_servers = keel_mcp::servers_from_yaml(&text)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
     let model = Arc::new(ScriptModel {
         profile: ModelProfile::new(
             stack.model.clone().unwrap_or_else(|| "scripted".into()),
@@ -191,10 +199,17 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         let m = shared.clone();
         Arc::new(move |_: &str| Some(m.clone()))
     };
-    let agent = stack.agent_builder(shared, models)?.tool(echo()).build()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()?;
+    let mut builder = stack.agent_builder(shared, models)?.tool(echo());
+    if !mcp_servers.is_empty() {
+        let toolset = runtime
+            .block_on(keel_mcp::McpToolset::connect(mcp_servers))
+            .map_err(|e| format!("{}: {e}", args.config.display()))?;
+        builder = builder.toolset(toolset);
+    }
+    let agent = builder.build()?;
     let (events, outcome) = runtime.block_on(async {
         let mut stream = agent.stream("keel-run", thread, &[StreamMode::Custom]);
         let mut events = Vec::new();

@@ -11,6 +11,10 @@
 //!   - summarization: {trigger: {type: tokens, value: 4000}, keep: {type: messages, value: 20}}
 //! ```
 //!
+//! An `mcp_servers:` list (tools from MCP servers) may stand beside these keys: the
+//! stack loader leaves it to the application, which reads it with keel-mcp
+//! (`keel run` and `keel serve` do).
+//!
 //! Each `middleware` entry is a one-key mapping from LangChain's class name in snake
 //! case without `_middleware` to that class's constructor arguments under LangChain's
 //! names (see [`entries::NAMES`] and `docs/middleware.md`); `summarization` takes
@@ -134,19 +138,22 @@ impl Stack {
                 ));
             }
         };
-        known_keys("(document)", top, &["model", "system_prompt", "middleware"]).map_err(|e| {
-            match e {
-                StackError::UnknownKey {
-                    key,
-                    suggestion,
-                    line,
-                } => StackError::UnknownKey {
-                    key: key.trim_start_matches("(document).").to_owned(),
-                    suggestion,
-                    line,
-                },
-                other => other,
-            }
+        known_keys(
+            "(document)",
+            top,
+            &["model", "system_prompt", "middleware", "mcp_servers"],
+        )
+        .map_err(|e| match e {
+            StackError::UnknownKey {
+                key,
+                suggestion,
+                line,
+            } => StackError::UnknownKey {
+                key: key.trim_start_matches("(document).").to_owned(),
+                suggestion,
+                line,
+            },
+            other => other,
         })?;
         let mut stack = Stack::default();
         for (i, (key, _, node)) in top.iter().enumerate() {
@@ -159,6 +166,9 @@ impl Stack {
                 "system_prompt" => {
                     stack.system_prompt = (!v.is_null()).then(|| v.string()).transpose()?
                 }
+                // Tools, not middleware: read by the application with
+                // `keel_mcp::servers_from_yaml`, which checks every key of it.
+                "mcp_servers" => {}
                 _ => {
                     // The line before the next top-level key ends the list.
                     let after = top

@@ -1321,3 +1321,24 @@ fn stream_response(
     }
     with_location(response, record)
 }
+
+/// Runs the assistant on one user message and answers with the thread's values once
+/// the run ends, as `runs.wait` does: on the caller's thread `thread_id` (created when
+/// the caller has none of that id), or on a fresh thread deleted after the run. The
+/// MCP endpoint's tool call ([`crate::mcp`]).
+pub(crate) async fn wait_for_message(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    message: String,
+) -> Result<Value, ApiError> {
+    let body = RunBody {
+        assistant_id: Some(app.manager.assistant().assistant_id.clone()),
+        input: Some(json!({"messages": [{"role": "user", "content": message}]})),
+        if_not_exists: thread_id.is_some().then(|| "create".to_owned()),
+        ..RunBody::default()
+    };
+    // A stateless run's thread stays until its values are read (`_keep` dropped).
+    let (record, live, _, _keep) = start_keeping(app, owner, thread_id, body).await?;
+    outcome(app, Some(live), &record.thread_id, &record.run_id).await
+}
