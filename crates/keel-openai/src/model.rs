@@ -124,6 +124,53 @@ struct StreamState {
     decoder: StreamDecoder,
     pending: VecDeque<ChatChunk>,
     done: bool,
+    /// The same request without streaming, to ask once more when the stream ends
+    /// having sent nothing.
+    again: Option<AskAgain>,
+}
+
+/// What asking a request again without streaming needs.
+struct AskAgain {
+    client: Client<OpenAIConfig>,
+    body: Value,
+    provider: String,
+    model: String,
+    timeout: std::time::Duration,
+}
+
+/// Sends `again`'s request without streaming and decodes the answer.
+async fn ask_again(again: AskAgain) -> Result<Message, ModelError> {
+    let chat = again.client.chat();
+    let send = || async {
+        match tokio::time::timeout(again.timeout, chat.create_byot(again.body.clone())).await {
+            Ok(result) => Some(result.map_err(from_openai)),
+            Err(_) => None,
+        }
+    };
+    // The aborted stream's connection may be the one the pool hands out again, and the
+    // server has reset it: a connection error gets one fresh try.
+    let first = match send().await {
+        Some(Err(e)) if e.kind == ModelErrorKind::Connection => send().await,
+        other => other,
+    };
+    let answer: Value = match first {
+        Some(result) => result?,
+        None => {
+            return Err(ModelError::new(
+                ModelErrorKind::Timeout,
+                format!(
+                    "the chat completion (asked again after an empty stream) took longer than the configured timeout of {:?}",
+                    again.timeout
+                ),
+            ));
+        }
+    };
+    let facts = CallFacts {
+        provider: &again.provider,
+        model: &again.model,
+        internal: false,
+    };
+    Ok(decode_completion(&answer, &facts)?.into())
 }
 
 #[async_trait]
@@ -154,6 +201,7 @@ impl ChatModel for OpenAiChatModel {
             return Ok(Box::pin(futures::stream::iter(chunks)));
         }
         let body = build_body(&self.config.model, &request, true, self.config.stream_usage);
+        let plain = build_body(&self.config.model, &request, false, false);
         let chat = self.client.chat();
         let events = self
             .with_timeout("opening the stream", chat.create_stream_byot(body))
@@ -163,6 +211,13 @@ impl ChatModel for OpenAiChatModel {
             decoder: StreamDecoder::new(&self.profile.provider, &self.config.model),
             pending: VecDeque::new(),
             done: false,
+            again: Some(AskAgain {
+                client: self.client.clone(),
+                body: plain,
+                provider: self.profile.provider.clone(),
+                model: self.config.model.clone(),
+                timeout: self.config.timeout,
+            }),
         };
         let chunks = futures::stream::unfold(state, |mut st| async move {
             loop {
@@ -186,6 +241,19 @@ impl ChatModel for OpenAiChatModel {
                     }
                     None => {
                         st.done = true;
+                        // A 200 stream that closed before its first event: llama.cpp's
+                        // Python server, for one, fails a too-long prompt after sending
+                        // the headers. Asked again without streaming, the server answers
+                        // with its error (or the answer), which is classified as usual.
+                        if st.decoder.is_untouched()
+                            && let Some(again) = st.again.take()
+                        {
+                            match ask_again(again).await {
+                                Ok(message) => st.pending.extend(message_to_chunks(&message)),
+                                Err(e) => return Some((Err(e), st)),
+                            }
+                            continue;
+                        }
                         let closing = st.decoder.finish();
                         st.pending.extend(closing);
                     }

@@ -174,9 +174,16 @@ pub(crate) struct StreamDecoder {
     finish_reason: Option<String>,
     usage: Option<Usage>,
     named: BTreeSet<usize>,
+    /// Events decoded so far.
+    events: usize,
 }
 
 impl StreamDecoder {
+    /// True when the stream has carried no event at all.
+    pub(crate) fn is_untouched(&self) -> bool {
+        self.events == 0
+    }
+
     pub(crate) fn new(provider: &str, model: &str) -> Self {
         StreamDecoder {
             provider: provider.to_owned(),
@@ -187,6 +194,7 @@ impl StreamDecoder {
 
     /// Decodes one event's JSON.
     pub(crate) fn push(&mut self, v: &Value) -> Result<Vec<ChatChunk>, ModelError> {
+        self.events += 1;
         if is_error_object(v) {
             return Err(classify_error_object(v, &v.to_string()));
         }

@@ -770,3 +770,63 @@ async fn cached_prompt_tokens_are_reported() {
         Some(2006)
     );
 }
+
+/// llama.cpp's Python server fails a too-long prompt after sending a 200 stream's
+/// headers, so the stream closes before its first event. The adapter asks once more
+/// without streaming, which gets the server's error, classified as usual (here, a
+/// context overflow the summarization middleware recovers from).
+#[tokio::test]
+async fn a_stream_closed_before_its_first_event_is_asked_again_without_streaming() {
+    use wiremock::matchers::body_partial_json;
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_partial_json(json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw("", "text/event-stream"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(400).set_body_raw(
+            r#"{"error": {"message": "Requested tokens (2582) exceed context window of 2048", "type": "invalid_request_error", "code": null}}"#,
+            "application/json",
+        ))
+        .mount(&server)
+        .await;
+    let model = model(&server, "smollm2");
+    let messages = vec![Message::human("a long prompt")];
+    let settings = ModelSettings::default();
+    let mut stream = model
+        .stream(ChatRequest::new(&messages, &settings))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(item) = stream.next().await {
+        got.push(item);
+    }
+    assert_eq!(got.len(), 1, "{got:?}");
+    let err = got.pop().unwrap().unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::ContextOverflow, "{err}");
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2, "the stream, then once without streaming");
+
+    // A server that answers the second time: the answer arrives as chunks.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(body_partial_json(json!({"stream": true})))
+        .respond_with(ResponseTemplate::new(200).set_body_raw("", "text/event-stream"))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_raw(fixture("openai_completion.json"), "application/json"),
+        )
+        .mount(&server)
+        .await;
+    let model = self::model(&server, "gpt-4o-mini");
+    let chunks = collect(&model, ChatRequest::new(&messages, &settings)).await;
+    assert_eq!(assemble(&chunks).text(), "Paris is the capital of France.");
+}

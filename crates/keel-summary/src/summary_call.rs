@@ -219,12 +219,17 @@ fn takes_response_format(provider: &str) -> bool {
 }
 
 /// True when `error` is a server refusing the `response_format` parameter itself.
+/// llama-cpp-python's server answers a `json_schema` format it does not take with a 500
+/// naming the field in a validation error, so a server error counts too when its
+/// message says so.
 fn refuses_response_format(error: &ModelError) -> bool {
     let message = error.message.to_ascii_lowercase();
-    matches!(
-        error.kind,
-        ModelErrorKind::Rejected | ModelErrorKind::InvalidRequest
-    ) && (message.contains("response_format") || message.contains("json_schema"))
+    let names_it = message.contains("response_format") || message.contains("json_schema");
+    match error.kind {
+        ModelErrorKind::Rejected | ModelErrorKind::InvalidRequest => names_it,
+        ModelErrorKind::Server => names_it && message.contains("validation error"),
+        _ => false,
+    }
 }
 
 /// Why no summary came back.
@@ -709,6 +714,26 @@ impl CircuitBreaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// llama-cpp-python's 500 for a `json_schema` format (recorded from version 0.3.36),
+    /// and what must not count as a refusal.
+    #[test]
+    fn a_refused_response_format_is_recognised_in_the_shapes_servers_send() {
+        let llama_cpp_python = ModelError::new(
+            ModelErrorKind::Server,
+            "HTTP 500: 1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}",
+        );
+        assert!(refuses_response_format(&llama_cpp_python));
+        let openai = ModelError::new(
+            ModelErrorKind::InvalidRequest,
+            "HTTP 400: Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model.",
+        );
+        assert!(refuses_response_format(&openai));
+        let crash = ModelError::new(ModelErrorKind::Server, "HTTP 500: out of memory");
+        assert!(!refuses_response_format(&crash));
+        let busy = ModelError::new(ModelErrorKind::RateLimited, "response_format too busy");
+        assert!(!refuses_response_format(&busy));
+    }
 
     #[test]
     fn placeholders_and_blank_are_rejected() {
