@@ -331,18 +331,27 @@ impl SummaryCache {
         flight.guard.is_some().then_some(flight)
     }
 
+    /// True when a second level (shared with other processes) is configured.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
     /// Takes the second level's lease on `key` for `holder` (see
-    /// [`SummaryStore::try_lease`]); true without a second level. A store failure is
-    /// logged and refuses the lease: the summary is then written when it is needed.
-    pub async fn try_lease(&self, key: &str, holder: &str, ttl: std::time::Duration) -> bool {
-        let Some(store) = &self.store else {
-            return true;
-        };
+    /// [`SummaryStore::try_lease`]): `Some(true)` taken, `Some(false)` held by another
+    /// holder, `None` without a second level or when the store failed (logged): the
+    /// caller then goes on as if alone.
+    pub async fn try_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Option<bool> {
+        let store = self.store.as_ref()?;
         match store.try_lease(&store_key(key), holder, ttl).await {
-            Ok(taken) => taken,
+            Ok(taken) => Some(taken),
             Err(err) => {
-                tracing::warn!(key, error = %err, "summary lease failed; not writing ahead");
-                false
+                tracing::warn!(key, error = %err, "summary lease failed; going on without it");
+                None
             }
         }
     }

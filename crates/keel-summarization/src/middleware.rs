@@ -762,17 +762,64 @@ impl Compactor {
                 None => self.untouched(request, &call.measured, Action::NothingToSummarize, None),
             };
         }
-        // 5. summarize
+        // 5. summarize, one writer per thread across processes sharing the store
+        let leased = match self.one_writer(&call).await {
+            Ok(leased) => leased,
+            Err(p) => return *p,
+        };
         let written = match self.summarize(&call, cached.as_ref(), &planned).await {
             Written::Summary(s) => s,
-            Written::Final(p) => return *p,
+            Written::Final(p) => {
+                self.release_writer(&call, leased).await;
+                return *p;
+            }
         };
         let entry = self.new_entry(request, cached.as_deref(), &planned, written.text.clone());
         let entry = self.cache.put(&call.key, entry).await;
+        self.release_writer(&call, leased).await;
         self.threads
             .set_verified(&request.messages, request.lineage(), &entry);
         // 6. assemble
         self.finish(&call, &entry, written, planned.headroom_unreachable)
+    }
+
+    /// Before a model summary, with a store shared by other processes: takes the
+    /// thread's lease, or, while another process holds it (writing the same summary,
+    /// often ahead of time), waits for that summary and serves it (`Err`). Gives up
+    /// waiting after `summary_deadline_seconds` and writes its own. `Ok(true)`: the lease
+    /// is held and must be given back.
+    async fn one_writer(&self, call: &Call<'_>) -> Result<bool, Box<Prepared>> {
+        if matches!(self.summarizer, Summarizer::Extractive) || !self.cache.has_store() {
+            return Ok(false);
+        }
+        let holder = &self.precompute.holder;
+        let deadline = Duration::from_secs_f64(self.config.summary_deadline_seconds);
+        let ttl = deadline + Duration::from_secs(10);
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            match self.cache.try_lease(&call.key, holder, ttl).await {
+                Some(false) => {}
+                Some(true) => return Ok(true),
+                None => return Ok(false),
+            }
+            if tokio::time::Instant::now() >= until {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Read the store again: the other process's summary is not in this one's.
+            self.cache.invalidate(&call.key);
+            if let Lookup::Hit(p) = self.lookup(call, None).await {
+                return Err(p);
+            }
+        }
+    }
+
+    async fn release_writer(&self, call: &Call<'_>, leased: bool) {
+        if leased {
+            self.cache
+                .release_lease(&call.key, &self.precompute.holder)
+                .await;
+        }
     }
 
     /// The cache entry for a summary `text` of `planned`'s cut.

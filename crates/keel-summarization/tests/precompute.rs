@@ -391,3 +391,42 @@ async fn the_precomputed_and_the_blocking_request_are_the_same_bytes() {
         assert_eq!(prefix(&later), prefix(&a), "call at {n} messages");
     }
 }
+
+/// A process whose thread crosses while another process writes its summary ahead
+/// waits for that summary (through the store's lease) instead of writing a second one.
+#[tokio::test]
+async fn a_crossing_call_in_another_process_waits_for_the_summary_written_ahead() {
+    let store = Arc::new(LeaseStore::default());
+    let build = || {
+        let cfg = config()
+            .trigger(msgs(20))
+            .keep(msgs(6))
+            .precompute_at(0.8)
+            .build()
+            .unwrap();
+        middleware(cfg)
+            .cache(Arc::new(SummaryCache::new(8).with_store(store.clone())))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let model = SummaryModel::slow(Duration::from_millis(400));
+    let terminal = Terminal::default();
+    run(&a, request(chat(16, 20), model.clone(), "t"), &terminal)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(model.calls(), 1, "A is writing ahead");
+    let (req, mut rx) = request_with_events(chat(20, 20), model.clone(), "t");
+    let prepared = b.prepare(&req).await;
+    assert_eq!(
+        prepared.report.action,
+        Action::CacheReused,
+        "{:?}",
+        prepared.report
+    );
+    assert!(prepared.report.precomputed);
+    assert_eq!(model.calls(), 1, "one summary for the thread across both");
+    assert_eq!(event_types(&custom_events(&mut rx)), ["context_compacted"]);
+    a.settle("t").await;
+}

@@ -52,7 +52,7 @@ pub(crate) struct Precompute {
     next: AtomicU64,
     written: AtomicU64,
     /// This middleware's name as a lease holder (unique per process and instance).
-    holder: String,
+    pub(crate) holder: String,
     /// Per cache key, what the thread sent right after its summary last changed
     /// (tokens, messages): the floor the next speculative summary is timed from.
     bases: Mutex<lru::LruCache<String, (u64, usize)>>,
@@ -254,11 +254,11 @@ impl Compactor {
         let counter = self.counter_for(request.model.profile());
         let measured = self.measure(&request, counter.as_ref());
         let ttl = Duration::from_secs_f64(self.config.summary_deadline_seconds + 10.0);
-        if !self
+        let lease = self
             .cache
             .try_lease(&key, &self.precompute.holder, ttl)
-            .await
-        {
+            .await;
+        if lease == Some(false) {
             return;
         }
         let mut call = Call {
