@@ -203,10 +203,7 @@ impl Agent {
                 run_id: keel_core::message::new_id(),
                 node: "compact".to_owned(),
                 update,
-                created_at_ms: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                    .unwrap_or(0),
+                created_at_ms: crate::run::now_ms(),
             };
             match self
                 .inner

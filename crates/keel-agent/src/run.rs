@@ -802,7 +802,7 @@ pub(crate) fn pending_tool_calls(messages: &[Message]) -> Vec<ToolCall> {
         .collect()
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -103,16 +103,22 @@ impl OpenAiChatModel {
         what: &str,
         fut: impl Future<Output = Result<T, async_openai::error::OpenAIError>>,
     ) -> Result<T, ModelError> {
-        match tokio::time::timeout(self.config.timeout, fut).await {
-            Ok(result) => result.map_err(from_openai),
-            Err(_) => Err(ModelError::new(
-                ModelErrorKind::Timeout,
-                format!(
-                    "{what} took longer than the configured timeout of {:?}",
-                    self.config.timeout
-                ),
-            )),
-        }
+        timed(self.config.timeout, what, fut).await
+    }
+}
+
+/// `fut` within `timeout`, its error classified; `what` names it in a timeout error.
+async fn timed<T>(
+    timeout: std::time::Duration,
+    what: &str,
+    fut: impl Future<Output = Result<T, async_openai::error::OpenAIError>>,
+) -> Result<T, ModelError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => result.map_err(from_openai),
+        Err(_) => Err(ModelError::new(
+            ModelErrorKind::Timeout,
+            format!("{what} took longer than the configured timeout of {timeout:?}"),
+        )),
     }
 }
 
@@ -141,29 +147,18 @@ struct AskAgain {
 /// Sends `again`'s request without streaming and decodes the answer.
 async fn ask_again(again: AskAgain) -> Result<Message, ModelError> {
     let chat = again.client.chat();
-    let send = || async {
-        match tokio::time::timeout(again.timeout, chat.create_byot(again.body.clone())).await {
-            Ok(result) => Some(result.map_err(from_openai)),
-            Err(_) => None,
-        }
+    let send = || {
+        timed(
+            again.timeout,
+            "the chat completion (asked again after an empty stream)",
+            chat.create_byot(again.body.clone()),
+        )
     };
     // The aborted stream's connection may be the one the pool hands out again, and the
     // server has reset it: a connection error gets one fresh try.
-    let first = match send().await {
-        Some(Err(e)) if e.kind == ModelErrorKind::Connection => send().await,
-        other => other,
-    };
-    let answer: Value = match first {
-        Some(result) => result?,
-        None => {
-            return Err(ModelError::new(
-                ModelErrorKind::Timeout,
-                format!(
-                    "the chat completion (asked again after an empty stream) took longer than the configured timeout of {:?}",
-                    again.timeout
-                ),
-            ));
-        }
+    let answer: Value = match send().await {
+        Err(e) if e.kind == ModelErrorKind::Connection => send().await?,
+        other => other?,
     };
     let facts = CallFacts {
         provider: &again.provider,

@@ -1,6 +1,6 @@
 //! The `compact_conversation` tool (`compact_tool: true`), as deepagents offers it: the
 //! model asks for a compaction, and the thread is compacted before its next step, as
-//! `Agent::compact` would (the summary folded now, [`COMPACTED_THROUGH`] recorded in the
+//! `Agent::compact` would (the summary folded now, [`COMPACTED_THROUGH`](keel_core::state::COMPACTED_THROUGH) recorded in the
 //! state through the model call's own update, so it holds for every later call).
 //!
 //! The tool is the middleware's own: its spec is added to every model request, and its
@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
-use keel_core::state::COMPACTED_THROUGH;
 use keel_core::tool::ToolSpec;
 use serde_json::{Value, json};
 
@@ -58,11 +57,9 @@ pub(crate) fn asked(messages: &[Message]) -> bool {
     false
 }
 
-/// The state value recording a compaction of `messages`.
+/// The state value recording a compaction of `messages` (the shape
+/// [`COMPACTED_THROUGH`](keel_core::state::COMPACTED_THROUGH) documents; `None` when the last message has no id).
 pub(crate) fn mark(messages: &[Message]) -> Option<Value> {
     let last = messages.last()?;
     (!last.id().is_empty()).then(|| json!({"message_id": last.id(), "count": messages.len()}))
 }
-
-/// The key of [`mark`] in the state.
-pub(crate) const MARK_KEY: &str = COMPACTED_THROUGH;

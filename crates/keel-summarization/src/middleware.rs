@@ -915,13 +915,11 @@ impl Middleware for SummarizationMiddleware {
         if report.source.is_none() {
             return Ok(None);
         }
-        let last = request.messages.last().map(|m| m.id().to_owned());
         let mut value = serde_json::to_value(report).unwrap_or(serde_json::Value::Null);
-        if let (Some(map), Some(id)) = (value.as_object_mut(), last) {
-            map.insert(
-                keel_core::state::COMPACTED_THROUGH.to_owned(),
-                serde_json::json!({"message_id": id, "count": request.messages.len()}),
-            );
+        if let (Some(map), Some(mark)) =
+            (value.as_object_mut(), compact_tool::mark(&request.messages))
+        {
+            map.insert(keel_core::state::COMPACTED_THROUGH.to_owned(), mark);
         }
         Ok(Some(value))
     }
@@ -954,7 +952,7 @@ impl Middleware for SummarizationMiddleware {
                 response
                     .update
                     .values
-                    .insert(compact_tool::MARK_KEY.to_owned(), mark);
+                    .insert(keel_core::state::COMPACTED_THROUGH.to_owned(), mark);
             }
             return Ok(response);
         }
