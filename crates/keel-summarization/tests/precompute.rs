@@ -28,6 +28,20 @@ fn precomputing(share: Option<f64>) -> SummarizationMiddleware {
     middleware(cfg).build().unwrap()
 }
 
+/// `precomputing(Some(0.8))` with a summary store shared with other "processes".
+fn precomputing_with(store: &Arc<LeaseStore>) -> SummarizationMiddleware {
+    let cfg = config()
+        .trigger(msgs(20))
+        .keep(msgs(6))
+        .precompute_at(0.8)
+        .build()
+        .unwrap();
+    middleware(cfg)
+        .cache(Arc::new(SummaryCache::new(8).with_store(store.clone())))
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_crossing_call_reuses_the_background_summary_and_waits_for_no_model() {
     let mw = precomputing(Some(0.8));
@@ -154,16 +168,7 @@ async fn a_compacted_thread_writes_its_next_fold_ahead_too() {
 #[tokio::test]
 async fn deleting_the_thread_stops_its_background_summary_and_nothing_comes_back() {
     let store = Arc::new(LeaseStore::default());
-    let cfg = config()
-        .trigger(msgs(20))
-        .keep(msgs(6))
-        .precompute_at(0.8)
-        .build()
-        .unwrap();
-    let mw = middleware(cfg)
-        .cache(Arc::new(SummaryCache::new(8).with_store(store.clone())))
-        .build()
-        .unwrap();
+    let mw = precomputing_with(&store);
     let model = SummaryModel::slow(Duration::from_millis(300));
     let terminal = Terminal::default();
     run(&mw, request(chat(16, 20), model.clone(), "gone"), &terminal)
@@ -193,18 +198,7 @@ async fn deleting_the_thread_stops_its_background_summary_and_nothing_comes_back
 #[tokio::test]
 async fn processes_sharing_a_store_write_a_thread_ahead_once() {
     let store = Arc::new(LeaseStore::default());
-    let build = || {
-        let cfg = config()
-            .trigger(msgs(20))
-            .keep(msgs(6))
-            .precompute_at(0.8)
-            .build()
-            .unwrap();
-        middleware(cfg)
-            .cache(Arc::new(SummaryCache::new(8).with_store(store.clone())))
-            .build()
-            .unwrap()
-    };
+    let build = || precomputing_with(&store);
     // Two "processes": their own middleware and in-process cache, one store.
     let (a, b) = (build(), build());
     let model = SummaryModel::slow(Duration::from_millis(200));
@@ -397,18 +391,7 @@ async fn the_precomputed_and_the_blocking_request_are_the_same_bytes() {
 #[tokio::test]
 async fn a_crossing_call_in_another_process_waits_for_the_summary_written_ahead() {
     let store = Arc::new(LeaseStore::default());
-    let build = || {
-        let cfg = config()
-            .trigger(msgs(20))
-            .keep(msgs(6))
-            .precompute_at(0.8)
-            .build()
-            .unwrap();
-        middleware(cfg)
-            .cache(Arc::new(SummaryCache::new(8).with_store(store.clone())))
-            .build()
-            .unwrap()
-    };
+    let build = || precomputing_with(&store);
     let (a, b) = (build(), build());
     let model = SummaryModel::slow(Duration::from_millis(400));
     let terminal = Terminal::default();
