@@ -5,23 +5,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
-use common::{call, json};
+use common::{ALICE, BOB, call, json, two_owner_router};
 use keel_core::message::Message;
-use keel_server::auth::ApiKeys;
-use keel_server::config::StackConfig;
-use keel_server::registry::Registry;
-use keel_server::{ServerOptions, router_with};
 use keel_store::Store;
 use keel_testkit::ScriptedModel;
 use serde_json::json;
-
-const ALICE: &str = "alice-key-0001";
-const BOB: &str = "bob-key-00002";
 
 /// A trigger no short thread reaches: only a compaction asked for compacts.
 const STACK: &str = r#"
@@ -55,20 +47,11 @@ async fn server() -> (Router, Arc<ScriptedModel>, tempfile::TempDir) {
         Ok(Message::ai(format!("noted: {said}")))
     })
     .shared();
-    let registry = Registry::for_store(&store).await.unwrap();
-    let agent = StackConfig::from_yaml_str(STACK)
-        .unwrap()
-        .build_with_model(Arc::new(store), model.clone(), false)
-        .unwrap();
-    let options = ServerOptions {
-        api_keys: ApiKeys::new(HashMap::from([
-            (ALICE.to_owned(), "alice".to_owned()),
-            (BOB.to_owned(), "bob".to_owned()),
-        ])),
-        registry: Some(Arc::new(registry)),
-        ..ServerOptions::default()
-    };
-    (router_with(agent, options), model, dir)
+    (
+        two_owner_router(STACK, store, model.clone()).await,
+        model,
+        dir,
+    )
 }
 
 async fn say(app: &Router, thread: &str, text: &str) {

@@ -15,24 +15,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use common::{call, json};
+use common::{ALICE, BOB, call, json, two_owner_router};
 use keel_core::message::Message;
-use keel_server::auth::ApiKeys;
-use keel_server::config::StackConfig;
-use keel_server::registry::Registry;
-use keel_server::{ServerOptions, router_with};
 use keel_store::Store;
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};
-
-const ALICE: &str = "alice-key-0001";
-const BOB: &str = "bob-key-00002";
 
 /// Session memory folds every 4 messages older than the last 2, and summarization
 /// compacts from 300 tokens on: a few turns store the thread's text in every table.
@@ -136,20 +128,7 @@ async fn server(store: Store) -> (Router, Arc<ScriptedModel>) {
         Ok(Message::ai(format!("noted: {said}")))
     })
     .shared();
-    let registry = Registry::for_store(&store).await.unwrap();
-    let agent = StackConfig::from_yaml_str(STACK)
-        .unwrap()
-        .build_with_model(Arc::new(store), model.clone(), false)
-        .unwrap();
-    let options = ServerOptions {
-        api_keys: ApiKeys::new(HashMap::from([
-            (ALICE.to_owned(), "alice".to_owned()),
-            (BOB.to_owned(), "bob".to_owned()),
-        ])),
-        registry: Some(Arc::new(registry)),
-        ..ServerOptions::default()
-    };
-    (router_with(agent, options), model)
+    (two_owner_router(STACK, store, model.clone()).await, model)
 }
 
 async fn say(app: &Router, key: &str, thread: &str, text: &str) -> Value {

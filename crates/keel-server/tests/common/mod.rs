@@ -2,6 +2,9 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -63,4 +66,34 @@ pub fn events(body: &str) -> Vec<(String, u64, Value)> {
             Some((event?, id?, serde_json::from_str(&data).ok()?))
         })
         .collect()
+}
+
+/// Alice's and Bob's API keys in [`two_owner_router`].
+pub const ALICE: &str = "alice-key-0001";
+/// Bob's key.
+pub const BOB: &str = "bob-key-00002";
+
+/// A router serving the agent of `stack` (a keel.yaml) on `store`, answered by `model`,
+/// for the owners `alice` and `bob` (keys [`ALICE`], [`BOB`]).
+pub async fn two_owner_router(
+    stack: &str,
+    store: keel_store::Store,
+    model: Arc<keel_testkit::ScriptedModel>,
+) -> Router {
+    let registry = keel_server::registry::Registry::for_store(&store)
+        .await
+        .unwrap();
+    let agent = keel_server::config::StackConfig::from_yaml_str(stack)
+        .unwrap()
+        .build_with_model(Arc::new(store), model, false)
+        .unwrap();
+    let options = keel_server::ServerOptions {
+        api_keys: keel_server::auth::ApiKeys::new(HashMap::from([
+            (ALICE.to_owned(), "alice".to_owned()),
+            (BOB.to_owned(), "bob".to_owned()),
+        ])),
+        registry: Some(Arc::new(registry)),
+        ..keel_server::ServerOptions::default()
+    };
+    keel_server::router_with(agent, options)
 }
