@@ -183,9 +183,18 @@ impl Compactor {
         }
         let triggers = core.resolve_triggers(request.model.profile().max_input_tokens);
         let (tokens, messages) = (report.tokens_after, report.messages_after);
+        let compacted = report.action == Action::Compacted;
+        // A floor only raises the threshold: a call not near it from zero needs no key
+        // (most calls of a thread, so the pass-through path stays cheap).
+        if !compacted
+            && (plan::triggered(&triggers, tokens, messages)
+                || !near(&triggers, share, (0, 0), tokens, messages))
+        {
+            return;
+        }
         let counter = core.counter_for(request.model.profile());
         let key = core.cache_key(&request.runtime.thread_id, request, counter.as_ref());
-        if report.action == Action::Compacted {
+        if compacted {
             core.precompute
                 .bases
                 .lock()
