@@ -157,6 +157,20 @@ impl Checkpointer for InMemoryCheckpointer {
             .unwrap_or_default())
     }
 
+    async fn tree_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .peek(thread_id)
+            .map(|log| log.tree_page(before, limit))
+            .unwrap_or_default())
+    }
+
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
         let mut threads = self.threads.lock();
         if threads.contains(to) {

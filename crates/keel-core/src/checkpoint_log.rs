@@ -137,6 +137,22 @@ impl Branch {
         self.steps.binary_search_by_key(&seq, |s| s.seq).is_ok()
     }
 
+    /// The last `want` of the branch's first `eligible` steps as checkpoints, newest
+    /// first, the state rebuilt once from the base.
+    fn newest(&self, eligible: usize, want: usize) -> Vec<Checkpoint> {
+        let start = eligible.saturating_sub(want);
+        let mut state = self.base.clone();
+        let mut segment = Vec::with_capacity(eligible - start);
+        for (i, step) in self.steps.iter().enumerate().take(eligible) {
+            state.apply(&step.ops, &step.values);
+            if i >= start {
+                segment.push(state.checkpoint(step));
+            }
+        }
+        segment.reverse();
+        segment
+    }
+
     /// The state after `seq` (a step of this branch).
     fn state_at(&self, seq: u64) -> State {
         let mut state = self.base.clone();
@@ -357,21 +373,33 @@ impl CheckpointLog {
             } else {
                 branch.steps.partition_point(|s| s.seq <= end)
             };
-            let start = eligible.saturating_sub(limit - page.len());
-            let mut state = branch.base.clone();
-            let mut segment = Vec::with_capacity(eligible - start);
-            for (i, step) in branch.steps.iter().enumerate().take(eligible) {
-                state.apply(&step.ops, &step.values);
-                if i >= start {
-                    segment.push(state.checkpoint(step));
-                }
-            }
-            segment.reverse();
-            page.extend(segment);
+            page.extend(branch.newest(eligible, limit - page.len()));
             match branch.from {
                 Some(from) => cut = from,
                 None => break,
             }
+        }
+        page
+    }
+
+    /// Up to `limit` retained checkpoints of every branch with a seq below `before` (all
+    /// when `None`), newest first: LangGraph's thread history, where a fork's branch and
+    /// the branches it left are listed together. A branch's steps are consecutive seqs
+    /// (only the current branch grows), so newest first is branch by branch, newest
+    /// branch first, each rebuilt once.
+    pub fn tree_page(&self, before: Option<u64>, limit: usize) -> Vec<Checkpoint> {
+        if before.is_none() && limit == 1 {
+            return self.latest().into_iter().collect();
+        }
+        let mut page = Vec::new();
+        for branch in self.branches.iter().rev() {
+            if page.len() >= limit {
+                break;
+            }
+            let eligible = before.map_or(branch.steps.len(), |b| {
+                branch.steps.partition_point(|s| s.seq < b)
+            });
+            page.extend(branch.newest(eligible, limit - page.len()));
         }
         page
     }

@@ -113,8 +113,8 @@ pub enum PutOutcome {
 /// branch from any earlier checkpoint, and that branch's newest checkpoint becomes the
 /// thread's head, so the thread's state and its next run follow the newest branch. Older
 /// branches are never changed and stay readable ([`checkpoint_at`](Self::checkpoint_at),
-/// [`branch_page`](Self::branch_page)). "History" means the current branch: the head and
-/// its ancestors.
+/// [`branch_page`](Self::branch_page), [`tree_page`](Self::tree_page)). "History" means
+/// the current branch: the head and its ancestors.
 #[async_trait]
 pub trait Checkpointer: Send + Sync {
     /// Appends a step after `write.parent` if that is still the thread's head.
@@ -210,6 +210,21 @@ pub trait Checkpointer: Send + Sync {
         } else {
             Ok(Vec::new())
         }
+    }
+
+    /// Up to `limit` retained checkpoints of the thread on every branch whose seq is
+    /// below `before` (every one when `None`), newest first, with their full state:
+    /// LangGraph's thread history, which lists a fork's new branch and the branches it
+    /// left together (a checkpoint's `parent` tells which branch it is on).
+    ///
+    /// The default serves a checkpointer without forks, whose history is one branch.
+    async fn tree_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        self.history_page(thread_id, before, limit).await
     }
 
     /// Copies every checkpoint of thread `from`, on every branch, to thread `to`, which

@@ -398,7 +398,9 @@ async fn mark_as_resolved_ends_the_review_without_running_the_model() {
 
     // Other commands are refused, naming what is not supported.
     for (command, expect) in [
-        (json!({"goto": "model"}), "command.goto"),
+        (json!({"goto": "tools"}), "without their review"),
+        (json!({"goto": "summarize"}), "summarize"),
+        (json!({"goto": ["model", "tools"]}), "steps are model and tools"),
         (
             json!({"goto": "__end__", "resume": {"decisions": []}}),
             "not both",
@@ -421,6 +423,80 @@ async fn mark_as_resolved_ends_the_review_without_running_the_model() {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert!(body.contains(expect), "{expect}: {body}");
     }
+}
+
+#[tokio::test]
+async fn goto_model_calls_the_model_on_the_threads_state_closing_a_pending_review() {
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let app = app_with(seen.clone());
+    let t = thread(&app).await;
+    // A thread that never ran has nothing for the model to read.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        Some(ui_body(json!({"command": {"goto": "model"}}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("no messages for the model"), "{body}");
+
+    // Waiting for a review: LangGraph's `Command(goto="model")` abandons the paused call
+    // and runs the model node. Keel closes the call with its "not run" result first, so
+    // no call without a result reaches the model.
+    stream(&app, &t, ui_body(json!({"input": human("one")}))).await;
+    let calls = seen.lock().len();
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"input": {}, "command": {"goto": "model"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert_eq!(seen.lock().len(), calls + 1, "the model ran once");
+    let model_saw = seen.lock().last().unwrap().clone();
+    no_orphans(&model_saw);
+    let st = state(&app, &t).await;
+    let messages = st["values"]["messages"].as_array().unwrap();
+    let kinds: Vec<_> = messages.iter().map(|m| m["type"].clone()).collect();
+    assert_eq!(kinds, ["human", "ai", "tool", "ai"], "{st}");
+    assert_eq!(messages[2]["tool_call_id"], "call-1");
+    assert!(
+        messages[3]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool said"),
+        "{st}"
+    );
+    assert_eq!(st["next"], json!([]), "{st}");
+
+    // On an idle thread, with the command's update: the messages, then the model.
+    let (status, events, text) = stream(
+        &app,
+        &t,
+        ui_body(json!({"command": {"goto": "model", "update": {"messages": [{"type": "human", "content": "two"}]}}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(status_of(&events), "success", "{text}");
+    assert_eq!(seen.lock().last().unwrap().last().unwrap().text(), "two");
+    // The model called echo again: a review waits for it.
+    let st = state(&app, &t).await;
+    assert_eq!(
+        st["interrupts"][0]["value"]["action_requests"][0]["args"],
+        json!({"query": "two"})
+    );
+    // Messages beside goto are refused, as beside any command.
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{t}/runs"),
+        Some(ui_body(json!({"input": human("lost"), "command": {"goto": "model"}}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("input beside command"), "{body}");
 }
 
 #[tokio::test]

@@ -185,7 +185,12 @@ async fn editing_the_first_message_forks_from_the_empty_checkpoint_and_replaces_
         let head = state(&app, &t).await;
         assert_eq!(texts(&head), ["uno", "reply 2 to uno"]);
         // The current branch goes back to the shared empty checkpoint.
-        let branch = history(&app, &t, json!({"limit": 100})).await;
+        let branch = history(
+            &app,
+            &t,
+            json!({"limit": 100, "checkpoint": head["checkpoint"].clone()}),
+        )
+        .await;
         assert_eq!(branch.len(), 3, "{branch:#?}");
         assert_eq!(branch[0]["checkpoint"], head["checkpoint"]);
         assert_eq!(branch[2]["checkpoint"], empty["checkpoint"]);
@@ -214,6 +219,22 @@ async fn editing_the_first_message_forks_from_the_empty_checkpoint_and_replaces_
                 vec![]
             ]
         );
+        // The thread's history lists both branches, newest first, as LangGraph's does:
+        // the new branch's answer and input, then the old branch's, then the root.
+        let tree = history(&app, &t, json!({"limit": 100})).await;
+        assert_eq!(
+            tree.iter().map(texts).collect::<Vec<_>>(),
+            [
+                vec!["uno".to_owned(), "reply 2 to uno".to_owned()],
+                vec!["uno".to_owned()],
+                vec!["one".to_owned(), "reply 1 to one".to_owned()],
+                vec!["one".to_owned()],
+                vec![]
+            ],
+            "{tree:#?}"
+        );
+        assert_eq!(tree[1]["parent_checkpoint"], empty["checkpoint"]);
+        assert_eq!(tree[3]["parent_checkpoint"], empty["checkpoint"]);
         // The next run continues the new branch.
         run(&app, &t, human("dos"), json!({})).await;
         assert_eq!(
@@ -263,11 +284,12 @@ async fn regenerating_forks_from_the_checkpoint_before_the_answer() {
             id_of(before_answer)
         );
         // Paging the current branch with before and limit.
-        let first = history(&app, &t, json!({"limit": 2})).await;
+        let tip = head["checkpoint"].clone();
+        let first = history(&app, &t, json!({"limit": 2, "checkpoint": tip})).await;
         let rest = history(
             &app,
             &t,
-            json!({"limit": 100, "before": first[1]["checkpoint"].clone()}),
+            json!({"limit": 100, "before": first[1]["checkpoint"].clone(), "checkpoint": tip}),
         )
         .await;
         let mut paged = first.clone();
@@ -276,7 +298,27 @@ async fn regenerating_forks_from_the_checkpoint_before_the_answer() {
         assert_eq!(paged[1]["checkpoint"], before_answer["checkpoint"]);
         // The empty first checkpoint, one, its answer, two, the new answer.
         assert_eq!(paged.len(), 5, "{paged:#?}");
-        // The metadata filter applies to the branch too.
+        // Paging the whole thread: every checkpoint of both branches once, newest first
+        // (the abandoned answer right after the new one).
+        let first = history(&app, &t, json!({"limit": 2})).await;
+        let rest = history(
+            &app,
+            &t,
+            json!({"limit": 100, "before": first[1]["checkpoint"].clone()}),
+        )
+        .await;
+        let mut tree = first.clone();
+        tree.extend(rest);
+        assert_eq!(tree.len(), 6, "{tree:#?}");
+        assert_eq!(tree[0]["checkpoint"], head["checkpoint"]);
+        assert_eq!(
+            texts(&tree[1]),
+            ["one", "reply 1 to one", "two", "reply 2 to two"]
+        );
+        let mut ids: Vec<String> = tree.iter().map(id_of).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 6);
+        // The metadata filter applies to every branch too.
         let inputs = history(
             &app,
             &t,

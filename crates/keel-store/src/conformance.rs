@@ -1121,7 +1121,8 @@ fn message_ids(cps: &[keel_core::store::Checkpoint]) -> Vec<Vec<String>> {
 /// first step's parent is that checkpoint and which becomes the head; the current
 /// branch's history follows parents back to the thread's first checkpoint, while older
 /// branches keep their states ([`checkpoint_at`](keel_core::store::Checkpointer::checkpoint_at),
-/// [`branch_page`](keel_core::store::Checkpointer::branch_page)). A fork is a
+/// [`branch_page`](keel_core::store::Checkpointer::branch_page), and every branch at once
+/// with [`tree_page`](keel_core::store::Checkpointer::tree_page)). A fork is a
 /// compare-and-swap on the head (of two concurrent forks exactly one is stored), a fork
 /// from a checkpoint the thread lacks or with an invalid update is `Invalid`, a copy is
 /// independent of its source, and deleting the thread deletes every branch.
@@ -1308,6 +1309,36 @@ pub async fn checkpoint_forks<S: Storage>(store: &S) -> Checked {
             "branch_page({tip:?}, before {before:?}) is {:?}, want {want:?}",
             seqs(&got)
         );
+    }
+    // Every branch together, newest first, each checkpoint with its own branch's state.
+    for (before, limit, want) in [
+        (None, 10, vec![7, 6, 5, 4, 3, 2, 1, 0]),
+        (None, 3, vec![7, 6, 5]),
+        (Some(6), 3, vec![5, 4, 3]),
+        (Some(4), 10, vec![3, 2, 1, 0]),
+        (Some(0), 10, vec![]),
+        (None, 0, vec![]),
+    ] {
+        let got = call(
+            C,
+            "tree_page",
+            store.tree_page(&thread, before, limit).await,
+        )?;
+        ensure!(
+            C,
+            seqs(&got) == want,
+            "tree_page(before {before:?}, limit {limit}) is {:?}, want {want:?}",
+            seqs(&got)
+        );
+        for cp in &got {
+            let one = call(C, "checkpoint_at", store.checkpoint_at(&thread, cp.seq).await)?;
+            ensure!(
+                C,
+                one.as_ref() == Some(cp),
+                "tree_page's checkpoint {} is {cp:?}, checkpoint_at says {one:?}",
+                cp.seq
+            );
+        }
     }
     let six = call(C, "checkpoint_at", store.checkpoint_at(&thread, 6).await)?;
     ensure!(

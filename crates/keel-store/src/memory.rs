@@ -214,6 +214,21 @@ impl Checkpointer for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn tree_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        check::text("thread_id", thread_id)?;
+        let inner = self.inner.lock();
+        Ok(inner
+            .checkpoints
+            .get(thread_id)
+            .map(|log| log.tree_page(before, limit))
+            .unwrap_or_default())
+    }
+
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
         check::text("thread_id", from)?;
         check::text("thread_id", to)?;

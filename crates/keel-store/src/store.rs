@@ -232,6 +232,15 @@ impl Checkpointer for Store {
         dispatch!(self, s => s.branch_page(thread_id, tip, before, limit).await)
     }
 
+    async fn tree_page(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        dispatch!(self, s => s.tree_page(thread_id, before, limit).await)
+    }
+
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
         dispatch!(self, s => s.copy_thread(from, to).await)
     }

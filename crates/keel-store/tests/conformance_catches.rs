@@ -27,6 +27,9 @@ enum Bug {
     StampsAtTheClock,
     /// A fork ignores the checkpoint it starts from and continues the head.
     ForkContinuesTheHead,
+    /// Keeps the trait's default `tree_page`, which lists the current branch only: right
+    /// for a checkpointer without forks, wrong for one that forks.
+    TreeIsTheCurrentBranch,
     /// Keeps the trait's default lease, which grants every caller: right for a store
     /// no other process shares, wrong for a shared one.
     LeaseAlwaysGranted,
@@ -97,6 +100,17 @@ impl Checkpointer for Buggy {
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
         self.inner.branch_page(t, tip, before, limit).await
+    }
+    async fn tree_page(
+        &self,
+        t: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        if let Bug::TreeIsTheCurrentBranch = self.bug {
+            return self.inner.history_page(t, before, limit).await;
+        }
+        self.inner.tree_page(t, before, limit).await
     }
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
         self.inner.copy_thread(from, to).await
@@ -349,6 +363,13 @@ async fn stamping_with_the_clock_is_caught() {
 async fn a_fork_that_continues_the_head_is_caught() {
     let f = failure(Bug::ForkContinuesTheHead).await;
     assert_eq!(f.check, "checkpoint_forks", "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_of_the_current_branch_only_is_caught() {
+    let f = failure(Bug::TreeIsTheCurrentBranch).await;
+    assert_eq!(f.check, "checkpoint_forks", "{f}");
+    assert!(f.to_string().contains("tree_page"), "{f}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,6 +63,41 @@ struct Parsed {
     cancel_on_disconnect: bool,
     create_thread: bool,
     delete_on_completion: bool,
+    /// `command: {goto: "model"}`: the model runs on the thread's state (after the
+    /// command's `update` messages, the run's input), with or without new messages.
+    goto_model: bool,
+}
+
+/// What a run's `command` asks for.
+enum Commanded {
+    /// Something for the thread's pending review, or messages written without a run.
+    Review(RunCommand),
+    /// `goto: "model"`: call the model now, after these messages (`command.update`).
+    Model(Vec<Message>),
+}
+
+/// Where `command.goto` sends the run: LangGraph's node names, one or a list of one.
+enum Goto {
+    End,
+    Model,
+}
+
+fn goto_of(goto: &Value) -> Result<Goto, ApiError> {
+    let node = match goto {
+        Value::String(node) => Some(node.as_str()),
+        Value::Array(nodes) if nodes.len() == 1 => nodes[0].as_str(),
+        _ => None,
+    };
+    match node {
+        Some("__end__") => Ok(Goto::End),
+        Some("model") => Ok(Goto::Model),
+        Some("tools") => Err(ApiError::Invalid(
+            "command.goto \"tools\" is not supported: it would run the paused tool calls without their review; approve them with command.resume {\"decisions\": [{\"type\": \"approve\"}]}, one per call".into(),
+        )),
+        _ => Err(ApiError::Invalid(format!(
+            "command.goto {goto} is not supported: a Keel agent's steps are model and tools; goto takes \"model\" (call the model on the thread's state) or \"__end__\" (end the pending review without running anything)"
+        ))),
+    }
 }
 
 fn present(v: &Option<Value>) -> bool {
@@ -86,17 +121,18 @@ fn has_input(input: &Option<Value>) -> bool {
     }
 }
 
-/// What a `command` asks of the thread's pending review: `{resume: ...}` (decisions:
+/// What a `command` asks: of the thread's pending review, `{resume: ...}` (decisions:
 /// LangChain's `{"decisions": [...]}`, a bare list, or either keyed by the interrupt's
 /// id, LangGraph's form for several interrupts) or `{goto: "__end__"}` (end the review
-/// without running anything). Whether it fits the thread's pending interrupt is checked
-/// once the thread is known.
+/// without running anything); `{update: {messages}}` writes messages; `{goto: "model"}`
+/// (with or without an update) calls the model. Whether it fits the thread's pending
+/// interrupt is checked once the thread is known.
 fn command_of(
     app: &AppState,
     command: &Value,
     input: &Option<Value>,
     stateless: bool,
-) -> Result<RunCommand, ApiError> {
+) -> Result<Commanded, ApiError> {
     let Value::Object(fields) = command else {
         return Err(ApiError::Invalid(format!(
             "command must be an object like {{\"resume\": ...}}, not {}",
@@ -108,11 +144,38 @@ fn command_of(
         .find(|k| !matches!(k.as_str(), "resume" | "goto" | "update"))
     {
         return Err(ApiError::Invalid(format!(
-            "command.{key} is not supported; command supports resume, goto \"__end__\" and update"
+            "command.{key} is not supported; command supports resume, goto (\"model\" or \"__end__\") and update"
         )));
     }
     let resume = fields.get("resume").filter(|v| !v.is_null());
     let goto = fields.get("goto").filter(|v| !v.is_null());
+    let goto_model = match goto {
+        Some(goto) => matches!(goto_of(goto)?, Goto::Model),
+        None => false,
+    };
+    // Messages would be lost: LangGraph ignores input beside a command, and clients send
+    // `{}` there, so empty input passes and anything else is refused.
+    let no_input = |what: &str| {
+        if has_input(input) {
+            return Err(ApiError::Invalid(format!(
+                "input beside command: a command run takes no input (LangGraph ignores it); send the messages in {what}"
+            )));
+        }
+        Ok(())
+    };
+    if goto_model {
+        if resume.is_some() {
+            return Err(ApiError::Invalid(
+                "send command.resume or command.goto, not both".into(),
+            ));
+        }
+        no_input("command.update or in a run of their own")?;
+        if stateless {
+            return Err(ApiError::Invalid(
+                "command.goto \"model\" needs a thread: send input for a stateless run".into(),
+            ));
+        }
+    }
     // `{update: {messages: [...]}}`, alone or with `goto: "__end__"`: messages written
     // without running anything.
     let update = match fields.get("update") {
@@ -143,18 +206,12 @@ fn command_of(
                 "send command.update or command.resume, not both".into(),
             ));
         }
-        if let Some(goto) = goto
-            && goto != "__end__"
-        {
-            return Err(ApiError::Invalid(format!(
-                "command.goto {goto} is not supported: only \"__end__\" is"
-            )));
+        if goto_model {
+            // LangGraph's `Command(update=..., goto="model")`: the messages, then a model
+            // call, which is a run with the messages as its input.
+            return Ok(Commanded::Model(messages));
         }
-        if has_input(input) {
-            return Err(ApiError::Invalid(
-                "input beside command: a command run takes no input (LangGraph ignores it); send the messages in command.update or in a run of their own".into(),
-            ));
-        }
+        no_input("command.update or in a run of their own")?;
         if messages.is_empty() {
             return Err(ApiError::Invalid(
                 "command.update.messages is empty: there is nothing to update".into(),
@@ -166,7 +223,10 @@ fn command_of(
                     .into(),
             ));
         }
-        return Ok(RunCommand::Update(messages));
+        return Ok(Commanded::Review(RunCommand::Update(messages)));
+    }
+    if goto_model {
+        return Ok(Commanded::Model(Vec::new()));
     }
     let answer = match (resume, goto) {
         (Some(_), Some(_)) => {
@@ -179,29 +239,11 @@ fn command_of(
                 "command needs resume (the answer to the thread's pending interrupt) or goto \"__end__\"".into(),
             ));
         }
-        (None, Some(goto)) => {
-            // LangGraph's `Command(goto=END)`: a node name, or a list of them.
-            let end = match goto {
-                Value::String(node) => node == "__end__",
-                Value::Array(nodes) => nodes.len() == 1 && nodes[0] == "__end__",
-                _ => false,
-            };
-            if !end {
-                return Err(ApiError::Invalid(format!(
-                    "command.goto {goto} is not supported: a Keel agent's steps are not addressable nodes; only \"__end__\" (end the pending review without running anything) is"
-                )));
-            }
-            None
-        }
+        // LangGraph's `Command(goto=END)` (goto "model" returned above).
+        (None, Some(_)) => None,
         (Some(value), None) => Some(value),
     };
-    // LangGraph ignores input beside a command; clients send `{}` there. Messages would
-    // be lost, so those are refused instead.
-    if has_input(input) {
-        return Err(ApiError::Invalid(
-            "input beside command: a command run takes no input (LangGraph ignores it); send the messages in a run of their own".into(),
-        ));
-    }
+    no_input("a run of their own")?;
     let what = if answer.is_some() {
         "command.resume"
     } else {
@@ -218,7 +260,7 @@ fn command_of(
         )));
     }
     let Some(value) = answer else {
-        return Ok(RunCommand::Resolve);
+        return Ok(Commanded::Review(RunCommand::Resolve));
     };
     // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
     let value = match value {
@@ -228,7 +270,7 @@ fn command_of(
         other => other,
     };
     decisions_from_resume(value)
-        .map(RunCommand::Decide)
+        .map(|decisions| Commanded::Review(RunCommand::Decide(decisions)))
         .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
 }
 
@@ -382,11 +424,16 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             "after_seconds is not supported by this server".into(),
         ));
     }
-    let resume = match &body.command {
-        None | Some(Value::Null) => None,
-        Some(command) => Some(command_of(app, command, &body.input, stateless)?),
+    let (resume, goto_model) = match &body.command {
+        None | Some(Value::Null) => (None, None),
+        Some(command) => match command_of(app, command, &body.input, stateless)? {
+            Commanded::Review(command) => (Some(command), None),
+            Commanded::Model(messages) => (None, Some(messages)),
+        },
     };
     let input = match &body.input {
+        // The model call's messages, the command's update.
+        _ if goto_model.is_some() => goto_model.clone().unwrap_or_default(),
         None | Some(Value::Null) => Vec::new(),
         // Ignored beside a command (nothing in it, checked above).
         Some(_) if resume.is_some() => Vec::new(),
@@ -478,6 +525,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         cancel_on_disconnect,
         create_thread,
         delete_on_completion: delete_on_completion && stateless,
+        goto_model: goto_model.is_some(),
     })
 }
 
@@ -555,8 +603,11 @@ async fn start_keeping(
         None if parsed.run.from_checkpoint.is_some() => {}
         None => {
             let input = std::mem::take(&mut parsed.run.input);
-            parsed.run.input = answer_pending(app, &thread_id, input).await?;
+            parsed.run.input = answer_pending(app, &thread_id, input, parsed.goto_model).await?;
         }
+    }
+    if parsed.goto_model && parsed.run.input.is_empty() && parsed.run.from_checkpoint.is_none() {
+        check_has_messages(app, &thread_id).await?;
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
     let mut keep = None;
@@ -713,11 +764,15 @@ async fn check_update(app: &AppState, thread_id: &str, run: &mut NewRun) -> Resu
 /// one per call, then the user's message), and every call left open gets Keel's
 /// "cancelled" result ([`keel_core::dangling::cancelled_result`]) before the new
 /// messages, so no call without a result reaches the model. A run without input is
-/// refused, saying how to answer the review. Returns the input to run.
+/// refused, saying how to answer the review, unless it is a `goto "model"`
+/// (`model_call`), which closes every paused call that way and calls the model, as
+/// LangGraph's `Command(goto="model")` abandons the paused task. Returns the input to
+/// run.
 async fn answer_pending(
     app: &AppState,
     thread_id: &str,
     input: Vec<Message>,
+    model_call: bool,
 ) -> Result<Vec<Message>, ApiError> {
     if !has_review_middleware(app) {
         return Ok(input);
@@ -725,7 +780,7 @@ async fn answer_pending(
     let Review::Pending(pending, messages) = review(app, thread_id).await? else {
         return Ok(input);
     };
-    if input.is_empty() {
+    if input.is_empty() && !model_call {
         return Err(ApiError::Conflict(format!(
             "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, or send new input",
             public_thread_id(thread_id),
@@ -776,6 +831,28 @@ async fn answer_pending(
     input.extend(cancelled);
     input.extend(rest);
     Ok(input)
+}
+
+/// A `goto "model"` with nothing to add needs messages for the model to read: a thread
+/// that never ran (or is busy with its first run) has none yet.
+async fn check_has_messages(app: &AppState, thread_id: &str) -> Result<(), ApiError> {
+    if app.manager.is_busy(thread_id).await? {
+        return Ok(());
+    }
+    let head = app
+        .manager
+        .agent()
+        .checkpointer()
+        .latest(thread_id)
+        .await
+        .map_err(|e| ApiError::storage("reading the thread", e))?;
+    if head.is_none_or(|cp| cp.messages.is_empty()) {
+        return Err(ApiError::BadRequest(format!(
+            "command.goto \"model\": thread {} has no messages for the model to read; send input, or command.update with messages",
+            public_thread_id(thread_id)
+        )));
+    }
+    Ok(())
 }
 
 fn has_review_middleware(app: &AppState) -> bool {

@@ -643,7 +643,7 @@ pub async fn history_post(
             ));
         }
     };
-    // The branch ending at `checkpoint` (the current branch when absent).
+    // The branch ending at `checkpoint` (every branch when absent).
     let tip = crate::routes::runs::checkpoint_of(&body.checkpoint, &None)?
         .map(|id| parse_checkpoint_id(&id))
         .transpose()?;
@@ -676,8 +676,9 @@ pub async fn history_get(
     .await
 }
 
-/// Up to `limit` states of the branch ending at `tip` (the current branch when `None`),
-/// newest first, below `before`, whose metadata holds every pair of `metadata`.
+/// Up to `limit` states newest first, below `before`, whose metadata holds every pair of
+/// `metadata`: of the branch ending at `tip`, or of every branch when `None` (as
+/// LangGraph lists a thread's history, each fork's branch beside the ones it left).
 async fn history(
     app: &AppState,
     thread: &ThreadRecord,
@@ -698,10 +699,12 @@ async fn history(
     let mut states = Vec::new();
     let mut before = before;
     while states.len() < limit {
-        let page = checkpointer
-            .branch_page(thread_id, tip, before, page_size)
-            .await
-            .map_err(|e| ApiError::storage("reading the thread's history", e))?;
+        let page = match tip {
+            Some(_) => checkpointer.branch_page(thread_id, tip, before, page_size),
+            None => checkpointer.tree_page(thread_id, before, page_size),
+        }
+        .await
+        .map_err(|e| ApiError::storage("reading the thread's history", e))?;
         for cp in &page {
             let meta = metadata_of(thread_id, &thread.metadata, cp);
             if metadata.iter().all(|(k, v)| meta.get(k) == Some(v)) {

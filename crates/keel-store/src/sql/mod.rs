@@ -208,6 +208,9 @@ pub(crate) const STEP_INSERT: &str = "INSERT INTO checkpoint_steps \
 /// The branch and depth of step `$2`.
 pub(crate) const STEP_AT: &str = "SELECT branch, COALESCE(depth, seq) FROM checkpoint_steps \
      WHERE thread_id = $1 AND seq = $2";
+/// The seq and branch of every step below `$2`, newest first, at most `$3`.
+pub(crate) const TREE_SEQS: &str = "SELECT seq, branch FROM checkpoint_steps \
+     WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
 /// The parent of branch `$2`'s first step: the checkpoint the branch forked from.
 pub(crate) const BRANCH_FROM: &str = "SELECT parent_seq FROM checkpoint_steps \
      WHERE thread_id = $1 AND branch = $2 ORDER BY seq LIMIT 1";
@@ -1172,6 +1175,34 @@ macro_rules! impl_sql_store {
                         break;
                     }
                     (cut, branch) = (from, from_branch);
+                }
+                Ok(page)
+            }
+
+            async fn tree_page(
+                &self,
+                thread_id: &str,
+                before: Option<u64>,
+                limit: usize,
+            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
+                $crate::check::text("thread_id", thread_id)?;
+                let mut page = Vec::new();
+                if limit == 0 || before == Some(0) {
+                    return Ok(page);
+                }
+                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                let seqs: Vec<(i64, i64)> = sqlx::query_as($crate::sql::TREE_SEQS)
+                    .bind(thread_id)
+                    .bind(before)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::sql::backend)?;
+                // Only the current branch grows, so a branch's steps are consecutive
+                // seqs: each run of one branch is its newest steps up to the run's first.
+                for run in seqs.chunk_by(|a, b| a.1 == b.1) {
+                    let (upto, branch) = run[0];
+                    page.extend(self.segment(thread_id, branch, upto, run.len()).await?);
                 }
                 Ok(page)
             }
