@@ -159,6 +159,17 @@ async fn a_threads_first_checkpoint_is_an_empty_step_minus_one() {
             .map(|s| s["metadata"]["step"].as_i64().unwrap())
             .collect();
         assert_eq!(steps, [1, 0, -1], "{all:#?}");
+        // What runs next from each, as LangGraph's history says: the start, the model
+        // (the checkpoint a regenerate starts from), then nothing after the answer.
+        let next: Vec<&Value> = all.iter().map(|s| &s["next"]).collect();
+        assert_eq!(
+            next,
+            [&json!([]), &json!(["model"]), &json!(["__start__"])],
+            "{all:#?}"
+        );
+        assert_eq!(all[1]["tasks"][0]["name"], "model", "{all:#?}");
+        assert_eq!(all[1]["tasks"][0]["result"], Value::Null);
+        assert_eq!(all[0]["tasks"], json!([]));
         assert_chain(&all);
     }
 }
@@ -252,11 +263,12 @@ async fn regenerating_forks_from_the_checkpoint_before_the_answer() {
         run(&app, &t, human("one"), json!({})).await;
         run(&app, &t, human("two"), json!({})).await;
         let all = history(&app, &t, json!({"limit": 100})).await;
-        // The checkpoint whose last message is "two": the one before the answer.
+        // The checkpoint before the answer: "two" is its last message, the model next.
         let before_answer = all
             .iter()
-            .find(|s| texts(s).last().map(String::as_str) == Some("two"))
+            .find(|s| s["next"] == json!(["model"]) && texts(s).len() == 3)
             .unwrap();
+        assert_eq!(texts(before_answer).last().unwrap(), "two");
         // Through the streaming endpoint with a bare checkpoint_id and no input.
         let body = json!({
             "assistant_id": "agent",

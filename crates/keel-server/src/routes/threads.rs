@@ -133,17 +133,52 @@ fn metadata_of(thread_id: &str, thread_meta: &Map<String, Value>, cp: &Checkpoin
     Value::Object(out)
 }
 
-/// A paused thread's `next`, `tasks` and `interrupts` (LangGraph shows the waiting node
-/// as a task holding its interrupts); empty lists otherwise. The waiting node is the one
-/// that paused: the head checkpoint's (`HumanInTheLoopMiddleware.after_model`, or
-/// `.before_agent` for the next call of a per-call review).
+/// The step that runs after a checkpoint nothing paused, as LangGraph's `next` names it:
+/// `__start__` after a thread's first, empty checkpoint; `model` after an input (the
+/// checkpoint a regenerate starts from) or a tool step's results; `tools` after a model
+/// step that called tools; nothing after an answer, an update, or a review ended
+/// without a run.
+fn next_step(cp: &Checkpoint) -> Option<&'static str> {
+    use keel_agent::{INPUT_NODE, MODEL_NODE, TOOLS_NODE};
+    match cp.node.as_str() {
+        INPUT_NODE if cp.parent.is_none() && cp.messages.is_empty() => Some("__start__"),
+        INPUT_NODE if cp.messages.last().is_some_and(|m| !m.is_ai()) => Some(MODEL_NODE),
+        MODEL_NODE if !keel_core::pairs::pending_calls(&cp.messages).is_empty() => {
+            Some(TOOLS_NODE)
+        }
+        TOOLS_NODE => Some(MODEL_NODE),
+        _ => None,
+    }
+}
+
+/// A thread's `next`, `tasks` and `interrupts` at a checkpoint. Paused: LangGraph shows
+/// the waiting node as a task holding its interrupts; the waiting node is the one that
+/// paused, the head checkpoint's (`HumanInTheLoopMiddleware.after_model`, or
+/// `.before_agent` for the next call of a per-call review). Otherwise the [`next_step`]
+/// as a task with no result yet, whose id is derived from the checkpoint's.
 fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
     let pending = cp
         .values
         .get(keel_core::state::INTERRUPT_KEY)
         .and_then(crate::wire::interrupts_to_lg);
     match pending {
-        None => (json!([]), json!([]), json!([])),
+        None => match next_step(cp) {
+            None => (json!([]), json!([]), json!([])),
+            Some(node) => (
+                json!([node]),
+                json!([{
+                    "id": format!("00000000-0000-4000-9000-{:012x}", cp.seq),
+                    "name": node,
+                    "path": ["__pregel_pull", node],
+                    "error": null,
+                    "interrupts": [],
+                    "checkpoint": null,
+                    "state": null,
+                    "result": null,
+                }]),
+                json!([]),
+            ),
+        },
         Some(list) => {
             let id = list[0]["id"].clone();
             let node = cp.node.as_str();
