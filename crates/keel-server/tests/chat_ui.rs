@@ -400,7 +400,10 @@ async fn mark_as_resolved_ends_the_review_without_running_the_model() {
     for (command, expect) in [
         (json!({"goto": "tools"}), "without their review"),
         (json!({"goto": "summarize"}), "summarize"),
-        (json!({"goto": ["model", "tools"]}), "steps are model and tools"),
+        (
+            json!({"goto": ["model", "tools"]}),
+            "steps are model and tools",
+        ),
         (
             json!({"goto": "__end__", "resume": {"decisions": []}}),
             "not both",
@@ -492,7 +495,9 @@ async fn goto_model_calls_the_model_on_the_threads_state_closing_a_pending_revie
         &app,
         "POST",
         &format!("/threads/{t}/runs"),
-        Some(ui_body(json!({"input": human("lost"), "command": {"goto": "model"}}))),
+        Some(ui_body(
+            json!({"input": human("lost"), "command": {"goto": "model"}}),
+        )),
     )
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
@@ -617,6 +622,9 @@ async fn graph_internal_stream_modes_and_ui_flags_are_accepted() {
     assert_eq!(input["metadata"]["source"], "input", "{input}");
     assert_eq!(input["metadata"]["step"], 0, "{input}");
     assert_eq!(input["values"]["messages"][0]["content"], "one");
+    // What runs next, as the thread's history says it: the model, as a pending task.
+    assert_eq!(input["next"], json!(["model"]), "{input}");
+    assert_eq!(input["tasks"][0]["name"], "model", "{input}");
     let model = checkpoints.last().unwrap();
     assert_eq!(model["metadata"]["source"], "loop");
     assert_eq!(
@@ -629,6 +637,9 @@ async fn graph_internal_stream_modes_and_ui_flags_are_accepted() {
         json(&state)["checkpoint"]["checkpoint_id"],
         model["config"]["configurable"]["checkpoint_id"]
     );
+    // Paused for the review: the stream and the state name the same waiting node.
+    assert_eq!(model["next"], json(&state)["next"], "{model}");
+    assert_eq!(model["next"].as_array().map(Vec::len), Some(1), "{model}");
     // debug: the same, typed and stepped.
     let kinds: Vec<_> = of("debug")
         .iter()

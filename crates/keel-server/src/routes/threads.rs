@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use keel_core::message::Message;
 use keel_core::state::AgentState;
 use keel_core::store::Checkpoint;
 use serde::Deserialize;
@@ -87,7 +88,13 @@ pub fn state_json(
             "parent_checkpoint_id": null,
         }),
         Some(cp) => {
-            let (next, tasks, interrupts) = pending_tasks(cp);
+            let (next, tasks, interrupts) = pending_tasks(
+                cp.seq,
+                &cp.node,
+                cp.parent.is_none(),
+                &cp.messages,
+                &cp.values,
+            );
             json!({
             "values": values_of(cp),
             "next": next,
@@ -137,66 +144,64 @@ fn metadata_of(thread_id: &str, thread_meta: &Map<String, Value>, cp: &Checkpoin
 /// `__start__` after a thread's first, empty checkpoint; `model` after an input (the
 /// checkpoint a regenerate starts from) or a tool step's results; `tools` after a model
 /// step that called tools; nothing after an answer, an update, or a review ended
-/// without a run.
-fn next_step(cp: &Checkpoint) -> Option<&'static str> {
+/// without a run. `first`: the checkpoint has no parent.
+fn next_step(node: &str, first: bool, messages: &[Message]) -> Option<&'static str> {
     use keel_agent::{INPUT_NODE, MODEL_NODE, TOOLS_NODE};
-    match cp.node.as_str() {
-        INPUT_NODE if cp.parent.is_none() && cp.messages.is_empty() => Some("__start__"),
-        INPUT_NODE if cp.messages.last().is_some_and(|m| !m.is_ai()) => Some(MODEL_NODE),
-        MODEL_NODE if !keel_core::pairs::pending_calls(&cp.messages).is_empty() => {
-            Some(TOOLS_NODE)
-        }
+    match node {
+        INPUT_NODE if first && messages.is_empty() => Some("__start__"),
+        INPUT_NODE if messages.last().is_some_and(|m| !m.is_ai()) => Some(MODEL_NODE),
+        MODEL_NODE if !keel_core::pairs::pending_calls(messages).is_empty() => Some(TOOLS_NODE),
         TOOLS_NODE => Some(MODEL_NODE),
         _ => None,
     }
 }
 
-/// A thread's `next`, `tasks` and `interrupts` at a checkpoint. Paused: LangGraph shows
+/// A thread's `next`, `tasks` and `interrupts` at checkpoint `seq`, written by `node`
+/// (`first`: it has no parent) with these messages and values. Paused: LangGraph shows
 /// the waiting node as a task holding its interrupts; the waiting node is the one that
 /// paused, the head checkpoint's (`HumanInTheLoopMiddleware.after_model`, or
 /// `.before_agent` for the next call of a per-call review). Otherwise the [`next_step`]
 /// as a task with no result yet, whose id is derived from the checkpoint's.
-fn pending_tasks(cp: &Checkpoint) -> (Value, Value, Value) {
-    let pending = cp
-        .values
+pub(crate) fn pending_tasks(
+    seq: u64,
+    node: &str,
+    first: bool,
+    messages: &[Message],
+    values: &Map<String, Value>,
+) -> (Value, Value, Value) {
+    let task = |id: Value, node: &str, interrupts: Value| {
+        json!({
+            "id": id,
+            "name": node,
+            "path": ["__pregel_pull", node],
+            "error": null,
+            "interrupts": interrupts,
+            "checkpoint": null,
+            "state": null,
+            "result": null,
+        })
+    };
+    let pending = values
         .get(keel_core::state::INTERRUPT_KEY)
         .and_then(crate::wire::interrupts_to_lg);
     match pending {
-        None => match next_step(cp) {
+        None => match next_step(node, first, messages) {
             None => (json!([]), json!([]), json!([])),
-            Some(node) => (
-                json!([node]),
-                json!([{
-                    "id": format!("00000000-0000-4000-9000-{:012x}", cp.seq),
-                    "name": node,
-                    "path": ["__pregel_pull", node],
-                    "error": null,
-                    "interrupts": [],
-                    "checkpoint": null,
-                    "state": null,
-                    "result": null,
-                }]),
+            Some(next) => (
+                json!([next]),
+                json!([task(
+                    json!(format!("00000000-0000-4000-9000-{seq:012x}")),
+                    next,
+                    json!([])
+                )]),
                 json!([]),
             ),
         },
-        Some(list) => {
-            let id = list[0]["id"].clone();
-            let node = cp.node.as_str();
-            (
-                json!([node]),
-                json!([{
-                    "id": id,
-                    "name": node,
-                    "path": ["__pregel_pull", node],
-                    "error": null,
-                    "interrupts": list.clone(),
-                    "checkpoint": null,
-                    "state": null,
-                    "result": null,
-                }]),
-                list,
-            )
-        }
+        Some(list) => (
+            json!([node]),
+            json!([task(list[0]["id"].clone(), node, list.clone())]),
+            list,
+        ),
     }
 }
 

@@ -340,13 +340,20 @@ impl Translator {
         let config = |seq: u64| json!({ "configurable": reference(seq) });
         // The thread's empty root is seq 0 and LangGraph's step -1.
         let step = i64::try_from(seq).map_or(i64::MAX, |s| s - 1);
+        let (next, tasks, _) = crate::routes::threads::pending_tasks(
+            seq,
+            node,
+            parent.is_none(),
+            &state.messages,
+            &state.values,
+        );
         let payload = json!({
             "config": config(seq),
             "parent_config": parent.map(config),
             "values": state_to_values(state),
             "metadata": {"source": checkpoint_source(node), "step": step, "parents": {}},
-            "next": [],
-            "tasks": [],
+            "next": next,
+            "tasks": tasks,
         });
         if self.modes.has(WireMode::Checkpoints) {
             out.push((Some(WireMode::Checkpoints), "checkpoints", payload.clone()));
@@ -404,6 +411,22 @@ impl Translator {
                     "name": name, "args": args, "id": call_id, "index": index,
                     "type": "tool_call_chunk",
                 }]);
+                // As LangChain's AIMessageChunk parses its chunks: arguments read so far
+                // make a tool call, anything else an invalid one.
+                match chunk_args(args) {
+                    Some(parsed) => {
+                        lc["tool_calls"] = json!([{
+                            "name": name.as_deref().unwrap_or(""), "args": parsed,
+                            "id": call_id, "type": "tool_call",
+                        }]);
+                    }
+                    None => {
+                        lc["invalid_tool_calls"] = json!([{
+                            "name": name, "args": args, "id": call_id, "error": null,
+                            "type": "invalid_tool_call",
+                        }]);
+                    }
+                }
                 if partial.calls.len() <= *index {
                     partial.calls.resize(*index + 1, Default::default());
                 }
@@ -467,6 +490,67 @@ impl Translator {
     }
 }
 
+/// A tool-call chunk's arguments as an object: `{}` when empty, else the JSON read so far
+/// with open strings, arrays and objects closed (dropping a trailing fragment that
+/// cannot be completed, as LangChain's `parse_partial_json` does). `None` when they are
+/// not an object, or not the start of one.
+fn chunk_args(args: &str) -> Option<Value> {
+    if args.is_empty() {
+        return Some(json!({}));
+    }
+    let object = |v: Value| v.is_object().then_some(v);
+    if let Ok(v) = serde_json::from_str::<Value>(args) {
+        return object(v);
+    }
+    let mut text = String::with_capacity(args.len() + 8);
+    let mut closers = Vec::new();
+    let (mut in_string, mut escaped) = (false, false);
+    for c in args.chars() {
+        if in_string {
+            match c {
+                '"' if !escaped => in_string = false,
+                '\n' if !escaped => {
+                    text.push_str("\\n");
+                    continue;
+                }
+                '\\' => {
+                    escaped = !escaped;
+                    text.push(c);
+                    continue;
+                }
+                _ => {}
+            }
+            escaped = false;
+        } else {
+            match c {
+                '"' => (in_string, escaped) = (true, false),
+                '{' => closers.push('}'),
+                '[' => closers.push(']'),
+                '}' | ']' if closers.last() == Some(&c) => {
+                    closers.pop();
+                }
+                '}' | ']' => return None,
+                _ => {}
+            }
+        }
+        text.push(c);
+    }
+    if in_string {
+        if escaped {
+            text.pop();
+        }
+        text.push('"');
+    }
+    let tail: String = closers.iter().rev().collect();
+    while !text.is_empty() {
+        if let Ok(v) = serde_json::from_str::<Value>(&format!("{text}{tail}")) {
+            return object(v);
+        }
+        text.pop();
+    }
+    None
+}
+
 /// The message so far, as `messages/partial` sends it: tool calls whose arguments parse
 /// are `tool_calls`, the others `invalid_tool_calls` until more arrives.
 fn partial_to_lc(id: &str, p: &Partial) -> Value {
@@ -494,6 +578,26 @@ fn partial_to_lc(id: &str, p: &Partial) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tool_call_chunk_reads_its_arguments_as_langchain_does() {
+        use super::chunk_args;
+        use serde_json::json;
+        for (args, want) in [
+            ("", Some(json!({}))),
+            (r#"{"query": "hi"}"#, Some(json!({"query": "hi"}))),
+            (r#"{"query": "h"#, Some(json!({"query": "h"}))),
+            (r#"{"a": [1, {"b": tru"#, Some(json!({"a": [1, {}]}))),
+            (r#"{"text": "line\"#, Some(json!({"text": "line"}))),
+            (r#"{"qu"#, Some(json!({}))),
+            ("{\"s\": \"a\nb", Some(json!({"s": "a\nb"}))),
+            ("[1, 2", None),
+            ("\"just text\"", None),
+            ("}", None),
+        ] {
+            assert_eq!(chunk_args(args), want, "{args}");
+        }
+    }
+
     use std::sync::Arc;
 
     use keel_core::message::Message;
