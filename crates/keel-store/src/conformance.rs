@@ -1331,7 +1331,11 @@ pub async fn checkpoint_forks<S: Storage>(store: &S) -> Checked {
             seqs(&got)
         );
         for cp in &got {
-            let one = call(C, "checkpoint_at", store.checkpoint_at(&thread, cp.seq).await)?;
+            let one = call(
+                C,
+                "checkpoint_at",
+                store.checkpoint_at(&thread, cp.seq).await,
+            )?;
             ensure!(
                 C,
                 one.as_ref() == Some(cp),
