@@ -8,7 +8,8 @@
 #   scripts/serve-tests.sh postgres   # two server processes on one PostgreSQL
 #   scripts/serve-tests.sh adversarial [N]  # tenant matrix, bad inputs (N rounds), kill -9
 #   scripts/serve-tests.sh usestream  # a React page on the SDK's useStream hook in headless Chromium
-#   scripts/serve-tests.sh diff       # langgraph-api (PyPI) as the oracle: same scenarios, compared
+#   scripts/serve-tests.sh diff [--only a,b]  # langgraph-api (PyPI) as the oracle: same
+#                                     # scenarios through both SDKs, compared
 #   scripts/serve-tests.sh speed [N]  # keel serve and langgraph dev side by side: N concurrent
 #                                     # runs each, then 30 turns on one thread (PROFILE=release)
 #   scripts/serve-tests.sh all        # python, js, browser, load 50
@@ -273,9 +274,6 @@ start_oracle() {
     return 1
 }
 
-# The differential suite: the scenarios of crates/keel-server/tests/sdk/diff_test.py
-# against langgraph-api (the oracle) and the scripted server, compared field by field;
-# known differences are in crates/keel-server/tests/sdk/oracle/allowlist.json.
 # Keel and langgraph-api side by side, in one run: N concurrent streaming runs against
 # each (throughput, time to first event, CPU per run, memory), then 30 turns one after
 # the other on one thread of each (bytes, time and CPU per turn as the thread grows).
@@ -301,6 +299,11 @@ run_speed() {
     "$load" --url "$oracle" --turns 30 --server-pid "$oracle_pid"
 }
 
+# The differential suite: the scenarios of crates/keel-server/tests/sdk/diff_test.py
+# (through langgraph-sdk) and then diff_test.mjs (through @langchain/langgraph-sdk)
+# against langgraph-api (the oracle) and the scripted server, compared field by field;
+# known differences are in crates/keel-server/tests/sdk/oracle/allowlist.json, shared by
+# both halves. `diff --only a,b` runs those scenarios in each half that has them.
 run_diff() {
     build
     oracle_env
@@ -313,9 +316,39 @@ run_diff() {
     local keel="$URL"
     start_server diff-keel-review "$ROOT/target/debug/examples/scripted_server" --port 0 \
         --pace-ms "$pace" --config examples/keel-review.yaml
-    "$ORACLE_PY" crates/keel-server/tests/sdk/diff_test.py --oracle "$oracle" \
-        --oracle-review "$oracle_review" --keel "$keel" --keel-review "$URL" \
-        --report "$WORK/diff-report.json" "$@"
+    local keel_review="$URL"
+    # `--only a,b` goes to both halves; a `js-` scenario exists only in the JS half.
+    local args=() py_args=() only="" py_only="" name
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --only) only="$2"; shift 2 ;;
+            --only=*) only="${1#--only=}"; shift ;;
+            *) args+=("$1"); shift ;;
+        esac
+    done
+    py_args=("${args[@]}")
+    if [[ -n "$only" ]]; then
+        for name in ${only//,/ }; do
+            [[ "$name" == js-* ]] || py_only="${py_only:+$py_only,}$name"
+        done
+        args+=(--only "$only")
+        [[ -n "$py_only" ]] && py_args+=(--only "$py_only")
+    fi
+    local servers=(--oracle "$oracle" --oracle-review "$oracle_review" --keel "$keel"
+        --keel-review "$keel_review" --allowlist crates/keel-server/tests/sdk/oracle/allowlist.json)
+    local py_rc=0 js_rc=0
+    if [[ -z "$only" || -n "$py_only" ]]; then
+        echo "== diff: the Python client (langgraph-sdk)"
+        "$ORACLE_PY" crates/keel-server/tests/sdk/diff_test.py "${servers[@]}" \
+            --report "$WORK/diff-report.json" "${py_args[@]}" || py_rc=$?
+    fi
+    # The same scenarios through the JS client, against the same four servers.
+    node_env
+    cp crates/keel-server/tests/sdk/diff_test.mjs "$WORK/js/"
+    echo "== diff: the JS client (@langchain/langgraph-sdk)"
+    node "$WORK/js/diff_test.mjs" "${servers[@]}" --report "$WORK/diff-report-js.json" \
+        "${args[@]}" || js_rc=$?
+    [[ "$py_rc" == 0 && "$js_rc" == 0 ]]
 }
 
 run_python() {
@@ -379,7 +412,7 @@ case "${1:-all}" in
         run_adversarial 1
         ;;
     *)
-        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|diff|usestream|all" >&2
+        echo "usage: $0 python|js|browser|load [N]|postgres|adversarial [N]|diff [--only a,b]|usestream|all" >&2
         exit 2
         ;;
 esac
