@@ -410,6 +410,12 @@ async fn update_state_writes_a_checkpoint_as_a_node_and_may_fork() {
         assert_eq!(out["checkpoint"]["checkpoint_ns"], "");
         let now = state(&app, &t).await;
         assert_eq!(now["checkpoint"], out["checkpoint"]);
+        // As langgraph-api answers: the id at the top level and as a config.
+        assert_eq!(out["checkpoint_id"], now["checkpoint"]["checkpoint_id"]);
+        assert_eq!(
+            out["configurable"],
+            json!({"thread_id": t, "checkpoint_ns": "", "checkpoint_id": out["checkpoint_id"]})
+        );
         assert_eq!(texts(&now), ["one, edited", "reply 1 to one", "added"]);
         assert_eq!(now["metadata"]["source"], "update", "{now:#}");
         assert_eq!(now["parent_checkpoint"], head["checkpoint"]);

@@ -916,7 +916,17 @@ pub async fn update_state(
         Err(e) => return Err(storage(e)),
     };
     match outcome {
-        PutOutcome::Saved { seq } => Ok(Json(json!({"checkpoint": checkpoint_ref(key, seq)}))),
+        // langgraph-api's answer: the reference, its id, and the config a client runs
+        // from (the JS SDK types it as `Pick<Config, "configurable">`).
+        PutOutcome::Saved { seq } => Ok(Json(json!({
+            "checkpoint": checkpoint_ref(key, seq),
+            "checkpoint_id": checkpoint_id(seq),
+            "configurable": {
+                "thread_id": public_thread_id(key),
+                "checkpoint_ns": "",
+                "checkpoint_id": checkpoint_id(seq),
+            },
+        }))),
         PutOutcome::Conflict { .. } => Err(conflict()),
     }
 }
