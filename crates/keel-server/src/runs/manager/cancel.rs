@@ -1,0 +1,74 @@
+//! Cancelling a run: a running one stops at its current step, a queued one never
+//! starts, and on a shared database another process's run is asked to stop.
+
+use super::*;
+
+impl RunManager {
+    /// Cancels a run of a thread: a running one stops at its current step, a queued one
+    /// never starts. A finished run is left as it is.
+    pub async fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
+        // Found here: `Some(dequeued run)` or `None` once signalled; not here: `Err`.
+        let found: Result<Option<Queued>, ()> = {
+            let mut state = self.state.lock();
+            match state.slots.get_mut(thread_id) {
+                None => Err(()),
+                Some(slot) => {
+                    if let Some(active) = slot.active.as_ref().filter(|a| a.run_id == run_id) {
+                        active.cancel(action);
+                        Ok(None)
+                    } else {
+                        let position = slot.queue.iter().position(|q| q.live.run_id == run_id);
+                        position
+                            .and_then(|i| slot.queue.remove(i))
+                            .map(Some)
+                            .ok_or(())
+                    }
+                }
+            }
+        };
+        match found {
+            Ok(Some(queued)) => {
+                queued.live.cancel(action);
+                self.close_unstarted(&queued.live, action).await;
+            }
+            Ok(None) => {}
+            Err(()) => self.cancel_elsewhere(run_id, action).await,
+        }
+    }
+
+    pub(super) async fn close_unstarted(self: &Arc<Self>, live: &LiveRun, action: CancelAction) {
+        let status = self.finalize(live, cancel_final(action)).await;
+        self.end(live, status);
+    }
+
+    /// On a shared database, asks the process running `run_id` to cancel it (it reads
+    /// the request within [`MIRROR_EVERY`]).
+    pub(super) async fn cancel_elsewhere(&self, run_id: &str, action: CancelAction) {
+        if !self.registry.is_shared() || self.live(run_id).is_some() {
+            return;
+        }
+        self.log_err(self.registry.request_cancel(run_id, action.as_str()).await);
+    }
+}
+
+/// How a cancelled run's record ends.
+pub(super) fn cancel_final(action: CancelAction) -> Final {
+    match action {
+        CancelAction::Rollback => Final::Delete,
+        CancelAction::Interrupt => Final::Status(RunStatus::Interrupted, None),
+    }
+}
+
+pub(super) async fn wait_cancel(
+    cancel: &mut watch::Receiver<Option<CancelAction>>,
+) -> CancelAction {
+    loop {
+        if let Some(action) = *cancel.borrow_and_update() {
+            return action;
+        }
+        if cancel.changed().await.is_err() {
+            // The sender lives in the LiveRun we hold: this never ends the wait early.
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Executing a run: the agent's stream translated into protocol events, commands
+//! (resume, resolve, update) applied, and a rollback restoring the thread.
+
+use super::*;
+
+impl RunManager {
+    /// Runs one run to its end, then starts the next queued one of its thread.
+    pub(super) async fn drive(self: Arc<Self>, queued: Queued) {
+        let Queued {
+            live,
+            input,
+            resume,
+            from,
+        } = queued;
+        let mut cancel = live.cancel.subscribe();
+        let ending = self
+            .execute(&live, (input, from), resume, &mut cancel)
+            .await;
+        let mut paused = false;
+        let status = match ending {
+            Ending::Done(Ok(output)) => {
+                paused = output
+                    .state
+                    .values
+                    .get(INTERRUPT_KEY)
+                    .is_some_and(|v| !v.is_null());
+                let values = state_to_values(&output.state);
+                let mut out = Vec::new();
+                Translator::new(live.modes, self.context(&live)).finish(values, &mut out);
+                for (mode, event, data) in out {
+                    push_mode(&live.log, event, &data, mode);
+                }
+                self.finalize(&live, Final::Status(RunStatus::Success, None))
+                    .await
+            }
+            Ending::Done(Err(error)) => {
+                let message = error.to_string();
+                tracing::warn!(run_id = %live.run_id, "run failed: {message}");
+                push_json(
+                    &live.log,
+                    "error",
+                    &json!({"error": error_name(&error), "message": message}),
+                );
+                self.finalize(&live, Final::Status(RunStatus::Error, Some(message)))
+                    .await
+            }
+            Ending::Cancelled(action) => {
+                // As langgraph-api does, a run stopped with action `interrupt` leaves its
+                // thread `interrupted` (a rolled-back one leaves it as it was before).
+                paused = action == CancelAction::Interrupt;
+                self.finalize(&live, cancel_final(action)).await
+            }
+        };
+        let next = {
+            let mut state = self.state.lock();
+            let next = match state.slots.get_mut(&live.thread_id) {
+                Some(slot) => {
+                    slot.active = None;
+                    let next = slot.queue.pop_front();
+                    if let Some(next) = &next {
+                        slot.active = Some(next.live.clone());
+                    }
+                    next
+                }
+                None => None,
+            };
+            if next.is_none() {
+                state.slots.remove(&live.thread_id);
+            }
+            next
+        };
+        // The thread's status is written before the `end` event: a client that reads
+        // the thread once its stream ended (or its join returned) sees it idle,
+        // interrupted or failed, never still busy.
+        if next.is_none() {
+            let thread_status = if status == "error" {
+                ThreadStatus::Error
+            } else if paused {
+                ThreadStatus::Interrupted
+            } else {
+                ThreadStatus::Idle
+            };
+            self.write_thread_status(&live.thread_id, thread_status)
+                .await;
+        }
+        self.end(live.as_ref(), status);
+        if let Some(next) = next {
+            self.spawn(next);
+        }
+    }
+
+    pub(super) fn context(&self, live: &LiveRun) -> RunContext {
+        RunContext {
+            run_id: live.run_id.clone(),
+            thread_id: live.thread_id.clone(),
+            assistant_id: self.assistant.assistant_id.clone(),
+            graph_id: self.assistant.graph_id.clone(),
+            model_name: self.assistant.model_name.clone(),
+            provider: self.assistant.provider.clone(),
+        }
+    }
+
+    pub(super) async fn execute(
+        &self,
+        live: &LiveRun,
+        (input, from): (Vec<Message>, Option<u64>),
+        resume: Option<RunCommand>,
+        cancel: &mut watch::Receiver<Option<CancelAction>>,
+    ) -> Ending {
+        // Wait for a running slot, unless cancelled first.
+        let permit = tokio::select! {
+            permit = self.running.clone().acquire_owned() => permit.ok(),
+            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        };
+        // Another process sharing the database may be running this thread: wait for it.
+        let lease = tokio::select! {
+            lease = self.leases.acquire(&live.thread_id) => match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::error!(run_id = %live.run_id, "could not lease the thread: {e}");
+                    return Ending::Done(Err(AgentError::Checkpoint {
+                        thread_id: live.thread_id.clone(),
+                        source: keel_core::store::StoreError::Backend(e.to_string()),
+                    }));
+                }
+            },
+            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        };
+        self.log_err(
+            self.registry
+                .set_run_status(&live.thread_id, &live.run_id, RunStatus::Running, None)
+                .await,
+        );
+        push_json(
+            &live.log,
+            "metadata",
+            &json!({"run_id": live.run_id, "attempt": 1}),
+        );
+        let checkpointer = self.agent.checkpointer().clone();
+        let before = match checkpointer.latest(&live.thread_id).await {
+            Ok(cp) => cp,
+            Err(e) => {
+                lease.release().await;
+                return Ending::Done(Err(AgentError::Checkpoint {
+                    thread_id: live.thread_id.clone(),
+                    source: e,
+                }));
+            }
+        };
+        let resume_failed = |e: ResumeError| {
+            Ending::Done(Err(match e {
+                ResumeError::Agent(e) => e,
+                other => AgentError::Middleware(MiddlewareError {
+                    middleware: "HumanInTheLoopMiddleware".into(),
+                    hook: "resume",
+                    message: other.to_string(),
+                }),
+            }))
+        };
+        match resume {
+            // A resume records its decisions under the lease, so the run applies them.
+            Some(RunCommand::Decide(decisions)) => {
+                if let Err(e) =
+                    HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
+                {
+                    lease.release().await;
+                    return resume_failed(e);
+                }
+            }
+            // Ending the review is the whole run: one checkpoint, under the lease.
+            Some(RunCommand::Resolve) => {
+                let ending = match self.resolve(live).await {
+                    Ok(ending) => ending,
+                    Err(e) => resume_failed(e),
+                };
+                lease.release().await;
+                return ending;
+            }
+            Some(RunCommand::Update(messages)) => {
+                let ending = match self.update(live, before.as_ref(), messages).await {
+                    Ok(ending) => ending,
+                    Err(e) => Ending::Done(Err(e)),
+                };
+                lease.release().await;
+                return ending;
+            }
+            None => {}
+        }
+        let mut translator = Translator::new(live.modes, self.context(live));
+        let mut out = Vec::new();
+        translator.start(
+            json!({"messages": input.iter().map(message_to_lc).collect::<Vec<_>>()}),
+            &mut out,
+        );
+        let mut stream =
+            self.agent
+                .stream_from(&live.thread_id, from, input, &live.modes.agent_modes());
+        let ending = loop {
+            for (mode, event, data) in out.drain(..) {
+                push_mode(&live.log, event, &data, mode);
+            }
+            tokio::select! {
+                biased;
+                action = wait_cancel(cancel) => break Some(Ending::Cancelled(action)),
+                event = stream.next() => match event {
+                    Some(event) => translator.translate(&event, &mut out),
+                    None => break None,
+                },
+            }
+        };
+        let ending = match ending {
+            Some(ending) => ending,
+            // The stream has ended, so this returns the outcome it holds.
+            None => Ending::Done(stream.finish().await),
+        };
+        drop(permit);
+        if let Ending::Cancelled(CancelAction::Rollback) = ending {
+            rollback(checkpointer.as_ref(), &live.thread_id, &live.run_id, before).await;
+        }
+        lease.release().await;
+        ending
+    }
+
+    /// Ends the thread's pending review ([`HumanInTheLoop::resolve`]) and streams what
+    /// that step changed, as a node's update and the state after it.
+    pub(super) async fn resolve(&self, live: &LiveRun) -> Result<Ending, ResumeError> {
+        let update = HumanInTheLoop::resolve(&self.agent, &live.thread_id, &live.run_id).await?;
+        Ok(self
+            .one_step(live, "HumanInTheLoopMiddleware.resolve", update)
+            .await?)
+    }
+
+    /// Writes `messages` on the thread (`head`, read under the lease) as one checkpoint,
+    /// with compare-and-swap on the head, unless a review is pending.
+    pub(super) async fn update(
+        &self,
+        live: &LiveRun,
+        head: Option<&Checkpoint>,
+        messages: Vec<Message>,
+    ) -> Result<Ending, AgentError> {
+        if head.is_some_and(|cp| cp.values.get(INTERRUPT_KEY).is_some_and(|v| !v.is_null())) {
+            return Err(AgentError::Middleware(MiddlewareError {
+                middleware: "HumanInTheLoopMiddleware".into(),
+                hook: "update",
+                message:
+                    "the thread is waiting for a review; answer it before updating its messages"
+                        .into(),
+            }));
+        }
+        let update = StateUpdate::messages(messages);
+        let parent = head.map(|cp| cp.seq);
+        let write = CheckpointWrite {
+            parent,
+            run_id: live.run_id.clone(),
+            node: "update".into(),
+            update: update.clone(),
+            created_at_ms: now_ms(),
+        };
+        let checkpoint = |source| AgentError::Checkpoint {
+            thread_id: live.thread_id.clone(),
+            source,
+        };
+        match self
+            .agent
+            .checkpointer()
+            .put(&live.thread_id, write)
+            .await
+            .map_err(checkpoint)?
+        {
+            PutOutcome::Saved { .. } => self.one_step(live, "update", update).await,
+            PutOutcome::Conflict { head } => Err(AgentError::Conflict {
+                thread_id: live.thread_id.clone(),
+                parent,
+                head,
+            }),
+        }
+    }
+
+    /// Streams one step written outside the agent: its update, then the state after it.
+    pub(super) async fn one_step(
+        &self,
+        live: &LiveRun,
+        node: &str,
+        update: StateUpdate,
+    ) -> Result<Ending, AgentError> {
+        let state = self.agent.state(&live.thread_id).await?.unwrap_or_default();
+        let mut translator = Translator::new(live.modes, self.context(live));
+        let mut out = Vec::new();
+        translator.start(json!({"messages": []}), &mut out);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Updates {
+                node: node.into(),
+                update,
+            },
+            &mut out,
+        );
+        let state = Arc::new(state);
+        translator.translate(
+            &keel_core::stream::StreamEvent::Values {
+                state: state.clone(),
+            },
+            &mut out,
+        );
+        for (mode, event, data) in out {
+            push_mode(&live.log, event, &data, mode);
+        }
+        Ok(Ending::Done(Ok(keel_agent::RunOutput {
+            state: Arc::unwrap_or_clone(state),
+            run_id: live.run_id.clone(),
+            model_steps: 0,
+        })))
+    }
+}
+
+/// Restores the thread to `before` (the head when the run started) with one more
+/// checkpoint, since checkpoints are append-only: the rolled-back run's steps stay in the
+/// history, and the head's state is `before`'s again. Values the run added stay (an
+/// update can set values, not unset them).
+pub(super) async fn rollback(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+    run_id: &str,
+    before: Option<Checkpoint>,
+) {
+    let head = match checkpointer.latest(thread_id).await {
+        Ok(cp) => cp.map(|cp| cp.seq),
+        Err(e) => {
+            tracing::error!(run_id, "rollback could not read the thread: {e}");
+            return;
+        }
+    };
+    if head == before.as_ref().map(|cp| cp.seq) {
+        return;
+    }
+    let (messages, values) =
+        before.map_or_else(|| (Vec::new(), Map::new()), |cp| (cp.messages, cp.values));
+    let mut update = StateUpdate {
+        messages: vec![MessageOp::RemoveAll],
+        values,
+    };
+    update.messages.extend(
+        messages
+            .into_iter()
+            .map(|message| MessageOp::Upsert { message }),
+    );
+    let write = CheckpointWrite {
+        parent: head,
+        run_id: run_id.to_owned(),
+        node: "rollback".into(),
+        update,
+        created_at_ms: now_ms(),
+    };
+    match checkpointer.put(thread_id, write).await {
+        Ok(PutOutcome::Saved { .. }) => {}
+        Ok(PutOutcome::Conflict { head }) => {
+            tracing::error!(
+                run_id,
+                ?head,
+                "rollback lost a race with another writer; the thread was not restored"
+            );
+        }
+        Err(e) => tracing::error!(run_id, "rollback could not restore the thread: {e}"),
+    }
+}
