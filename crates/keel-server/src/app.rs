@@ -17,6 +17,7 @@ use crate::origin::{OriginGuard, OriginPolicy, guard};
 use crate::registry::Registry;
 use crate::routes::{assistants, page, protocol, runs, store, system, thread_stream, threads};
 use crate::runs::{AssistantInfo, RunLimits, RunManager};
+pub use crate::state::AppState;
 use crate::store_api::ItemStore;
 
 /// LangGraph's namespace for assistant ids derived from a graph id (uuid5 over the
@@ -74,19 +75,6 @@ impl Default for ServerOptions {
             items: None,
         }
     }
-}
-
-/// What every handler shares.
-#[derive(Clone, Debug)]
-pub struct AppState {
-    /// Thread and run records.
-    pub registry: Arc<Registry>,
-    /// The runs.
-    pub manager: Arc<RunManager>,
-    /// [`ServerOptions::max_input_messages`].
-    pub max_input_messages: usize,
-    /// Store API items (long-term memory across threads).
-    pub items: Arc<ItemStore>,
 }
 
 /// The assistant id the Agent Server derives from a graph id.

@@ -45,17 +45,18 @@
 pub mod app;
 pub mod auth;
 pub mod config;
-pub mod error;
-pub mod extract;
+pub(crate) mod error;
+pub(crate) mod extract;
 pub mod lease;
 pub mod mcp;
 pub mod origin;
 pub mod registry;
-pub mod routes;
+pub(crate) mod routes;
 pub mod runs;
 pub mod store_api;
-pub mod time;
-pub mod wire;
+pub(crate) mod time;
+pub(crate) mod wire;
 
 pub use app::{AppState, ServerOptions, router, router_parts, router_with};
 pub mod serve;
+pub(crate) mod state;

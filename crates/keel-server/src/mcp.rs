@@ -27,8 +27,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::app::AppState;
 use crate::auth::Owner;
+use crate::state::AppState;
 
 /// The path the MCP endpoint is served at.
 pub const MCP_PATH: &str = "/mcp";

@@ -6,10 +6,10 @@ use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody};
 use crate::runs::AssistantInfo;
+use crate::state::AppState;
 use crate::time::rfc3339;
 
 /// The protocol's `Assistant` object.

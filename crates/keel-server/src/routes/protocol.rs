@@ -36,7 +36,6 @@ use axum::{Extension, Json};
 use futures::Stream;
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
 use crate::auth::{Owner, check_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody};
@@ -44,6 +43,7 @@ use crate::registry::RunRecord;
 use crate::routes::runs::{self as run_routes, RunBody};
 use crate::routes::threads::{current_values, find_owned};
 use crate::runs::{LiveRun, Next, SseEvent};
+use crate::state::AppState;
 use crate::time::now_ms;
 
 /// The stream modes a `run.start` run is created with: what the channels are made of.

@@ -17,7 +17,6 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
 use crate::auth::{Owner, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
@@ -28,6 +27,7 @@ use crate::routes::threads::{
     parse_checkpoint_id,
 };
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, RunCommand, SseEvent, WireMode};
+use crate::state::AppState;
 use crate::wire::{kind, messages_from_input};
 use keel_core::message::Message;
 use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};

@@ -9,10 +9,10 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
 use crate::auth::Owner;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryPairs};
+use crate::state::AppState;
 use crate::store_api::{NamespaceQuery, Search, StoreError};
 
 impl From<StoreError> for ApiError {

@@ -21,12 +21,12 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde_json::json;
 
-use crate::app::AppState;
 use crate::auth::Owner;
 use crate::error::ApiError;
 use crate::extract::{Ids, QueryPairs};
 use crate::routes::threads::owned;
 use crate::runs::{LiveRun, ModeSet, Next, SseEvent};
+use crate::state::AppState;
 
 /// How often a subscriber with no run to follow looks for the thread's next one.
 const POLL: Duration = Duration::from_millis(50);

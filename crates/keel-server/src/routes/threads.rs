@@ -10,12 +10,12 @@ use keel_core::store::Checkpoint;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::app::AppState;
 use crate::auth::{Owner, check_thread_id, public_thread_id};
 use crate::error::ApiError;
 use crate::extract::{Ids, JsonBody, QueryPairs};
 use crate::registry::{ThreadFilter, ThreadRecord, ThreadStatus, check_metadata};
 use crate::runs::CancelAction;
+use crate::state::AppState;
 use crate::time::{now_ms, rfc3339};
 use crate::wire::state_to_values;
 
