@@ -34,6 +34,7 @@
 pub mod access;
 pub mod checkpoint_log;
 pub mod dangling;
+pub mod hash;
 pub mod message;
 pub mod middleware;
 pub mod model;

@@ -27,32 +27,12 @@
 //! ```
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
-/// FNV-1a: call ids and indices are short keys and never attacker-chosen in a way that
-/// matters here (a collision only slows the index down), so a fast hasher is fine.
-#[derive(Default, Clone, Copy, Debug)]
-struct FnvHasher(u64);
-
-impl Hasher for FnvHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type Fnv = BuildHasherDefault<FnvHasher>;
+/// FNV-1a ([`crate::hash`]): call ids and indices are short keys and never
+/// attacker-chosen in a way that matters here (a collision only slows the index down),
+/// so a fast hasher is fine.
+type Fnv = BuildHasherDefault<crate::hash::StableHasher>;
 
 use crate::message::Message;
 

@@ -26,13 +26,10 @@ pub struct Lease {
     key: i64,
 }
 
-/// A stable 64-bit key for a thread id (FNV-1a), the same in every process.
+/// A stable 64-bit key for a thread id (FNV-1a, [`keel_core::hash`]), the same in every
+/// process and release.
 pub fn lock_key(thread_id: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in thread_id.as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = keel_core::hash::fnv1a(thread_id.as_bytes());
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
@@ -153,5 +150,11 @@ mod tests {
         assert_ne!(lock_key("thread-1"), lock_key("thread-2"));
         // FNV-1a of the empty string is its offset basis.
         assert_eq!(lock_key(""), 0xcbf2_9ce4_8422_2325_u64 as i64);
+        // Advisory-lock keys shared by processes of different releases: pinned.
+        assert_eq!(lock_key("thread-1"), 3214755371066863583);
+        assert_eq!(
+            lock_key("00000000-0000-0000-0000-000000000000"),
+            8950988243607919089
+        );
     }
 }

@@ -2,6 +2,10 @@
 //! must do, run against memory, SQLite and PostgreSQL (and usable on any other
 //! [`Storage`] from another crate's tests).
 //!
+//! Test code, so it is compiled only with the `conformance` feature (off by default): a
+//! crate whose tests run it names the feature in its `[dev-dependencies]`, as
+//! `keel-store = { version = "...", features = ["conformance"] }`.
+//!
 //! Each check works in its own fresh namespace (a UUID v7 prefix on every id), so the
 //! suite can run again and again on a shared database without cleanup. A check returns a
 //! [`Failure`] naming itself and what it saw; nothing panics.

@@ -4,7 +4,9 @@
 //! [`Checkpointer`], the per-session [`ChatHistoryStore`], the rolling-summary
 //! [`SessionMemoryStore`] and the [`SummaryStore`] behind the summary cache.
 //!
-//! Three backends implement all four traits and pass one [conformance suite](conformance):
+//! Three backends implement all four traits and pass one conformance suite (the
+//! `conformance` module, behind the feature of the same name, off by default: enable it
+//! in the `[dev-dependencies]` of a crate whose tests run it on another backend):
 //!
 //! | backend | feature | URL | use it for |
 //! | --- | --- | --- | --- |
@@ -130,6 +132,7 @@
 //! [`SummaryStore::delete_summaries`] (by key prefix) remove what a session stored; see
 //! `docs/operations.md`, "Deleting a session".
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
 pub mod memory;

@@ -2,7 +2,8 @@
 //!
 //! Always compiled, whatever the features. Use it in tests, and as the fallback when no
 //! database is configured (state then lives as long as the process). It passes the same
-//! [conformance suite](crate::conformance) as the SQL backends, so code tested against it
+//! conformance suite as the SQL backends (the `conformance` module, feature
+//! `conformance`), so code tested against it
 //! behaves the same on SQLite and PostgreSQL.
 //!
 //! ```

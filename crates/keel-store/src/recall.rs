@@ -105,26 +105,26 @@ impl RecallIndex for MemoryStore {
 mod sqlite {
     use std::collections::HashMap;
 
+    use keel_core::hash::StableHasher;
+
     use super::*;
     use crate::sql::backend;
     use crate::sqlite::SqliteStore;
 
-    /// A term naming the scope (FNV-1a over its four parts), so FTS5 itself keeps to
-    /// one scope; the join on the scope columns is what decides.
+    /// A term naming the scope (FNV-1a over its four parts, each followed by 0xff), so
+    /// FTS5 itself keeps to one scope; the join on the scope columns is what decides.
     fn scope_tag(scope: &SessionScope) -> String {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut h = StableHasher::new();
         for part in [
             &scope.flow_id,
             &scope.user_id,
             &scope.session_id,
             &scope.context_id,
         ] {
-            for b in part.bytes().chain([0xff]) {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
+            h.write(part.as_bytes());
+            h.write_u8(0xff);
         }
-        format!("s{h:016x}")
+        format!("s{:016x}", h.finish())
     }
 
     #[async_trait]
@@ -307,6 +307,22 @@ mod sqlite {
                 .await
                 .map_err(backend)?;
             Ok(r.rows_affected())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn scope_tags_are_stable() {
+            // FTS5 terms written into recall indexes on disk: these values must never move.
+            let scope = SessionScope::new("flow", "user-1", "session-9", "ctx");
+            assert_eq!(scope_tag(&scope), "sa281005fbd1bd2f9");
+            assert_eq!(
+                scope_tag(&SessionScope::new("", "", "", "")),
+                "s994f76653e2a3951"
+            );
         }
     }
 }

@@ -41,8 +41,8 @@ impl std::fmt::Display for Backend {
 }
 
 /// Everything a Keel store offers: the four storage contracts plus schema management.
-/// Implemented by each backend and by [`Store`]; the [conformance suite](crate::conformance)
-/// is written against it.
+/// Implemented by each backend and by [`Store`]; the conformance suite (the `conformance`
+/// module, feature `conformance`) is written against it.
 #[async_trait]
 pub trait Storage:
     Checkpointer + ChatHistoryStore + SessionMemoryStore + SummaryStore + Send + Sync

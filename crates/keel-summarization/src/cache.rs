@@ -71,12 +71,14 @@ pub fn prefix_hash(messages: &[Message]) -> u64 {
     fold_fingerprints(PREFIX_SEED, messages) ^ messages.len() as u64
 }
 
-/// The state [`prefix_hash`] starts from.
-pub(crate) const PREFIX_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+/// The state [`prefix_hash`] starts from: FNV's offset basis.
+pub(crate) const PREFIX_SEED: u64 = keel_core::hash::OFFSET_BASIS;
 
-/// One step of [`prefix_hash`]: the state after a message with fingerprint `fp`.
+/// One step of [`prefix_hash`]: the state after a message with fingerprint `fp`. Not
+/// FNV-1a (a whole 64-bit word per step, and a rotation), only its constants: a fold of
+/// fingerprints, which are themselves hashes.
 pub(crate) fn fold_step(h: u64, fp: u64) -> u64 {
-    (h ^ fp).wrapping_mul(0x0100_0000_01b3).rotate_left(5)
+    (h ^ fp).wrapping_mul(keel_core::hash::PRIME).rotate_left(5)
 }
 
 /// The running state of [`prefix_hash`] after `messages`, starting from `h`.

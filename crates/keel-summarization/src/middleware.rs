@@ -55,6 +55,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use keel_core::hash::StableHasher;
 use keel_core::message::Message;
 use keel_core::middleware::{
     Hooks, Middleware, ModelRequest, ModelResponse, Next, ToolCallRequest, ToolNext,
@@ -478,23 +479,26 @@ pub(crate) struct Compactor {
     pub(crate) precompute: Precompute,
 }
 
-/// A 64-bit FNV-1a hash over length-prefixed fields: the same on every toolchain,
-/// platform and release (the summary cache key is written into the database, so a
-/// hasher whose output may change between builds would silently drop every stored
-/// summary, or worse, match the wrong one).
+/// A 64-bit FNV-1a hash ([`keel_core::hash`]) over length-prefixed fields: the same on
+/// every toolchain, platform and release (the summary cache key is written into the
+/// database, so a hasher whose output may change between builds would silently drop
+/// every stored summary, or worse, match the wrong one). Each field is its length as a
+/// little-endian `u64`, then its bytes.
 #[derive(Clone, Copy)]
-struct StableHash(u64);
+struct StableHash(StableHasher);
 
 impl StableHash {
     fn new() -> Self {
-        StableHash(0xcbf2_9ce4_8422_2325)
+        StableHash(StableHasher::new())
     }
     fn bytes(mut self, bytes: &[u8]) -> Self {
-        for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
+        self.0.write(&(bytes.len() as u64).to_le_bytes());
+        self.0.write(bytes);
         self
+    }
+    /// The hash of the fields so far.
+    fn value(self) -> u64 {
+        self.0.finish()
     }
     fn str(self, s: &str) -> Self {
         self.bytes(s.as_bytes())
@@ -614,7 +618,7 @@ impl Compactor {
             let profile = request.model.profile();
             h = h.str(&profile.provider).str(&profile.name);
         }
-        format!("{thread}#{:016x}", h.0)
+        format!("{thread}#{:016x}", h.value())
     }
 
     /// The counter for a request's model.
@@ -1038,12 +1042,18 @@ mod tests {
         // change for the same settings (a golden value, not a recomputation).
         let config = SummarizationConfig::default();
         let h = summary_recipe(&config, "{messages}", &Summarizer::Extractive);
-        assert_eq!(format!("{:016x}", h.0), "72905f82ad3d5146");
+        assert_eq!(format!("{:016x}", h.value()), "72905f82ad3d5146");
         let other = summary_recipe(&config, "{messages} ", &Summarizer::Extractive);
-        assert_ne!(h.0, other.0);
+        assert_ne!(h.value(), other.value());
         assert_ne!(
-            h.0,
-            summary_recipe(&config, "{messages}", &Summarizer::Model(None)).0
+            h.value(),
+            summary_recipe(&config, "{messages}", &Summarizer::Model(None)).value()
         );
+        // The per-request parts of the key (counter, run's model), pinned too.
+        let h = summary_recipe(&config, "{messages}", &Summarizer::Model(None))
+            .str("approximate")
+            .str("openai")
+            .str("gpt-4o");
+        assert_eq!(format!("{:016x}", h.value()), "b5831357e7801d9d");
     }
 }

@@ -5,6 +5,8 @@
 //!
 //! Everything here is a pure function of the text: no model, no state, no hashing.
 
+use keel_core::hash::StableHasher;
+
 /// The kinds of value a summary must not lose, with what each adds to a score.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Entity {
@@ -1197,22 +1199,18 @@ pub(crate) fn is_log_record(line: &str) -> bool {
 /// The shape of a line with every token that holds a digit replaced: two lines with the
 /// same shape and other values are the same kind of report (log lines, status polls).
 pub(crate) fn noise_shape(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut step = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
+    let mut h = StableHasher::new();
     for token in text.split_whitespace() {
         if token.bytes().any(|b| b.is_ascii_digit()) {
-            step(b'#');
+            h.write_u8(b'#');
         } else {
             for b in token.bytes() {
-                step(b.to_ascii_lowercase());
+                h.write_u8(b.to_ascii_lowercase());
             }
         }
-        step(b' ');
+        h.write_u8(b' ');
     }
-    h
+    h.finish()
 }
 
 fn strip_marker(line: &str) -> &str {
@@ -1275,7 +1273,7 @@ pub(crate) fn subject(sentence: &str) -> Option<String> {
 /// kind of report with other numbers (a status line repeated every few minutes).
 pub(crate) fn shape(text: &str) -> u64 {
     // FNV-1a: stable across runs and toolchains (only compared within one call).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = StableHasher::new();
     let mut in_digits = false;
     for b in text.bytes() {
         let b = if b.is_ascii_digit() {
@@ -1288,15 +1286,24 @@ pub(crate) fn shape(text: &str) -> u64 {
             in_digits = false;
             b.to_ascii_lowercase()
         };
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+        h.write_u8(b);
     }
-    h
+    h.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_are_pinned() {
+        assert_eq!(
+            noise_shape("Build 42 FAILED on node-7 at 12:00"),
+            0xc2d0_4428_c8ce_82a5
+        );
+        assert_eq!(shape("Status 200 OK after 1500ms"), 0x0b78_d9c3_60b3_739f);
+        assert_eq!(noise_shape(""), 0xcbf2_9ce4_8422_2325);
+    }
 
     fn kinds(s: &str) -> Vec<Entity> {
         information(s).values.into_iter().map(|(k, _)| k).collect()
