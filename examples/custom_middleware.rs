@@ -10,6 +10,11 @@
 //! other two at work. Middleware are added outermost first: `before_*` hooks run in that
 //! order, `after_*` in reverse, and wrap hooks nest (docs/writing-middleware.md).
 //!
+//! `Temperature` and `ShowRequest` are one hook each, so they are closures
+//! (`keel::middleware::from_fn`); `LastN` is a struct implementing the `Middleware`
+//! trait, the form for a middleware with several hooks or state of its own. Both kinds
+//! mix in one stack.
+//!
 //! The model is `keel::agent::offline::OfflineModel`, which runs without a server; swap
 //! in `keel::openai::OpenAiConfig::from_env()?.build()?` (feature `openai`) for a real
 //! one.
@@ -19,32 +24,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel::agent::Agent;
 use keel::agent::offline::OfflineModel;
-use keel::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next, from_fn};
 use keel::{Message, ModelError};
-
-/// Sets the temperature of every model call.
-struct Temperature(f32);
-
-#[async_trait]
-impl Middleware for Temperature {
-    fn name(&self) -> &str {
-        "Temperature"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
-    }
-    async fn wrap_model_call(
-        &self,
-        mut request: ModelRequest,
-        next: Next<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        request.settings.temperature = Some(self.0);
-        next.run(request).await
-    }
-}
 
 /// Keeps only the last `n` messages in what the model is sent (state keeps everything).
 struct LastN(usize);
@@ -71,45 +52,33 @@ impl Middleware for LastN {
     }
 }
 
-/// Prints what reaches the model and what it answers.
-struct ShowRequest;
-
-#[async_trait]
-impl Middleware for ShowRequest {
-    fn name(&self) -> &str {
-        "ShowRequest"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
-    }
-    async fn wrap_model_call(
-        &self,
-        request: ModelRequest,
-        next: Next<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        println!(
-            "model sees {} message(s) at temperature {:?}, starting with {:?}",
-            request.messages.len(),
-            request.settings.temperature,
-            request.messages.first().map(|m| m.text().into_owned()),
-        );
-        let response = next.run(request).await?;
-        println!("model answers: {}", response.message.text());
-        Ok(response)
-    }
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Agent::builder()
         .model(Arc::new(OfflineModel::new()))
         .system_prompt("You are a helpful assistant.")
-        .middleware(Temperature(0.2)) // outermost
+        // Sets the temperature of every model call (outermost).
+        .middleware(from_fn::wrap_model("Temperature", |mut request, next| {
+            Box::pin(async move {
+                request.settings.temperature = Some(0.2);
+                next.run(request).await
+            })
+        }))
         .middleware(LastN(1))
-        .middleware(ShowRequest) // innermost: closest to the model
+        // Prints what reaches the model and what it answers (innermost: closest to it).
+        .middleware(from_fn::wrap_model("ShowRequest", |request, next| {
+            Box::pin(async move {
+                println!(
+                    "model sees {} message(s) at temperature {:?}, starting with {:?}",
+                    request.messages.len(),
+                    request.settings.temperature,
+                    request.messages.first().map(|m| m.text().into_owned()),
+                );
+                let response = next.run(request).await?;
+                println!("model answers: {}", response.message.text());
+                Ok(response)
+            })
+        }))
         .build()?;
 
     let history = vec![

@@ -10,7 +10,7 @@ use keel_agent::{Agent, AgentError, BuildError};
 use keel_core::message::Message;
 use keel_core::middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,
-    Runtime, ToolCallRequest, ToolNext,
+    Runtime, ToolCallRequest, ToolNext, from_fn,
 };
 use keel_core::model::ModelError;
 use keel_core::state::{AgentState, StateUpdate};
@@ -458,4 +458,124 @@ fn zero_recursion_limit_and_missing_model_are_rejected() {
         Agent::builder().build().unwrap_err(),
         BuildError::MissingModel
     ));
+}
+
+/// A node-hook closure logging `C.<hook>`.
+fn logging_node(
+    log: &Log,
+    hook: &'static str,
+) -> impl for<'a> Fn(&'a AgentState, &'a Runtime) -> from_fn::NodeFuture<'a> + Send + Sync + use<> {
+    let log = log.clone();
+    move |_, _| {
+        log.push(format!("C.{hook}"));
+        Box::pin(async { Ok(HookOutcome::proceed()) })
+    }
+}
+
+#[tokio::test]
+async fn closure_middleware_run_at_their_hooks_in_stack_order() {
+    let log = Log::default();
+    let model = logging_model(
+        &log,
+        vec![ai_calls(&[("c1", "lookup")]), Message::ai("done")],
+    );
+    let (outer, wrap, tool) = (log.clone(), log.clone(), log.clone());
+    let agent = Agent::builder()
+        .model(model.clone())
+        .tool(LoggingTool::new("lookup", log.clone()))
+        // A closure, a struct with every hook, then one closure per hook.
+        .middleware(from_fn::wrap_model("Outer", move |request, next| {
+            outer.push("Outer.wrap_model_call");
+            Box::pin(next.run(request))
+        }))
+        .middleware(Recorder {
+            name: "A",
+            log: log.clone(),
+        })
+        .middleware(from_fn::before_agent(
+            "c1",
+            logging_node(&log, "before_agent"),
+        ))
+        .middleware(from_fn::before_model(
+            "c2",
+            logging_node(&log, "before_model"),
+        ))
+        .middleware(from_fn::wrap_model("c3", move |request, next| {
+            let log = wrap.clone();
+            Box::pin(async move {
+                log.push("C.wrap_model_call");
+                next.run(request).await
+            })
+        }))
+        .middleware(from_fn::after_model(
+            "c4",
+            logging_node(&log, "after_model"),
+        ))
+        .middleware(from_fn::wrap_tool("c5", move |request, next| {
+            let log = tool.clone();
+            Box::pin(async move {
+                log.push("C.wrap_tool_call");
+                next.run(request).await
+            })
+        }))
+        .middleware(from_fn::after_agent(
+            "c6",
+            logging_node(&log, "after_agent"),
+        ))
+        .build()
+        .unwrap();
+    let out = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    assert_eq!(
+        log.take(),
+        [
+            "A.before_agent",
+            "C.before_agent",
+            "A.before_model",
+            "C.before_model",
+            "Outer.wrap_model_call",
+            "A.wrap_model_call",
+            "C.wrap_model_call",
+            "model",
+            "C.after_model",
+            "A.after_model",
+            "A.wrap_tool_call",
+            "C.wrap_tool_call",
+            "tool",
+            "A.before_model",
+            "C.before_model",
+            "Outer.wrap_model_call",
+            "A.wrap_model_call",
+            "C.wrap_model_call",
+            "model",
+            "C.after_model",
+            "A.after_model",
+            "C.after_agent",
+            "A.after_agent",
+        ]
+    );
+    assert_eq!(out.last_message().unwrap().text(), "done");
+}
+
+#[tokio::test]
+async fn a_closure_node_hook_may_jump_where_it_declares() {
+    let log = Log::default();
+    let model = logging_model(&log, vec![Message::ai("never")]);
+    let agent = Agent::builder()
+        .model(model.clone())
+        .middleware(
+            from_fn::before_model("Stop", |_, _| {
+                Box::pin(async {
+                    Ok(HookOutcome {
+                        update: StateUpdate::messages([Message::ai("stopped")]),
+                        jump: Some(JumpTarget::End),
+                    })
+                })
+            })
+            .with_jump_targets([JumpTarget::End]),
+        )
+        .build()
+        .unwrap();
+    let out = agent.invoke("t", vec![Message::human("go")]).await.unwrap();
+    assert_eq!(out.last_message().unwrap().text(), "stopped");
+    assert!(log.take().is_empty(), "the model was never called");
 }

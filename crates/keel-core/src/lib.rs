@@ -55,7 +55,7 @@ pub use access::{StackError, StateAccess, check_stack};
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,
-    Runtime, ToolCallRequest, ToolNext, UndeclaredHooks, check_hooks,
+    Runtime, ToolCallRequest, ToolNext, UndeclaredHooks, check_hooks, from_fn,
 };
 pub use model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
 pub use state::{AgentState, MessageOp, StateUpdate};

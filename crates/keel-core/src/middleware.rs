@@ -29,6 +29,8 @@ use crate::state::{AgentState, StateUpdate};
 use crate::stream::StreamWriter;
 use crate::tool::{Tool, ToolError, ToolSpec};
 
+pub mod from_fn;
+
 /// Where a node hook may send the run next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
