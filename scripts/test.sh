@@ -125,7 +125,9 @@ scripts/serve-tests.sh postgres
 scripts/serve-tests.sh adversarial 1
 # langgraph-api (from PyPI) as the oracle: the same scenarios against both servers,
 # through the Python and then the JS SDK (about 45 s each on 2 cores), compared field by
-# field; differences not in tests/sdk/oracle/allowlist.json fail.
+# field; differences not in tests/sdk/oracle/allowlist.json fail. docs/serving.md lists
+# the same differences: its tables must be what the allowlist says.
+python3 crates/keel-server/tests/sdk/oracle/tables.py --check
 scripts/serve-tests.sh diff
 # The SDK's React hook, useStream, on a page in headless Chromium (agent-chat-ui's wiring).
 scripts/serve-tests.sh usestream

@@ -148,7 +148,7 @@ impl ThreadRecord {
     pub fn to_json(&self, values: Value, state_at_ms: Option<i64>) -> Value {
         let interrupts = match values.get(keel_core::state::INTERRUPT_KEY) {
             Some(Value::Array(list)) if !list.is_empty() => {
-                let id = list[0]["id"].as_str().unwrap_or_default().to_owned();
+                let id = crate::wire::interrupt_task_id(list[0]["id"].as_str().unwrap_or_default());
                 json!({ id: list })
             }
             _ => json!({}),

@@ -65,7 +65,16 @@ pub fn tool_call_to_lc(call: &ToolCall) -> Value {
     json!({"name": call.name, "args": call.args, "id": call.id, "type": "tool_call"})
 }
 
-/// A thread's values: `{"messages": [...]}` plus every named state value.
+/// What human in the loop keeps in a thread's values to apply a resume (the decisions
+/// recorded, the calls already reviewed): server-side, as LangChain keeps no such
+/// channels, so clients never see them.
+const REVIEW_BOOKKEEPING: [&str; 2] = [
+    keel_middleware::human_in_the_loop::DECISIONS_KEY,
+    keel_middleware::human_in_the_loop::REVIEWED_KEY,
+];
+
+/// A thread's values: `{"messages": [...]}` plus every named state value but
+/// human in the loop's bookkeeping.
 pub fn state_to_values(state: &AgentState) -> Value {
     let mut values = Map::new();
     values.insert(
@@ -73,6 +82,9 @@ pub fn state_to_values(state: &AgentState) -> Value {
         Value::Array(state.messages.iter().map(message_to_lc).collect()),
     );
     for (k, v) in &state.values {
+        if REVIEW_BOOKKEEPING.contains(&k.as_str()) {
+            continue;
+        }
         if k == INTERRUPT_KEY {
             // LangGraph's shape: the list of pending interrupts, absent when none.
             if let Some(list) = interrupts_to_lg(v) {
@@ -83,6 +95,14 @@ pub fn state_to_values(state: &AgentState) -> Value {
         }
     }
     Value::Object(values)
+}
+
+/// The id of the task waiting on the interrupt `interrupt_id` (a thread's `tasks[].id`,
+/// the key of its `interrupts`): a UUID of its own, as LangGraph's task ids are distinct
+/// from interrupt ids, derived from the interrupt's so every read gives the same one.
+pub fn interrupt_task_id(interrupt_id: &str) -> String {
+    const TASKS: uuid::Uuid = uuid::Uuid::from_u128(0x6b65_656c_7461_736b_9000_0000_0000_0001);
+    uuid::Uuid::new_v5(&TASKS, interrupt_id.as_bytes()).to_string()
 }
 
 /// A pending interrupt as LangGraph's clients read it (`__interrupt__` in values and

@@ -332,11 +332,21 @@ async fn a_resume_beside_an_empty_input_is_accepted_and_messages_beside_one_are_
     .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(status_of(&events), "success", "{text}");
-    let messages = state(&app, &t).await["values"]["messages"].clone();
+    let values = state(&app, &t).await["values"].clone();
+    let messages = values["messages"].clone();
     assert_eq!(
         messages[3]["content"],
         "tool said User rejected the tool call for `echo` with reason: no"
     );
+    // The review's bookkeeping stays server-side, as LangChain has no such channels.
+    let keys: Vec<&String> = values.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["messages"], "{values}");
+    for (event, data) in &events {
+        if event == "values" {
+            assert!(data.get("hitl_decisions").is_none(), "{data}");
+            assert!(data.get("hitl_reviewed").is_none(), "{data}");
+        }
+    }
 }
 
 #[tokio::test]

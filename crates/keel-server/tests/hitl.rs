@@ -114,7 +114,7 @@ async fn a_gated_call_pauses_the_run_and_a_resume_runs_it() {
     // The thread waits: status, state's next/tasks/interrupts.
     let (_, body) = call(&app, "GET", &format!("/threads/{t}"), None).await;
     assert_eq!(json(&body)["status"], "interrupted", "{body}");
-    assert_eq!(json(&body)["interrupts"][&id][0]["id"], id, "{body}");
+    let thread = json(&body);
     let (_, body) = call(&app, "GET", &format!("/threads/{t}/state"), None).await;
     let state = json(&body);
     assert_eq!(
@@ -122,6 +122,11 @@ async fn a_gated_call_pauses_the_run_and_a_resume_runs_it() {
         json!(["HumanInTheLoopMiddleware.after_model"])
     );
     assert_eq!(state["tasks"][0]["interrupts"][0]["id"], id);
+    // As LangGraph: the waiting task has an id of its own, which keys the thread's
+    // `interrupts`.
+    let task = state["tasks"][0]["id"].as_str().unwrap();
+    assert_ne!(task, id);
+    assert_eq!(thread["interrupts"][task][0]["id"], id, "{thread}");
     assert_eq!(state["interrupts"][0]["id"], id);
 
     // A run without input while the review is pending is refused, saying how to

@@ -199,7 +199,13 @@ pub(crate) fn pending_tasks(
         },
         Some(list) => (
             json!([node]),
-            json!([task(list[0]["id"].clone(), node, list.clone())]),
+            json!([task(
+                json!(crate::wire::interrupt_task_id(
+                    list[0]["id"].as_str().unwrap_or_default()
+                )),
+                node,
+                list.clone()
+            )]),
             list,
         ),
     }
