@@ -31,7 +31,7 @@ pub struct Compaction {
 /// many threads and concurrent runs.
 #[derive(Clone)]
 pub struct Agent {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Agent {

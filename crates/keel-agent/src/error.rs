@@ -165,6 +165,24 @@ pub enum AgentError {
         /// The thread.
         thread_id: String,
     },
+    /// An answer for a paused thread (`Agent::record_resume`, `Agent::resolve_pause`)
+    /// found nothing pending: the thread is not paused, or no middleware of this agent
+    /// pauses runs.
+    #[error("thread {thread_id:?} has no pending interrupt to resume")]
+    NotPaused {
+        /// The thread.
+        thread_id: String,
+    },
+    /// An answer for a paused thread does not fit what it waits for; nothing was
+    /// written.
+    #[error("thread {thread_id:?}: {source}")]
+    ResumeRefused {
+        /// The thread.
+        thread_id: String,
+        /// What does not fit, from the middleware that paused.
+        #[source]
+        source: keel_core::interrupt::ResumeRefused,
+    },
     /// A run was asked to start from a checkpoint its thread does not hold (or no longer
     /// keeps).
     #[error(

@@ -76,6 +76,7 @@ mod multitask;
 pub mod offline;
 mod output;
 mod pipeline;
+mod resume;
 mod run;
 mod stream;
 

@@ -35,6 +35,7 @@ pub mod access;
 pub mod checkpoint_log;
 pub mod dangling;
 pub mod hash;
+pub mod interrupt;
 pub mod message;
 pub mod middleware;
 pub mod model;

@@ -507,6 +507,15 @@ pub trait Middleware: Send + Sync {
     ) -> Result<Option<serde_json::Value>, ModelError> {
         Ok(None)
     }
+
+    /// This middleware's side of pausing a run for an answer from outside
+    /// ([`Resumable`](crate::interrupt::Resumable)), when it pauses runs: human in the
+    /// loop does. Whoever runs the agent finds the pause, checks an answer and ends a
+    /// pause through it, without knowing which middleware paused. The default: this
+    /// middleware never pauses (`None`).
+    fn resumable(&self) -> Option<&dyn crate::interrupt::Resumable> {
+        None
+    }
 }
 
 /// A middleware implements hooks that its [`Middleware::hooks`] does not declare, so an

@@ -27,10 +27,10 @@
 use async_trait::async_trait;
 use keel_agent::{Agent, AgentError, RunOutput};
 use keel_core::access::StateAccess;
+use keel_core::interrupt::{Pause, Resumable, ResumeRefused};
 use keel_core::message::{Message, MessageBody, ToolStatus};
 use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
-use keel_core::store::{Checkpoint, CheckpointWrite, PutOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -206,8 +206,12 @@ impl Interrupt {
 
     /// The pending interrupt of a state, if any.
     pub fn of(state: &AgentState) -> Option<Interrupt> {
-        state
-            .values
+        Self::in_values(&state.values)
+    }
+
+    /// The pending interrupt in a state's (or a checkpoint's) values, if any.
+    pub fn in_values(values: &serde_json::Map<String, Value>) -> Option<Interrupt> {
+        values
             .get(INTERRUPT_KEY)
             .filter(|v| !v.is_null())
             .and_then(|v| serde_json::from_value(v.clone()).ok())
@@ -277,6 +281,20 @@ pub enum ResumeError {
     /// Reading or writing the thread failed, or the resumed run failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
+}
+
+impl ResumeError {
+    /// An error of the agent's generic resume (`Agent::record_resume`,
+    /// `Agent::resolve_pause`) as this middleware reports it.
+    fn from_agent(error: AgentError, thread_id: &str) -> ResumeError {
+        match error {
+            AgentError::NotPaused { .. } => ResumeError::NothingPending {
+                thread_id: thread_id.to_owned(),
+            },
+            AgentError::ResumeRefused { source, .. } => ResumeError::BadValue(source.0),
+            other => ResumeError::Agent(other),
+        }
+    }
 }
 
 /// How the run pauses.
@@ -432,27 +450,8 @@ impl HumanInTheLoop {
         thread_id: &str,
         decisions: Vec<Decision>,
     ) -> Result<(), ResumeError> {
-        let (head, pending) = Self::pending_at_head(agent, thread_id).await?;
-        let Some(pending) = pending else {
-            return Err(ResumeError::NothingPending {
-                thread_id: thread_id.to_owned(),
-            });
-        };
-        pending.check(&decisions)?;
-        let mut update = StateUpdate::default();
-        update.values.insert(
-            DECISIONS_KEY.into(),
-            serde_json::to_value(&decisions).unwrap_or(Value::Null),
-        );
-        let parent = head.map(|cp| cp.seq);
-        Self::put_on_head(agent, thread_id, parent, "resume", "resume", update).await
-    }
-
-    /// The thread's head checkpoint and the interrupt it waits on, if any.
-    async fn pending_at_head(
-        agent: &Agent,
-        thread_id: &str,
-    ) -> Result<(Option<Checkpoint>, Option<Interrupt>), ResumeError> {
+        // Checked here first, for the typed errors; the agent checks again on the head
+        // it writes after.
         let head = agent
             .checkpointer()
             .latest(thread_id)
@@ -461,51 +460,16 @@ impl HumanInTheLoop {
                 thread_id: thread_id.to_owned(),
                 source,
             })?;
-        let pending = head.as_ref().and_then(|cp| {
-            cp.values
-                .get(INTERRUPT_KEY)
-                .filter(|v| !v.is_null())
-                .and_then(|v| serde_json::from_value::<Interrupt>(v.clone()).ok())
-        });
-        Ok((head, pending))
-    }
-
-    /// Writes `update` as the step `HumanInTheLoopMiddleware.<step>` after `parent`, if
-    /// that is still the thread's head (compare-and-swap; a conflict is an error).
-    async fn put_on_head(
-        agent: &Agent,
-        thread_id: &str,
-        parent: Option<u64>,
-        run_id: &str,
-        step: &str,
-        update: StateUpdate,
-    ) -> Result<(), ResumeError> {
-        let write = CheckpointWrite {
-            parent,
-            run_id: run_id.to_owned(),
-            node: format!("HumanInTheLoopMiddleware.{step}"),
-            update,
-            created_at_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64),
+        let Some(pending) = head.and_then(|cp| Interrupt::in_values(&cp.values)) else {
+            return Err(ResumeError::NothingPending {
+                thread_id: thread_id.to_owned(),
+            });
         };
-        let outcome = agent
-            .checkpointer()
-            .put(thread_id, write)
+        pending.check(&decisions)?;
+        agent
+            .record_resume(thread_id, &json!({ "decisions": decisions }))
             .await
-            .map_err(|source| AgentError::Checkpoint {
-                thread_id: thread_id.to_owned(),
-                source,
-            })?;
-        if let PutOutcome::Conflict { head: now } = outcome {
-            return Err(AgentError::Conflict {
-                thread_id: thread_id.to_owned(),
-                parent,
-                head: now,
-            }
-            .into());
-        }
-        Ok(())
+            .map_err(|e| ResumeError::from_agent(e, thread_id))
     }
 
     /// Ends the thread's pending review without running any tool or the model
@@ -513,36 +477,17 @@ impl HumanInTheLoop {
     /// resolved"): every call of the paused AI message still without a result gets an
     /// error result saying it was not run ([`resolved_result`]), so no unanswered call
     /// ever reaches a model, and the interrupt is cleared. One checkpoint, written with
-    /// compare-and-swap on the head by `run_id`; returns the update it wrote.
+    /// compare-and-swap on the head by `run_id`; returns the update it wrote. The same
+    /// as the agent's `resolve_pause`, with this middleware's errors.
     pub async fn resolve(
         agent: &Agent,
         thread_id: &str,
         run_id: &str,
     ) -> Result<StateUpdate, ResumeError> {
-        let (head, pending) = Self::pending_at_head(agent, thread_id).await?;
-        let (Some(pending), Some(head)) = (pending, head) else {
-            return Err(ResumeError::NothingPending {
-                thread_id: thread_id.to_owned(),
-            });
-        };
-        let results = pending
-            .open_calls(&head.messages)
-            .into_iter()
-            .map(|(id, name)| resolved_result(&id, &name));
-        let mut update = StateUpdate::messages(results);
-        for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
-            update.values.insert(key.into(), Value::Null);
-        }
-        Self::put_on_head(
-            agent,
-            thread_id,
-            Some(head.seq),
-            run_id,
-            "resolve",
-            update.clone(),
-        )
-        .await?;
-        Ok(update)
+        agent
+            .resolve_pause(thread_id, run_id)
+            .await
+            .map_err(|e| ResumeError::from_agent(e, thread_id))
     }
 
     fn fail(&self, hook: &'static str, message: String) -> MiddlewareError {
@@ -551,6 +496,67 @@ impl HumanInTheLoop {
             hook,
             message,
         }
+    }
+}
+
+/// Human in the loop's side of [`Resumable`]: a pause is a pending review, an answer is
+/// LangChain's `{"decisions": [...]}` (one allowed decision per gated call), and ending
+/// the pause gives every open call a "not run" result.
+impl Resumable for HumanInTheLoop {
+    fn pause(&self, state: &AgentState) -> Option<Pause> {
+        let pending = Interrupt::of(state)?;
+        let names: Vec<&str> = pending
+            .action_requests
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
+        Some(Pause {
+            open_calls: pending.open_calls(&state.messages),
+            asks: format!(
+                "a review of {} tool call(s) ({})",
+                pending.tool_call_ids.len(),
+                names.join(", ")
+            ),
+        })
+    }
+
+    fn resume_update(
+        &self,
+        state: &AgentState,
+        resume: &Value,
+    ) -> Result<StateUpdate, ResumeRefused> {
+        let refused = |e: ResumeError| ResumeRefused(e.to_string());
+        let pending = Interrupt::of(state)
+            .ok_or_else(|| ResumeRefused("nothing is waiting for a review".into()))?;
+        // `{"<interrupt id>": {"decisions": [...]}}`: LangGraph's form for several
+        // interrupts, with one pending here.
+        let value = match resume {
+            Value::Object(m) if !m.contains_key("decisions") && m.len() == 1 => {
+                m.values().next().unwrap_or(resume)
+            }
+            other => other,
+        };
+        let decisions = decisions_from_resume(value).map_err(refused)?;
+        pending.check(&decisions).map_err(refused)?;
+        let mut update = StateUpdate::default();
+        update.values.insert(
+            DECISIONS_KEY.into(),
+            serde_json::to_value(&decisions).unwrap_or(Value::Null),
+        );
+        Ok(update)
+    }
+
+    fn resolve_update(&self, state: &AgentState) -> Option<StateUpdate> {
+        let pending = Interrupt::of(state)?;
+        let results = pending
+            .open_calls(&state.messages)
+            .into_iter()
+            .map(|(id, name)| resolved_result(&id, &name));
+        let mut update = StateUpdate::messages(results);
+        for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
+            update.values.insert(key.into(), Value::Null);
+        }
+        Some(update)
     }
 }
 
@@ -598,6 +604,10 @@ fn answer(call_id: &str, tool: &str, decision: &Decision) -> Option<Message> {
 
 #[async_trait]
 impl Middleware for HumanInTheLoop {
+    fn resumable(&self) -> Option<&dyn Resumable> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "HumanInTheLoopMiddleware"
     }

@@ -124,12 +124,10 @@ pub async fn graph(
         e
     };
     // A review pauses at its own node, the one a paused thread's state names as next.
-    let review = "HumanInTheLoopMiddleware.after_model";
-    let reviewed = app
-        .manager
-        .agent()
-        .middleware_names()
-        .contains(&"HumanInTheLoopMiddleware");
+    let pauser = app.manager.agent().resumable().map(|(name, _)| name);
+    let review = format!("{}.after_model", pauser.unwrap_or_default());
+    let review = review.as_str();
+    let reviewed = pauser.is_some();
     let (nodes, edges) = if reviewed {
         (
             vec![

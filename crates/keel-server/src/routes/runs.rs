@@ -29,8 +29,9 @@ use crate::routes::threads::{
 use crate::runs::{CancelAction, LiveRun, ModeSet, NewRun, Next, RunCommand, SseEvent, WireMode};
 use crate::state::AppState;
 use crate::wire::{kind, messages_from_input};
+use keel_core::interrupt::Pause;
 use keel_core::message::Message;
-use keel_middleware::human_in_the_loop::{Decision, Interrupt, decisions_from_resume};
+use keel_core::state::AgentState;
 
 /// The body of the run-creating endpoints (the SDKs' `runs.create/stream/wait`).
 #[derive(Debug, Default, Deserialize)]
@@ -256,22 +257,16 @@ fn command_of(
     }
     if !has_review_middleware(app) {
         return Err(ApiError::BadRequest(format!(
-            "{what}: this agent has no human_in_the_loop middleware, so no thread can be waiting for a decision"
+            "{what}: this agent has no human_in_the_loop middleware (none of its middleware pauses runs), so no thread can be waiting for a decision"
         )));
     }
-    let Some(value) = answer else {
-        return Ok(Commanded::Review(RunCommand::Resolve));
-    };
-    // `{"<interrupt id>": {"decisions": [...]}}`: one pending interrupt at a time here.
-    let value = match value {
-        Value::Object(m) if !m.contains_key("decisions") && m.len() == 1 => {
-            m.values().next().unwrap_or(value)
-        }
-        other => other,
-    };
-    decisions_from_resume(value)
-        .map(|decisions| Commanded::Review(RunCommand::Decide(decisions)))
-        .map_err(|e| ApiError::Invalid(format!("command.resume: {e}")))
+    // What the answer must look like is the pausing middleware's to say, once the
+    // thread's pause is known (human in the loop: `{"decisions": [...]}`, or that keyed
+    // by the interrupt's id).
+    Ok(Commanded::Review(match answer {
+        Some(value) => RunCommand::Resume(value.clone()),
+        None => RunCommand::Resolve,
+    }))
 }
 
 /// The checkpoint id a run names to start from: `checkpoint_id`, or the `checkpoint`
@@ -594,9 +589,7 @@ async fn start_keeping(
         ));
     }
     match &parsed.run.resume {
-        Some(RunCommand::Decide(decisions)) => {
-            check_resume(app, &thread_id, Some(decisions)).await?
-        }
+        Some(RunCommand::Resume(value)) => check_resume(app, &thread_id, Some(value)).await?,
         Some(RunCommand::Resolve) => check_resume(app, &thread_id, None).await?,
         Some(RunCommand::Update(_)) => check_update(app, &thread_id, &mut parsed.run).await?,
         // A fork starts from its own checkpoint: the head's pending review is not its.
@@ -679,8 +672,8 @@ enum Review {
     /// A run is executing or queued: the next run waits its turn, and the middleware
     /// checks the review when it starts.
     Busy,
-    /// Idle and paused for this review, with the thread's messages.
-    Pending(Interrupt, Arc<Vec<Message>>),
+    /// Idle and paused, with the thread's state.
+    Pending(Pause, AgentState),
     /// Idle, nothing to review.
     None,
 }
@@ -696,31 +689,38 @@ async fn review(app: &AppState, thread_id: &str) -> Result<Review, ApiError> {
         .await
         .map_err(|e| ApiError::storage("reading the thread", e))?
         .unwrap_or_default();
-    Ok(match Interrupt::of(&state) {
-        Some(pending) => Review::Pending(pending, state.messages),
+    let pause = app
+        .manager
+        .agent()
+        .resumable()
+        .and_then(|(_, resumable)| resumable.pause(&state));
+    Ok(match pause {
+        Some(pause) => Review::Pending(pause, state),
         None => Review::None,
     })
 }
 
-/// A resume on an idle thread must answer its pending interrupt: one allowed decision
-/// per paused call. A `goto "__end__"` (`decisions: None`) needs one pending too.
+/// A resume on an idle thread must answer its pending interrupt as the middleware that
+/// paused it reads answers (human in the loop: one allowed decision per paused call).
+/// A `goto "__end__"` (`resume: None`) needs one pending too.
 async fn check_resume(
     app: &AppState,
     thread_id: &str,
-    decisions: Option<&[Decision]>,
+    resume: Option<&Value>,
 ) -> Result<(), ApiError> {
-    let what = if decisions.is_some() {
+    let what = if resume.is_some() {
         "command.resume"
     } else {
         "command.goto"
     };
     match review(app, thread_id).await? {
         Review::Busy => Ok(()),
-        Review::Pending(pending, _) => match decisions {
-            Some(decisions) => pending
-                .check(decisions)
+        Review::Pending(_, state) => match (resume, app.manager.agent().resumable()) {
+            (Some(value), Some((_, resumable))) => resumable
+                .resume_update(&state, value)
+                .map(|_| ())
                 .map_err(|e| ApiError::Invalid(format!("{what}: {e}"))),
-            None => Ok(()),
+            _ => Ok(()),
         },
         Review::None => Err(ApiError::BadRequest(format!(
             "{what}: thread {} has no pending interrupt to resume",
@@ -748,12 +748,12 @@ async fn check_update(app: &AppState, thread_id: &str, run: &mut NewRun) -> Resu
         return Ok(());
     }
     if has_review_middleware(app)
-        && let Review::Pending(pending, _) = review(app, thread_id).await?
+        && let Review::Pending(pause, _) = review(app, thread_id).await?
     {
         return Err(ApiError::Conflict(format!(
-            "command.update: thread {} is waiting for a review of {} tool call(s); answer it (command.resume or goto \"__end__\") before updating its messages",
+            "command.update: thread {} is waiting for {}; answer it (command.resume or goto \"__end__\") before updating its messages",
             public_thread_id(thread_id),
-            pending.tool_call_ids.len()
+            pause.asks
         )));
     }
     Ok(())
@@ -777,23 +777,17 @@ async fn answer_pending(
     if !has_review_middleware(app) {
         return Ok(input);
     }
-    let Review::Pending(pending, messages) = review(app, thread_id).await? else {
+    let Review::Pending(pause, _) = review(app, thread_id).await? else {
         return Ok(input);
     };
     if input.is_empty() && !model_call {
         return Err(ApiError::Conflict(format!(
-            "thread {} is waiting for a review of {} tool call(s) ({}); answer it with command: {{resume: {{decisions: [...]}}}}, one decision per call, or send new input",
+            "thread {} is waiting for {}; answer it with command: {{resume: ...}} (for a review, {{\"decisions\": [...]}}, one decision per call), or send new input",
             public_thread_id(thread_id),
-            pending.tool_call_ids.len(),
-            pending
-                .action_requests
-                .iter()
-                .map(|a| a.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            pause.asks
         )));
     }
-    let open = pending.open_calls(&messages);
+    let open = pause.open_calls;
     let lead = input.iter().take_while(|m| m.is_tool()).count();
     for (i, message) in input.iter().enumerate() {
         let Some(call_id) = message.tool_call_id() else {
@@ -855,11 +849,10 @@ async fn check_has_messages(app: &AppState, thread_id: &str) -> Result<(), ApiEr
     Ok(())
 }
 
+/// Whether a middleware of the agent pauses runs for an answer (human in the loop does),
+/// so a thread can be waiting for one.
 fn has_review_middleware(app: &AppState) -> bool {
-    app.manager
-        .agent()
-        .middleware_names()
-        .contains(&"HumanInTheLoopMiddleware")
+    app.manager.agent().resumable().is_some()
 }
 
 fn run_location(record: &RunRecord) -> String {

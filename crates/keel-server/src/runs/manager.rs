@@ -24,7 +24,6 @@ use keel_core::message::Message;
 use keel_core::middleware::MiddlewareError;
 use keel_core::state::{INTERRUPT_KEY, MessageOp, StateUpdate};
 use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome};
-use keel_middleware::human_in_the_loop::{Decision, HumanInTheLoop, ResumeError};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -248,15 +247,15 @@ pub struct NewRun {
     pub kwargs: Value,
 }
 
-/// What a run with a `command` does: answer the thread's pending human-in-the-loop
-/// review, or write messages.
+/// What a run with a `command` does: answer the thread's pause (a pending review, for
+/// human in the loop), or write messages.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunCommand {
-    /// One decision per paused call (`command: {resume: {decisions: [...]}}`): recorded,
-    /// then the agent runs and applies them.
-    Decide(Vec<Decision>),
-    /// `command: {goto: "__end__"}`: the review ends with no tool and no model run
-    /// ([`HumanInTheLoop::resolve`]); the run ends there.
+    /// `command: {resume: ...}`: the answer, checked and recorded by the middleware that
+    /// paused ([`Agent::record_resume`]), then the agent runs and applies it.
+    Resume(Value),
+    /// `command: {goto: "__end__"}`: the pause ends with no tool and no model run
+    /// ([`Agent::resolve_pause`]); the run ends there.
     Resolve,
     /// `command: {update: {messages: [...]}}` on a thread that is not paused: the
     /// messages are written as one checkpoint, as LangGraph applies an update to a
@@ -603,6 +602,7 @@ fn error_name(error: &AgentError) -> &'static str {
         | AgentError::ForkThreadData { .. }
         | AgentError::UnknownCheckpoint { .. }
         | AgentError::UnknownThread { .. } => "CheckpointError",
+        AgentError::NotPaused { .. } | AgentError::ResumeRefused { .. } => "InvalidUpdateError",
         AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }

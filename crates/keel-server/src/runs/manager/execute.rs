@@ -147,31 +147,19 @@ impl RunManager {
                 }));
             }
         };
-        let resume_failed = |e: ResumeError| {
-            Ending::Done(Err(match e {
-                ResumeError::Agent(e) => e,
-                other => AgentError::Middleware(MiddlewareError {
-                    middleware: "HumanInTheLoopMiddleware".into(),
-                    hook: "resume",
-                    message: other.to_string(),
-                }),
-            }))
-        };
         match resume {
-            // A resume records its decisions under the lease, so the run applies them.
-            Some(RunCommand::Decide(decisions)) => {
-                if let Err(e) =
-                    HumanInTheLoop::record_decisions(&self.agent, &live.thread_id, decisions).await
-                {
+            // A resume records its answer under the lease, so the run applies it.
+            Some(RunCommand::Resume(value)) => {
+                if let Err(e) = self.agent.record_resume(&live.thread_id, &value).await {
                     lease.release().await;
-                    return resume_failed(e);
+                    return Ending::Done(Err(e));
                 }
             }
-            // Ending the review is the whole run: one checkpoint, under the lease.
+            // Ending the pause is the whole run: one checkpoint, under the lease.
             Some(RunCommand::Resolve) => {
                 let ending = match self.resolve(live).await {
                     Ok(ending) => ending,
-                    Err(e) => resume_failed(e),
+                    Err(e) => Ending::Done(Err(e)),
                 };
                 lease.release().await;
                 return ending;
@@ -221,13 +209,18 @@ impl RunManager {
         ending
     }
 
-    /// Ends the thread's pending review ([`HumanInTheLoop::resolve`]) and streams what
-    /// that step changed, as a node's update and the state after it.
-    pub(super) async fn resolve(&self, live: &LiveRun) -> Result<Ending, ResumeError> {
-        let update = HumanInTheLoop::resolve(&self.agent, &live.thread_id, &live.run_id).await?;
-        Ok(self
-            .one_step(live, "HumanInTheLoopMiddleware.resolve", update)
-            .await?)
+    /// Ends the thread's pause ([`Agent::resolve_pause`]) and streams what that step
+    /// changed, as a node's update and the state after it.
+    pub(super) async fn resolve(&self, live: &LiveRun) -> Result<Ending, AgentError> {
+        let update = self
+            .agent
+            .resolve_pause(&live.thread_id, &live.run_id)
+            .await?;
+        let node = match self.agent.resumable() {
+            Some((name, _)) => format!("{name}.resolve"),
+            None => "resolve".to_owned(),
+        };
+        self.one_step(live, &node, update).await
     }
 
     /// Writes `messages` on the thread (`head`, read under the lease) as one checkpoint,
@@ -240,10 +233,14 @@ impl RunManager {
     ) -> Result<Ending, AgentError> {
         if head.is_some_and(|cp| cp.values.get(INTERRUPT_KEY).is_some_and(|v| !v.is_null())) {
             return Err(AgentError::Middleware(MiddlewareError {
-                middleware: "HumanInTheLoopMiddleware".into(),
+                middleware: self
+                    .agent
+                    .resumable()
+                    .map_or("interrupt", |(name, _)| name)
+                    .to_owned(),
                 hook: "update",
                 message:
-                    "the thread is waiting for a review; answer it before updating its messages"
+                    "the thread is waiting for an answer to its interrupt; answer it before updating its messages"
                         .into(),
             }));
         }
