@@ -572,9 +572,9 @@ pub(crate) fn encode_state(
 /// dialects. Implemented for `sqlx::Sqlite` (in `sqlite.rs`) and `sqlx::Postgres` (in
 /// `postgres.rs`).
 ///
-/// The generic code also needs sqlx's executor, argument and column-type bounds, which
-/// Rust does not imply from a trait's where-clause; each `impl` over a dialect states
-/// them again, the same list in every place (see [`SqlStore`]'s helpers).
+/// The generic code also needs sqlx's executor, argument and column-type bounds. Rust
+/// does not imply those from a trait's where-clause, so every `impl` over a dialect (here,
+/// in `checkpoint.rs` and in `session.rs`) states them again: keep the lists the same.
 pub trait Dialect: Database + HasStatementCache {
     /// The store's type name, as `Debug` prints it.
     const STORE_NAME: &'static str;
