@@ -12,7 +12,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::error::{ConnectError, redact_url};
-use crate::sql::{Queries, impl_sql_store};
+use crate::sql::{Dialect, Queries, SqlStore};
 use crate::{Backend, Storage};
 
 /// Default pool size per store; each agent process usually holds one store.
@@ -89,10 +89,7 @@ fn migrator() -> Migrator {
 }
 
 /// A store on PostgreSQL. Cheap to clone (clones share the pool).
-#[derive(Clone, Debug)]
-pub struct PostgresStore {
-    pool: PgPool,
-}
+pub type PostgresStore = SqlStore<sqlx::Postgres>;
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:5432/db`) with a pool of 10
@@ -189,4 +186,11 @@ impl Storage for PostgresStore {
     }
 }
 
-impl_sql_store!(PostgresStore, sqlx::Postgres, QUERIES);
+impl Dialect for sqlx::Postgres {
+    const STORE_NAME: &'static str = "PostgresStore";
+    const QUERIES: Queries = QUERIES;
+
+    fn rows_affected(done: &Self::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}

@@ -13,7 +13,7 @@ use sqlx::sqlite::{
 };
 
 use crate::error::{ConnectError, redact_url};
-use crate::sql::{Queries, impl_sql_store};
+use crate::sql::{Dialect, Queries, SqlStore};
 use crate::{Backend, Storage};
 
 /// How long a writer waits for the write lock before SQLite reports "database is locked".
@@ -157,10 +157,7 @@ fn check_path(path: &Path, url: &str, mode: Option<&str>) -> Result<(), ConnectE
 }
 
 /// A store on SQLite. Cheap to clone (clones share the pool).
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-}
+pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 
 impl SqliteStore {
     /// Opens `url` and runs the migrations. `sqlite://path.db` creates the file if it is
@@ -343,7 +340,14 @@ impl Storage for SqliteStore {
     }
 }
 
-impl_sql_store!(SqliteStore, sqlx::Sqlite, QUERIES);
+impl Dialect for sqlx::Sqlite {
+    const STORE_NAME: &'static str = "SqliteStore";
+    const QUERIES: Queries = QUERIES;
+
+    fn rows_affected(done: &Self::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
 
 #[cfg(test)]
 mod tests {

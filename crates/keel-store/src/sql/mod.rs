@@ -1,17 +1,33 @@
 //! What the SQL backends share: the queries both dialects accept, encoding of rows, and
-//! [`impl_sql_store!`], which writes every storage trait once for any sqlx database.
-//! Only statements that write JSON differ between SQLite and PostgreSQL; each backend
-//! passes those in its [`Queries`].
+//! [`SqlStore`], which implements every storage trait once for any [`Dialect`] (a sqlx
+//! database plus the little that differs). Only statements that write JSON differ between
+//! SQLite and PostgreSQL; each dialect passes those in its [`Queries`].
+//!
+//! The trait implementations live in [`checkpoint`] (the [`Checkpointer`]) and
+//! [`session`] (chat history, session memory and the summary cache).
+//!
+//! [`Checkpointer`]: keel_core::store::Checkpointer
 
 use keel_core::message::Message;
-use keel_core::store::{Checkpoint, Cursor, SessionMemoryState, StoreError, StoredMessage};
+use keel_core::store::{
+    Checkpoint, Cursor, SessionMemoryState, SessionScope, StoreError, StoredMessage,
+};
 use serde_json::{Map, Value};
+use sqlx::database::HasStatementCache;
+use sqlx::query::QueryAs;
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Transaction,
+    Type,
+};
 
 use crate::check;
 
+mod checkpoint;
+mod session;
+
 /// The statements whose text differs between dialects (all write JSON columns, which
 /// PostgreSQL types as `JSON` and SQLite keeps as `TEXT`).
-pub(crate) struct Queries {
+pub struct Queries {
     /// `$1..$4` scope, `$5` message id, `$6` timestamp, `$7` role, `$8` body JSON.
     pub append: &'static str,
     /// As `append`, skipping an id already stored in the scope.
@@ -552,1079 +568,136 @@ pub(crate) fn encode_state(
     })
 }
 
-/// Implements every storage trait for `$store`, a struct with a `pool: sqlx::Pool<$db>`
-/// field, using the shared queries above and the dialect's `$q: &Queries`.
+/// A database a [`SqlStore`] runs on: sqlx's [`Database`] plus what differs between the
+/// dialects. Implemented for `sqlx::Sqlite` (in `sqlite.rs`) and `sqlx::Postgres` (in
+/// `postgres.rs`).
+///
+/// The generic code also needs sqlx's executor, argument and column-type bounds. Rust
+/// does not imply those from a trait's where-clause, so every `impl` over a dialect (here,
+/// in `checkpoint.rs` and in `session.rs`) states them again: keep the lists the same.
+pub trait Dialect: Database + HasStatementCache {
+    /// The store's type name, as `Debug` prints it.
+    const STORE_NAME: &'static str;
+    /// The statements whose text differs between dialects.
+    const QUERIES: Queries;
+    /// How many rows a statement wrote (sqlx has no trait for it).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
+/// A store on a SQL database: every storage trait, written once for any [`Dialect`].
+/// Cheap to clone (clones share the pool).
+pub struct SqlStore<DB: Database> {
+    pub(crate) pool: Pool<DB>,
+}
+
+impl<DB: Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        SqlStore {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Dialect> std::fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(DB::STORE_NAME)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+/// Chat-history rows as messages.
+pub(crate) fn stored_messages(rows: Vec<(i64, String)>) -> Result<Vec<StoredMessage>, StoreError> {
+    rows.iter()
+        .map(|(ts, body)| stored_message(*ts, body))
+        .collect()
+}
+
 /// The query for messages of `scope` after `cursor` (`start` when there is none), with
 /// the scope and cursor bound; `after` and `count_after` differ only in the SQL and the
 /// row type.
-macro_rules! bind_scope_cursor {
-    ($start:expr, $after_cursor:expr, $scope:expr, $cursor:expr) => {{
-        let q = match $cursor {
-            None => sqlx::query_as($start),
-            Some(_) => sqlx::query_as($after_cursor),
-        }
-        .bind(&$scope.flow_id)
-        .bind(&$scope.user_id)
-        .bind(&$scope.session_id)
-        .bind(&$scope.context_id);
-        match $cursor {
-            None => q,
-            Some(c) => q.bind(c.timestamp_ms).bind(&c.message_id),
-        }
-    }};
+pub(crate) fn bind_scope_cursor<'q, DB, O>(
+    start: &'static str,
+    after_cursor: &'static str,
+    scope: &'q SessionScope,
+    cursor: Option<&'q Cursor>,
+) -> QueryAs<'q, DB, O, DB::Arguments>
+where
+    DB: Database,
+    O: for<'r> FromRow<'r, DB::Row>,
+    for<'q2> String: Encode<'q2, DB> + Type<DB>,
+    for<'q2> i64: Encode<'q2, DB> + Type<DB>,
+{
+    let q = match cursor {
+        None => sqlx::query_as(start),
+        Some(_) => sqlx::query_as(after_cursor),
+    }
+    .bind(&scope.flow_id)
+    .bind(&scope.user_id)
+    .bind(&scope.session_id)
+    .bind(&scope.context_id);
+    match cursor {
+        None => q,
+        Some(c) => q.bind(c.timestamp_ms).bind(&c.message_id),
+    }
 }
-pub(crate) use bind_scope_cursor;
 
-macro_rules! impl_sql_store {
-    ($store:ty, $db:ty, $q:expr) => {
-        impl $store {
-            fn messages(
-                rows: Vec<(i64, String)>,
-            ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
-                rows.iter()
-                    .map(|(ts, body)| $crate::sql::stored_message(*ts, body))
-                    .collect()
-            }
+impl<DB: Dialect> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'a, 'q> &'a str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    for<'q> Option<String>: Encode<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+{
+    /// The thread's head seq, if it has checkpoints.
+    pub(crate) async fn head_seq(&self, thread_id: &str) -> Result<Option<u64>, StoreError> {
+        let row: Option<(i64,)> = sqlx::query_as(HEAD_SEQ)
+            .bind(thread_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend)?;
+        row.map(|(s,)| check::to_u64("checkpoint_heads.head_seq", s))
+            .transpose()
+    }
 
-            async fn head_seq(&self, thread_id: &str) -> Result<Option<u64>, StoreError> {
-                let row: Option<(i64,)> = sqlx::query_as($crate::sql::HEAD_SEQ)
-                    .bind(thread_id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                row.map(|(s,)| $crate::check::to_u64("checkpoint_heads.head_seq", s))
-                    .transpose()
-            }
-
-            /// A transaction for a batch written in `statements` statements, when it takes
-            /// more than one (a single statement is atomic by itself).
-            async fn batch_transaction(
-                &self,
-                statements: usize,
-            ) -> Result<Option<sqlx::Transaction<'static, $db>>, StoreError> {
-                if statements > 1 {
-                    Ok(Some(self.pool.begin().await.map_err($crate::sql::backend)?))
-                } else {
-                    Ok(None)
-                }
-            }
-
-            /// Appends a chat-history batch in one transaction with `query` (`append`:
-            /// fail on a stored id; `append_new`: skip it); returns the rows stored.
-            async fn append_with(
-                &self,
-                query: &'static str,
-                scope: &keel_core::store::SessionScope,
-                messages: &[keel_core::store::StoredMessage],
-            ) -> Result<u64, StoreError> {
-                $crate::check::scope(scope)?;
-                $crate::check::append_batch(messages)?;
-                if messages.is_empty() {
-                    return Ok(0);
-                }
-                let bodies = messages
-                    .iter()
-                    .map(|m| $crate::sql::encode_message(&m.message))
-                    .collect::<Result<Vec<_>, _>>()?;
-                // One statement for the batch (one round trip, atomic by itself) while it
-                // fits the parameter limit; larger batches go in one transaction.
-                let rows: Vec<_> = messages.iter().zip(&bodies).collect();
-                let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
-                let mut tx = self.batch_transaction(chunks.len()).await?;
-                let mut stored = 0;
-                for chunk in &chunks {
-                    let sql = $crate::sql::multi_row(query, chunk.len());
-                    // Built from a constant statement and a row count only: no input text.
-                    // Persistent: a statement per row count, prepared once per connection.
-                    let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).persistent(true);
-                    for (m, body) in chunk.iter() {
-                        q = q
-                            .bind(&scope.flow_id)
-                            .bind(&scope.user_id)
-                            .bind(&scope.session_id)
-                            .bind(&scope.context_id)
-                            .bind(m.message.id())
-                            .bind(m.timestamp_ms)
-                            .bind(m.message.role().as_str())
-                            .bind(*body);
-                    }
-                    let r = match tx.as_mut() {
-                        Some(tx) => q.execute(&mut **tx).await,
-                        None => q.execute(&self.pool).await,
-                    };
-                    match r {
-                        Ok(done) => stored += done.rows_affected(),
-                        Err(e) if $crate::sql::is_unique_violation(&e) => {
-                            // Name the id: the first of the chunk already stored.
-                            let id = self
-                                .first_stored(scope, chunk.iter().map(|(m, _)| m.message.id()))
-                                .await
-                                .unwrap_or_else(|| chunk[0].0.message.id().to_owned());
-                            return Err($crate::check::duplicate_id(&id));
-                        }
-                        Err(e) => return Err($crate::sql::backend(e)),
-                    }
-                }
-                if let Some(tx) = tx {
-                    tx.commit().await.map_err($crate::sql::backend)?;
-                }
-                Ok(stored)
-            }
-
-            /// Runs `query` (a DELETE bound to a session's flow, user and session ids) and
-            /// returns how many rows went.
-            async fn delete_session_rows(
-                &self,
-                query: &'static str,
-                flow_id: &str,
-                user_id: &str,
-                session_id: &str,
-            ) -> Result<u64, StoreError> {
-                $crate::check::session(flow_id, user_id, session_id)?;
-                let done = sqlx::query(query)
-                    .bind(flow_id)
-                    .bind(user_id)
-                    .bind(session_id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(done.rows_affected())
-            }
-
-            /// The first of `ids` already stored in the scope (to name a duplicate).
-            async fn first_stored<'i>(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                ids: impl Iterator<Item = &'i str>,
-            ) -> Option<String> {
-                for id in ids {
-                    let found: Option<(i64,)> = sqlx::query_as($crate::sql::MESSAGE_EXISTS)
-                        .bind(&scope.flow_id)
-                        .bind(&scope.user_id)
-                        .bind(&scope.session_id)
-                        .bind(&scope.context_id)
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .ok()
-                        .flatten();
-                    if found.is_some() {
-                        return Some(id.to_owned());
-                    }
-                }
-                None
-            }
+    /// A transaction for a batch written in `statements` statements, when it takes more
+    /// than one (a single statement is atomic by itself).
+    pub(crate) async fn batch_transaction(
+        &self,
+        statements: usize,
+    ) -> Result<Option<Transaction<'static, DB>>, StoreError> {
+        if statements > 1 {
+            Ok(Some(self.pool.begin().await.map_err(backend)?))
+        } else {
+            Ok(None)
         }
+    }
 
-        impl $store {
-            /// Applies a checked write's message ops to branch `branch` as step `seq`,
-            /// inside the step's transaction; returns the branch's next free position.
-            async fn write_ops(
-                tx: &mut sqlx::Transaction<'static, $db>,
-                thread_id: &str,
-                branch: i64,
-                seq: i64,
-                mut next_position: i64,
-                write: &keel_core::store::CheckpointWrite,
-                bodies: &[Option<String>],
-            ) -> Result<i64, StoreError> {
-                use keel_core::state::MessageOp;
-                for ((i, op), body) in write.update.messages.iter().enumerate().zip(bodies) {
-                    let id = match op {
-                        MessageOp::Upsert { message } => message.id(),
-                        MessageOp::Remove { id } => id.as_str(),
-                        MessageOp::RemoveAll => {
-                            sqlx::query($crate::sql::ENTRY_RETIRE_ALL)
-                                .bind(thread_id)
-                                .bind(seq)
-                                .bind(branch)
-                                .execute(&mut **tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            continue;
-                        }
-                    };
-                    let live: Option<(i64, i64)> = sqlx::query_as($q.entry_live)
-                        .bind(thread_id)
-                        .bind(id)
-                        .bind(branch)
-                        .fetch_optional(&mut **tx)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                    match (body, live) {
-                        // A version written by this same step was never visible: rewrite it.
-                        (Some(body), Some((position, added))) if added == seq => {
-                            sqlx::query($crate::sql::ENTRY_REWRITE)
-                                .bind(thread_id)
-                                .bind(position)
-                                .bind(added)
-                                .bind(body)
-                                .execute(&mut **tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                        }
-                        (_, Some((position, added))) => {
-                            sqlx::query($crate::sql::ENTRY_RETIRE)
-                                .bind(thread_id)
-                                .bind(position)
-                                .bind(added)
-                                .bind(seq)
-                                .execute(&mut **tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            if let Some(body) = body {
-                                sqlx::query($crate::sql::ENTRY_INSERT)
-                                    .bind(thread_id)
-                                    .bind(position)
-                                    .bind(seq)
-                                    .bind(id)
-                                    .bind(body)
-                                    .bind(branch)
-                                    .execute(&mut **tx)
-                                    .await
-                                    .map_err($crate::sql::backend)?;
-                            }
-                        }
-                        (Some(body), None) => {
-                            sqlx::query($crate::sql::ENTRY_INSERT)
-                                .bind(thread_id)
-                                .bind(next_position)
-                                .bind(seq)
-                                .bind(id)
-                                .bind(body)
-                                .bind(branch)
-                                .execute(&mut **tx)
-                                .await
-                                .map_err($crate::sql::backend)?;
-                            next_position += 1;
-                        }
-                        (None, None) => {
-                            // Dropping the transaction rolls the whole step back.
-                            return Err(StoreError::Invalid(format!(
-                                "update.messages[{i}] removes message {id:?}, which is not in the state"
-                            )));
-                        }
-                    }
-                }
-                Ok(next_position)
-            }
-
-            /// The branch and depth of step `seq`, if the thread holds it.
-            async fn step_at(
-                &self,
-                thread_id: &str,
-                seq: i64,
-            ) -> Result<Option<(i64, i64)>, StoreError> {
-                sqlx::query_as($crate::sql::STEP_AT)
-                    .bind(thread_id)
-                    .bind(seq)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)
-            }
-
-            /// Up to `limit` checkpoints of branch `branch` with a seq up to `upto`,
-            /// newest first, each with its full state.
-            async fn segment(
-                &self,
-                thread_id: &str,
-                branch: i64,
-                upto: i64,
-                limit: usize,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                let mut steps: Vec<$crate::sql::StepTuple> =
-                    sqlx::query_as($crate::sql::PAGE_STEPS)
-                        .bind(thread_id)
-                        .bind(branch)
-                        .bind(upto)
-                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                steps.reverse();
-                let (Some(lo), Some(hi)) = (steps.first().map(|s| s.0), steps.last().map(|s| s.0))
-                else {
-                    return Ok(Vec::new());
-                };
-                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_UPTO)
-                    .bind(thread_id)
-                    .bind(lo - 1)
-                    .bind(branch)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                // Read after the steps: every entry a listed step needs is committed, and
-                // a later writer's entries start after `hi`.
-                let entries: Vec<(i64, Option<i64>, String)> =
-                    sqlx::query_as($crate::sql::PAGE_ENTRIES)
-                        .bind(thread_id)
-                        .bind(hi)
-                        .bind(lo)
-                        .bind(branch)
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                let mut page = $crate::sql::decode_steps(
-                    $crate::sql::fold_values(&prior)?,
-                    steps.into_iter().map(Into::into).collect(),
-                    entries.into_iter().map(Into::into).collect(),
-                )?;
-                page.reverse();
-                Ok(page)
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl keel_core::store::Checkpointer for $store {
-            async fn put(
-                &self,
-                thread_id: &str,
-                write: keel_core::store::CheckpointWrite,
-            ) -> Result<keel_core::store::PutOutcome, StoreError> {
-                use keel_core::state::MessageOp;
-                use keel_core::store::PutOutcome;
-                $crate::sql::check_write(thread_id, &write)?;
-                let seq = $crate::sql::next_seq(write.parent)?;
-                let values_set = $crate::sql::encode_values(&write.update.values)?;
-                let bodies = write
-                    .update
-                    .messages
-                    .iter()
-                    .map(|op| match op {
-                        MessageOp::Upsert { message } => {
-                            $crate::sql::encode_message(message).map(Some)
-                        }
-                        _ => Ok(None),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let parent = write
-                    .parent
-                    .map(|p| $crate::check::to_i64("checkpoint parent", p))
-                    .transpose()?;
-                let depth = match parent {
-                    None => 0,
-                    // Read before the swap: a step, once written, never changes.
-                    Some(p) => self.step_at(thread_id, p).await?.map_or(p + 1, |(_, d)| d + 1),
-                };
-                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
-                // Compare-and-swap on the head row: under concurrent writers exactly one
-                // moves it from `parent`; the others change nothing and report a conflict.
-                let head: Option<(i64, String, i64)> = match parent {
-                    None => {
-                        let done = sqlx::query($crate::sql::HEAD_CREATE)
-                            .bind(thread_id)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err($crate::sql::backend)?;
-                        (done.rows_affected() == 1).then(|| (0, "{}".to_owned(), 0))
-                    }
-                    Some(parent) => sqlx::query_as($crate::sql::HEAD_ADVANCE)
-                        .bind(thread_id)
-                        .bind(seq)
-                        .bind(parent)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err($crate::sql::backend)?,
-                };
-                let Some((start_position, stored_values, branch)) = head else {
-                    drop(tx);
-                    return Ok(PutOutcome::Conflict {
-                        head: self.head_seq(thread_id).await?,
-                    });
-                };
-                sqlx::query($crate::sql::STEP_INSERT)
-                    .bind(thread_id)
-                    .bind(seq)
-                    .bind(&write.run_id)
-                    .bind(&write.node)
-                    .bind(&values_set)
-                    .bind(write.created_at_ms)
-                    .bind(parent)
-                    .bind(branch)
-                    .bind(depth)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let next_position = Self::write_ops(
-                    &mut tx,
-                    thread_id,
-                    branch,
-                    seq,
-                    start_position,
-                    &write,
-                    &bodies,
-                )
-                .await?;
-                if next_position != start_position || !write.update.values.is_empty() {
-                    let values = $crate::sql::merge_values(&stored_values, &write.update.values)?;
-                    sqlx::query($crate::sql::HEAD_SET)
-                        .bind(thread_id)
-                        .bind(next_position)
-                        .bind(values)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                }
-                tx.commit().await.map_err($crate::sql::backend)?;
-                Ok(PutOutcome::Saved {
-                    seq: $crate::check::to_u64("seq", seq)?,
-                })
-            }
-
-            async fn fork(
-                &self,
-                thread_id: &str,
-                from: u64,
-                write: keel_core::store::CheckpointWrite,
-            ) -> Result<keel_core::store::PutOutcome, StoreError> {
-                use keel_core::state::MessageOp;
-                use keel_core::store::PutOutcome;
-                $crate::sql::check_write(thread_id, &write)?;
-                if write.parent == Some(from) {
-                    return self.put(thread_id, write).await;
-                }
-                let not_held = || {
-                    StoreError::Invalid(format!(
-                        "checkpoint {from} is not a checkpoint of thread {thread_id:?}"
-                    ))
-                };
-                let Some(parent) = write.parent else {
-                    return match self.head_seq(thread_id).await? {
-                        Some(head) => Ok(PutOutcome::Conflict { head: Some(head) }),
-                        None => Err(not_held()),
-                    };
-                };
-                let parent = $crate::check::to_i64("checkpoint parent", parent)?;
-                let from_seq = i64::try_from(from).map_err(|_| not_held())?;
-                let seq = $crate::sql::next_seq(write.parent)?;
-                let bodies = write
-                    .update
-                    .messages
-                    .iter()
-                    .map(|op| match op {
-                        MessageOp::Upsert { message } => {
-                            $crate::sql::encode_message(message).map(Some)
-                        }
-                        _ => Ok(None),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let Some((from_branch, from_depth)) = self.step_at(thread_id, from_seq).await?
-                else {
-                    return Err(not_held());
-                };
-                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
-                // The same compare-and-swap as `put`: one writer per head, fork or not.
-                // It is the transaction's first statement, as in `put`: on SQLite a
-                // transaction that reads first and writes second cannot wait for another
-                // writer (its snapshot is stale) and fails as "database is locked".
-                let swapped: Option<(i64,)> = sqlx::query_as($crate::sql::HEAD_FORK)
-                    .bind(thread_id)
-                    .bind(seq)
-                    .bind(parent)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                if swapped.is_none() {
-                    drop(tx);
-                    return Ok(PutOutcome::Conflict {
-                        head: self.head_seq(thread_id).await?,
-                    });
-                }
-                let (start_position,): (i64,) = sqlx::query_as($crate::sql::NEXT_POSITION)
-                    .bind(thread_id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                // The branch starts from `from`'s messages and values.
-                sqlx::query($crate::sql::ENTRY_FORK)
-                    .bind(thread_id)
-                    .bind(seq)
-                    .bind(from_branch)
-                    .bind(from_seq)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let prior: Vec<(String,)> = sqlx::query_as($crate::sql::VALUES_UPTO)
-                    .bind(thread_id)
-                    .bind(from_seq)
-                    .bind(from_branch)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let mut values = $crate::sql::fold_values(&prior)?;
-                values.extend(write.update.values.iter().map(|(k, v)| (k.clone(), v.clone())));
-                let values = $crate::sql::encode_values(&values)?;
-                sqlx::query($crate::sql::STEP_INSERT)
-                    .bind(thread_id)
-                    .bind(seq)
-                    .bind(&write.run_id)
-                    .bind(&write.node)
-                    .bind(&values)
-                    .bind(write.created_at_ms)
-                    .bind(from_seq)
-                    .bind(seq)
-                    .bind(from_depth + 1)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let next_position =
-                    Self::write_ops(&mut tx, thread_id, seq, seq, start_position, &write, &bodies)
-                        .await?;
-                sqlx::query($crate::sql::HEAD_SET)
-                    .bind(thread_id)
-                    .bind(next_position)
-                    .bind(&values)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                tx.commit().await.map_err($crate::sql::backend)?;
-                Ok(PutOutcome::Saved {
-                    seq: $crate::check::to_u64("seq", seq)?,
-                })
-            }
-
-            async fn latest(
-                &self,
-                thread_id: &str,
-            ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let row: Option<$crate::sql::LatestRow> =
-                    sqlx::query_as($crate::sql::LATEST_STEP)
-                        .bind(thread_id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                let Some(row) = row else {
-                    return Ok(None);
-                };
-                // The state at the head's seq, whatever a concurrent writer commits meanwhile.
-                let bodies: Vec<(String,)> = sqlx::query_as($crate::sql::ENTRIES_AT)
-                    .bind(thread_id)
-                    .bind(row.0)
-                    .bind(row.7)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                $crate::sql::decode_latest(row, &bodies).map(Some)
-            }
-
-            async fn history(
-                &self,
-                thread_id: &str,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                let mut all = self.branch_page(thread_id, None, None, usize::MAX).await?;
-                all.reverse();
-                Ok(all)
-            }
-
-            async fn history_page(
-                &self,
-                thread_id: &str,
-                before: Option<u64>,
-                limit: usize,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                self.branch_page(thread_id, None, before, limit).await
-            }
-
-            async fn branch_page(
-                &self,
-                thread_id: &str,
-                tip: Option<u64>,
-                before: Option<u64>,
-                limit: usize,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let mut page = Vec::new();
-                if limit == 0 || before == Some(0) {
-                    return Ok(page);
-                }
-                let start: Option<(i64, i64)> = match tip {
-                    None => sqlx::query_as($crate::sql::HEAD_ROW)
-                        .bind(thread_id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?,
-                    Some(tip) => match i64::try_from(tip) {
-                        Ok(tip) => self.step_at(thread_id, tip).await?.map(|(b, _)| (tip, b)),
-                        Err(_) => None,
-                    },
-                };
-                let Some((mut cut, mut branch)) = start else {
-                    return Ok(page);
-                };
-                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                while page.len() < limit {
-                    let upto = cut.min(before - 1);
-                    let segment = self.segment(thread_id, branch, upto, limit - page.len()).await?;
-                    page.extend(segment);
-                    if page.len() >= limit {
-                        break;
-                    }
-                    // On to the checkpoint this branch forked from, on its own branch.
-                    let from: Option<(Option<i64>,)> = sqlx::query_as($crate::sql::BRANCH_FROM)
-                        .bind(thread_id)
-                        .bind(branch)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err($crate::sql::backend)?;
-                    let Some((Some(from),)) = from else { break };
-                    let Some((from_branch, _)) = self.step_at(thread_id, from).await? else {
-                        break;
-                    };
-                    if from_branch == branch {
-                        break;
-                    }
-                    (cut, branch) = (from, from_branch);
-                }
-                Ok(page)
-            }
-
-            async fn tree_page(
-                &self,
-                thread_id: &str,
-                before: Option<u64>,
-                limit: usize,
-            ) -> Result<Vec<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let mut page = Vec::new();
-                if limit == 0 || before == Some(0) {
-                    return Ok(page);
-                }
-                let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
-                let seqs: Vec<(i64, i64)> = sqlx::query_as($crate::sql::TREE_SEQS)
-                    .bind(thread_id)
-                    .bind(before)
-                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                // Only the current branch grows, so a branch's steps are consecutive
-                // seqs: each run of one branch is its newest steps up to the run's first.
-                for run in seqs.chunk_by(|a, b| a.1 == b.1) {
-                    let (upto, branch) = run[0];
-                    page.extend(self.segment(thread_id, branch, upto, run.len()).await?);
-                }
-                Ok(page)
-            }
-
-            async fn checkpoint_at(
-                &self,
-                thread_id: &str,
-                seq: u64,
-            ) -> Result<Option<keel_core::store::Checkpoint>, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let Ok(seq) = i64::try_from(seq) else {
-                    return Ok(None);
-                };
-                let Some((branch, _)) = self.step_at(thread_id, seq).await? else {
-                    return Ok(None);
-                };
-                Ok(self
-                    .segment(thread_id, branch, seq, 1)
-                    .await?
-                    .into_iter()
-                    .find(|cp| i64::try_from(cp.seq) == Ok(seq)))
-            }
-
-            async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
-                $crate::check::text("thread_id", thread_id)?;
-                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
-                let mut steps = 0;
-                for q in $crate::sql::DELETE_THREAD {
-                    // The last statement deletes the steps: its count is the answer.
-                    steps = sqlx::query(q)
-                        .bind(thread_id)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err($crate::sql::backend)?
-                        .rows_affected();
-                }
-                tx.commit().await.map_err($crate::sql::backend)?;
-                Ok(steps)
-            }
-
-            async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
-                $crate::check::text("thread_id", from)?;
-                $crate::check::text("thread_id", to)?;
-                if self.head_seq(to).await?.is_some() {
-                    return Err(StoreError::Invalid(format!(
-                        "thread {to:?} already has checkpoints; a copy needs a thread without any"
-                    )));
-                }
-                let mut tx = self.pool.begin().await.map_err($crate::sql::backend)?;
-                let mut steps = 0;
-                for q in $crate::sql::COPY_THREAD {
-                    // The last statement copies the steps: its count is the answer.
-                    steps = sqlx::query(q)
-                        .bind(from)
-                        .bind(to)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| {
-                            if $crate::sql::is_unique_violation(&e) {
-                                StoreError::Invalid(format!(
-                                    "thread {to:?} already has checkpoints; a copy needs a thread without any"
-                                ))
-                            } else {
-                                $crate::sql::backend(e)
-                            }
-                        })?
-                        .rows_affected();
-                }
-                tx.commit().await.map_err($crate::sql::backend)?;
-                Ok(steps)
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl keel_core::store::ChatHistoryStore for $store {
-            async fn append(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                messages: &[keel_core::store::StoredMessage],
-            ) -> Result<(), StoreError> {
-                self.append_with($q.append, scope, messages).await.map(|_| ())
-            }
-
-            async fn append_new(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                messages: &[keel_core::store::StoredMessage],
-            ) -> Result<u64, StoreError> {
-                self.append_with($q.append_new, scope, messages).await
-            }
-
-            async fn append_stamped(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                messages: &[keel_core::message::Message],
-                not_before_ms: i64,
-            ) -> Result<Vec<keel_core::store::Cursor>, StoreError> {
-                $crate::check::scope(scope)?;
-                $crate::check::batch_ids(messages.iter().map(|m| m.id()))?;
-                if messages.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let bodies = messages
-                    .iter()
-                    .map($crate::sql::encode_message)
-                    .collect::<Result<Vec<_>, _>>()?;
-                let rows: Vec<_> = messages.iter().zip(&bodies).collect();
-                let chunks: Vec<_> = rows.chunks($crate::sql::APPEND_ROWS_PER_STATEMENT).collect();
-                // Each chunk stamps after the newest row, the previous chunk's included.
-                let mut tx = self.batch_transaction(chunks.len()).await?;
-                let mut stored = Vec::with_capacity(messages.len());
-                for chunk in &chunks {
-                    let sql = $crate::sql::stamped($q.append_stamped, chunk.len());
-                    // Built from a constant statement and a row count only: no input text.
-                    let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .persistent(true)
-                        .bind(&scope.flow_id)
-                        .bind(&scope.user_id)
-                        .bind(&scope.session_id)
-                        .bind(&scope.context_id)
-                        .bind(not_before_ms);
-                    for (i, (m, body)) in chunk.iter().enumerate() {
-                        q = q
-                            .bind(m.id())
-                            .bind(i64::try_from(i).unwrap_or(i64::MAX))
-                            .bind(m.role().as_str())
-                            .bind(*body);
-                    }
-                    let r: Result<Vec<(String, i64)>, _> = match tx.as_mut() {
-                        Some(tx) => q.fetch_all(&mut **tx).await,
-                        None => q.fetch_all(&self.pool).await,
-                    };
-                    let r = r.map_err($crate::sql::backend)?;
-                    stored.extend(r.into_iter().map(|(message_id, timestamp_ms)| {
-                        keel_core::store::Cursor {
-                            timestamp_ms,
-                            message_id,
-                        }
-                    }));
-                }
-                if let Some(tx) = tx {
-                    tx.commit().await.map_err($crate::sql::backend)?;
-                }
-                stored.sort();
-                Ok(stored)
-            }
-
-            async fn delete_session_history(
-                &self,
-                flow_id: &str,
-                user_id: &str,
-                session_id: &str,
-            ) -> Result<u64, StoreError> {
-                self.delete_session_rows($crate::sql::DELETE_HISTORY, flow_id, user_id, session_id)
-                    .await
-            }
-
-            async fn last_n(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                n: usize,
-            ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
-                $crate::check::scope(scope)?;
-                if n == 0 {
-                    return Ok(Vec::new());
-                }
-                // Only a number is formatted in (see LAST_N_UNLIMITED).
-                let text = format!(
-                    "{}{}",
-                    $crate::sql::LAST_N_UNLIMITED,
-                    $crate::check::limit(n)
-                );
-                let query = sqlx::query_as(sqlx::AssertSqlSafe(text))
-                    .persistent(true)
-                    .bind(&scope.flow_id)
-                    .bind(&scope.user_id)
-                    .bind(&scope.session_id)
-                    .bind(&scope.context_id);
-                let rows: Vec<(i64, String)> = query
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let mut out = Self::messages(rows)?;
-                out.reverse();
-                Ok(out)
-            }
-
-            async fn newest_timestamp(
-                &self,
-                scope: &keel_core::store::SessionScope,
-            ) -> Result<Option<i64>, StoreError> {
-                $crate::check::scope(scope)?;
-                let (t,): (Option<i64>,) = sqlx::query_as($crate::sql::NEWEST_TIMESTAMP)
-                    .bind(&scope.flow_id)
-                    .bind(&scope.user_id)
-                    .bind(&scope.session_id)
-                    .bind(&scope.context_id)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(t)
-            }
-
-            async fn after(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                cursor: Option<&keel_core::store::Cursor>,
-                limit: usize,
-            ) -> Result<Vec<keel_core::store::StoredMessage>, StoreError> {
-                $crate::check::scope(scope)?;
-                if limit == 0 {
-                    return Ok(Vec::new());
-                }
-                let q = $crate::sql::bind_scope_cursor!(
-                    $crate::sql::AFTER_START,
-                    $crate::sql::AFTER_CURSOR,
-                    scope,
-                    cursor
-                );
-                let rows: Vec<(i64, String)> = q
-                    .bind($crate::check::limit(limit))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Self::messages(rows)
-            }
-
-            async fn count_after(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                cursor: Option<&keel_core::store::Cursor>,
-            ) -> Result<u64, StoreError> {
-                $crate::check::scope(scope)?;
-                let q = $crate::sql::bind_scope_cursor!(
-                    $crate::sql::COUNT_START,
-                    $crate::sql::COUNT_CURSOR,
-                    scope,
-                    cursor
-                );
-                let (n,): (i64,) = q
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                $crate::check::to_u64("count", n)
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl keel_core::store::SessionMemoryStore for $store {
-            async fn get_state(
-                &self,
-                scope: &keel_core::store::SessionScope,
-            ) -> Result<Option<keel_core::store::SessionMemoryState>, StoreError> {
-                use sqlx::Row as _;
-                $crate::check::scope(scope)?;
-                let row = sqlx::query($crate::sql::GET_STATE)
-                    .bind(&scope.flow_id)
-                    .bind(&scope.user_id)
-                    .bind(&scope.session_id)
-                    .bind(&scope.context_id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                let Some(row) = row else { return Ok(None) };
-                let row = (|| -> Result<$crate::sql::StateRow, sqlx::Error> {
-                    Ok($crate::sql::StateRow {
-                        summary: row.try_get("summary")?,
-                        pinned: row.try_get("pinned")?,
-                        covered_until_message_id: row.try_get("covered_until_message_id")?,
-                        covered_until_timestamp: row.try_get("covered_until_timestamp")?,
-                        absorbed_count: row.try_get("absorbed_count")?,
-                        summary_model: row.try_get("summary_model")?,
-                        version: row.try_get("version")?,
-                        created_at_ms: row.try_get("created_at_ms")?,
-                        updated_at_ms: row.try_get("updated_at_ms")?,
-                    })
-                })()
-                .map_err(|e| StoreError::Corrupt(format!("session_memory_state row: {e}")))?;
-                $crate::sql::decode_state(row).map(Some)
-            }
-
-            async fn save_state(
-                &self,
-                scope: &keel_core::store::SessionScope,
-                state: &keel_core::store::SessionMemoryState,
-                expected_version: u64,
-            ) -> Result<keel_core::store::SaveOutcome, StoreError> {
-                $crate::check::scope(scope)?;
-                let enc = $crate::sql::encode_state(state, expected_version)?;
-                let now = $crate::check::now_ms();
-                let q = if expected_version == 0 {
-                    $q.insert_state
-                } else {
-                    $q.update_state
-                };
-                let q = sqlx::query(q)
-                    .bind(&scope.flow_id)
-                    .bind(&scope.user_id)
-                    .bind(&scope.session_id)
-                    .bind(&scope.context_id)
-                    .bind(&state.summary)
-                    .bind(&enc.pinned)
-                    .bind(&enc.cursor_id)
-                    .bind(enc.cursor_ts)
-                    .bind(enc.absorbed)
-                    .bind(&state.summary_model)
-                    .bind(enc.version);
-                let q = if expected_version == 0 {
-                    q.bind(now).bind(now)
-                } else {
-                    q.bind(now).bind(enc.expected)
-                };
-                let done = q.execute(&self.pool).await.map_err($crate::sql::backend)?;
-                // Insert: ON CONFLICT DO NOTHING leaves 0 rows when the scope exists, even
-                // if another process inserted it a moment ago. Update: 0 rows when the
-                // stored version moved on (or the row is gone).
-                Ok(if done.rows_affected() == 1 {
-                    keel_core::store::SaveOutcome::Saved {
-                        version: expected_version + 1,
-                    }
-                } else {
-                    keel_core::store::SaveOutcome::Conflict
-                })
-            }
-
-            async fn delete_session_states(
-                &self,
-                flow_id: &str,
-                user_id: &str,
-                session_id: &str,
-            ) -> Result<u64, StoreError> {
-                self.delete_session_rows($crate::sql::DELETE_STATES, flow_id, user_id, session_id)
-                    .await
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl keel_core::store::SummaryStore for $store {
-            async fn get_summary(
-                &self,
-                key: &str,
-            ) -> Result<Option<serde_json::Value>, StoreError> {
-                $crate::check::text("key", key)?;
-                let row: Option<(String,)> = sqlx::query_as($crate::sql::GET_SUMMARY)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                row.map(|(text,)| {
-                    serde_json::from_str(&text)
-                        .map_err(|e| StoreError::Corrupt(format!("summary_cache.value: {e}")))
-                })
-                .transpose()
-            }
-
-            async fn put_summary(
-                &self,
-                key: &str,
-                value: &serde_json::Value,
-            ) -> Result<(), StoreError> {
-                $crate::check::text("key", key)?;
-                let text = serde_json::to_string(value)
-                    .map_err(|e| StoreError::Invalid(format!("summary value: {e}")))?;
-                sqlx::query($q.put_summary)
-                    .bind(key)
-                    .bind(text)
-                    .bind($crate::check::now_ms())
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(())
-            }
-
-            async fn delete_summaries(&self, prefix: &str) -> Result<u64, StoreError> {
-                $crate::check::prefix(prefix)?;
-                let done = sqlx::query($crate::sql::DELETE_SUMMARIES)
-                    .bind(prefix)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                sqlx::query($crate::sql::DELETE_LEASES)
-                    .bind(prefix)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(done.rows_affected())
-            }
-
-            async fn try_lease(
-                &self,
-                key: &str,
-                holder: &str,
-                ttl: std::time::Duration,
-            ) -> Result<bool, StoreError> {
-                $crate::check::text("key", key)?;
-                $crate::check::text("holder", holder)?;
-                let now = $crate::check::now_ms();
-                let until = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-                let done = sqlx::query($crate::sql::TAKE_LEASE)
-                    .bind(key)
-                    .bind(holder)
-                    .bind(until)
-                    .bind(now)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
-                sqlx::query($crate::sql::RELEASE_LEASE)
-                    .bind(key)
-                    .bind(holder)
-                    .execute(&self.pool)
-                    .await
-                    .map_err($crate::sql::backend)?;
-                Ok(())
-            }
-        }
-    };
+    /// Runs `query` (a DELETE bound to a session's flow, user and session ids) and
+    /// returns how many rows went.
+    pub(crate) async fn delete_session_rows(
+        &self,
+        query: &'static str,
+        flow_id: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        check::session(flow_id, user_id, session_id)?;
+        let done = sqlx::query(query)
+            .bind(flow_id)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&self.pool)
+            .await
+            .map_err(backend)?;
+        Ok(DB::rows_affected(&done))
+    }
 }
-pub(crate) use impl_sql_store;
 
 #[cfg(test)]
 mod tests {
