@@ -51,3 +51,39 @@ pub use keel_summarization as summarization;
 /// Token counters (`keel-tokens`); the trait itself is [`TokenCounter`].
 #[cfg(any(feature = "summarization", feature = "tiktoken"))]
 pub use keel_tokens as counters;
+
+/// The names an agent author composes with, in one import (`use keel::prelude::*;`):
+/// the agent, messages, models and tools, the middleware contract with its closure
+/// constructors ([`from_fn`](crate::middleware::from_fn)) and `#[async_trait]` to
+/// implement it, and, with their features, summarization, session memory and storage.
+///
+/// ```
+/// use keel::prelude::*;
+///
+/// let scope = SessionScope::flow("support").user("ada");
+/// assert_eq!(Message::human("hi").role(), Role::User);
+/// # let _ = scope;
+/// ```
+pub mod prelude {
+    pub use async_trait::async_trait;
+    pub use keel_core::middleware::{
+        HookOutcome, Hooks, JumpTarget, MiddlewareError, ModelRequest, ModelResponse, Next,
+        Runtime, from_fn,
+    };
+    pub use keel_core::store::SessionScope;
+    pub use keel_core::{
+        AgentState, ChatModel, Content, Message, Middleware, ModelError, ModelProfile, Role,
+        StateUpdate, StreamEvent, StreamMode, Tool, ToolError, ToolSpec,
+    };
+
+    #[cfg(feature = "agent")]
+    pub use keel_agent::Agent;
+    #[cfg(feature = "memory")]
+    pub use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub use keel_store::Store;
+    #[cfg(feature = "summarization")]
+    pub use keel_summarization::config::SummarizationConfig;
+    #[cfg(feature = "summarization")]
+    pub use keel_summarization::middleware::SummarizationMiddleware;
+}

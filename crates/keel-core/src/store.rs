@@ -257,7 +257,16 @@ pub struct SessionScope {
 }
 
 impl SessionScope {
-    /// A scope.
+    /// A scope from its four parts, in order. [`SessionScope::flow`] and the setters
+    /// after it name each part instead:
+    ///
+    /// ```
+    /// use keel_core::store::SessionScope;
+    ///
+    /// let scope = SessionScope::flow("support").user("ada").session("s-1");
+    /// assert_eq!(scope, SessionScope::new("support", "ada", "s-1", ""));
+    /// assert_eq!(scope.clone().context("billing").context_id, "billing");
+    /// ```
     pub fn new(
         flow_id: impl Into<String>,
         user_id: impl Into<String>,
@@ -270,6 +279,35 @@ impl SessionScope {
             session_id: session_id.into(),
             context_id: context_id.into(),
         }
+    }
+
+    /// The scope of one agent or flow, for every user and session (the other parts
+    /// empty until set).
+    pub fn flow(flow_id: impl Into<String>) -> Self {
+        SessionScope {
+            flow_id: flow_id.into(),
+            user_id: String::new(),
+            session_id: String::new(),
+            context_id: String::new(),
+        }
+    }
+
+    /// This scope for `user_id`, the owner.
+    pub fn user(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = user_id.into();
+        self
+    }
+
+    /// This scope for the conversation `session_id`.
+    pub fn session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = session_id.into();
+        self
+    }
+
+    /// This scope for the sub-context `context_id` of its session.
+    pub fn context(mut self, context_id: impl Into<String>) -> Self {
+        self.context_id = context_id.into();
+        self
     }
 }
 
