@@ -204,36 +204,119 @@ pub trait ModelHandler: Send + Sync {
     async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError>;
 }
 
-/// A cursor over the remaining `wrap_model_call` hooks and the model. Cheap to clone.
-#[derive(Clone)]
-pub struct Next<'a> {
-    chain: &'a [Arc<dyn Middleware>],
-    terminal: &'a dyn ModelHandler,
+/// One kind of wrap hook, for [`Chain`]: what its requests and answers are, how a
+/// middleware wraps the rest of the chain, and how the innermost handler answers.
+/// [`ModelWrap`] and [`ToolWrap`] are the two the pipeline has.
+pub trait Wrap: 'static {
+    /// What each layer receives.
+    type Request: Send + 'static;
+    /// What it answers.
+    type Output: Send + 'static;
+    /// The innermost handler (the model or the tool), borrowed for `'a`.
+    type Handler<'a>: ?Sized + Sync + 'a;
+    /// Calls `middleware`'s hook of this kind with the rest of the chain.
+    fn wrap<'a>(
+        middleware: &'a dyn Middleware,
+        request: Self::Request,
+        next: Chain<'a, Self>,
+    ) -> BoxFuture<'a, Self::Output>;
+    /// Calls the innermost handler.
+    fn terminal<'a>(
+        handler: &'a Self::Handler<'a>,
+        request: Self::Request,
+    ) -> BoxFuture<'a, Self::Output>;
 }
 
-impl<'a> Next<'a> {
+/// `wrap_model_call`: model requests, down to the model.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelWrap;
+
+impl Wrap for ModelWrap {
+    type Request = ModelRequest;
+    type Output = Result<ModelResponse, ModelError>;
+    type Handler<'a> = dyn ModelHandler + 'a;
+    fn wrap<'a>(
+        middleware: &'a dyn Middleware,
+        request: ModelRequest,
+        next: Next<'a>,
+    ) -> BoxFuture<'a, Self::Output> {
+        middleware.wrap_model_call(request, next)
+    }
+    fn terminal<'a>(
+        handler: &'a (dyn ModelHandler + 'a),
+        request: ModelRequest,
+    ) -> BoxFuture<'a, Self::Output> {
+        handler.call(request)
+    }
+}
+
+/// `wrap_tool_call`: tool calls, down to the tool.
+#[derive(Clone, Copy, Debug)]
+pub struct ToolWrap;
+
+impl Wrap for ToolWrap {
+    type Request = ToolCallRequest;
+    type Output = Result<Message, ToolError>;
+    type Handler<'a> = dyn ToolHandler + 'a;
+    fn wrap<'a>(
+        middleware: &'a dyn Middleware,
+        request: ToolCallRequest,
+        next: ToolNext<'a>,
+    ) -> BoxFuture<'a, Self::Output> {
+        middleware.wrap_tool_call(request, next)
+    }
+    fn terminal<'a>(
+        handler: &'a (dyn ToolHandler + 'a),
+        request: ToolCallRequest,
+    ) -> BoxFuture<'a, Self::Output> {
+        handler.call(request)
+    }
+}
+
+/// A cursor over the remaining wrap hooks of one kind and the handler they wrap: the
+/// one type behind [`Next`] (model calls) and [`ToolNext`] (tool calls). Cheap to
+/// clone.
+pub struct Chain<'a, W: Wrap + ?Sized> {
+    chain: &'a [Arc<dyn Middleware>],
+    terminal: &'a W::Handler<'a>,
+}
+
+impl<W: Wrap + ?Sized> Clone for Chain<'_, W> {
+    fn clone(&self) -> Self {
+        Chain {
+            chain: self.chain,
+            terminal: self.terminal,
+        }
+    }
+}
+
+impl<'a, W: Wrap> Chain<'a, W> {
     /// A cursor over `chain` (outermost first) ending in `terminal`.
-    pub fn new(chain: &'a [Arc<dyn Middleware>], terminal: &'a dyn ModelHandler) -> Self {
-        Next { chain, terminal }
+    pub fn new(chain: &'a [Arc<dyn Middleware>], terminal: &'a W::Handler<'a>) -> Self {
+        Chain { chain, terminal }
     }
 
     /// Runs the rest of the chain. Consumes the cursor: clone it to call again.
     ///
     /// Returns the next layer's own boxed future rather than wrapping it in another state
     /// machine, so a layer costs one allocation and the request is not copied twice.
-    pub fn run(self, request: ModelRequest) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+    pub fn run(self, request: W::Request) -> BoxFuture<'a, W::Output> {
         match self.chain.split_first() {
-            Some((first, rest)) => first.wrap_model_call(
+            Some((first, rest)) => W::wrap(
+                first.as_ref(),
                 request,
-                Next {
+                Chain {
                     chain: rest,
                     terminal: self.terminal,
                 },
             ),
-            None => self.terminal.call(request),
+            None => W::terminal(self.terminal, request),
         }
     }
 }
+
+/// A cursor over the remaining `wrap_model_call` hooks and the model.
+pub type Next<'a> = Chain<'a, ModelWrap>;
 
 /// A last change to a model request, applied after every inner `wrap_model_call` hook,
 /// just before the model gets it: see [`Next::run_with_final`].
@@ -271,12 +354,7 @@ impl Next<'_> {
             last,
             terminal: self.terminal,
         };
-        Next {
-            chain: self.chain,
-            terminal: &terminal,
-        }
-        .run(request)
-        .await
+        Next::new(self.chain, &terminal).run(request).await
     }
 }
 
@@ -300,33 +378,8 @@ pub trait ToolHandler: Send + Sync {
     async fn call(&self, request: ToolCallRequest) -> Result<Message, ToolError>;
 }
 
-/// A cursor over the remaining `wrap_tool_call` hooks and the tool. Cheap to clone.
-#[derive(Clone)]
-pub struct ToolNext<'a> {
-    chain: &'a [Arc<dyn Middleware>],
-    terminal: &'a dyn ToolHandler,
-}
-
-impl<'a> ToolNext<'a> {
-    /// A cursor over `chain` (outermost first) ending in `terminal`.
-    pub fn new(chain: &'a [Arc<dyn Middleware>], terminal: &'a dyn ToolHandler) -> Self {
-        ToolNext { chain, terminal }
-    }
-
-    /// Runs the rest of the chain (one allocation per layer, as [`Next::run`]).
-    pub fn run(self, request: ToolCallRequest) -> BoxFuture<'a, Result<Message, ToolError>> {
-        match self.chain.split_first() {
-            Some((first, rest)) => first.wrap_tool_call(
-                request,
-                ToolNext {
-                    chain: rest,
-                    terminal: self.terminal,
-                },
-            ),
-            None => self.terminal.call(request),
-        }
-    }
-}
+/// A cursor over the remaining `wrap_tool_call` hooks and the tool.
+pub type ToolNext<'a> = Chain<'a, ToolWrap>;
 
 /// A failure inside a node hook; it ends the run with this error.
 #[derive(Debug, thiserror::Error)]
