@@ -6,6 +6,7 @@
 //! fails: the last good summary is reused; else, if the request fits the model's
 //! window, it is sent uncompressed; else an extractive summary stands in.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use keel_core::message::Message;
@@ -13,8 +14,8 @@ use keel_core::message::Message;
 use crate::cache::CachedSummary;
 use crate::events::{ContextCompacting, SummarySource};
 use crate::extractive;
-use crate::middleware::{Action, Compactor, Prepared, Summarizer};
-use crate::stages::{Call, Planned};
+use crate::middleware::{Action, Compactor, Summarizer};
+use crate::stages::{Call, Outcome, Planned, Step};
 use crate::summary_call::{ResponseSchema, SummaryCallError, SummaryModels};
 use crate::transcript::SummaryPrompt;
 
@@ -30,22 +31,15 @@ pub(crate) struct Summary {
     pub error: Option<String>,
 }
 
-/// What summarizing produced.
-pub(crate) enum Written {
-    /// A summary to cache and assemble.
-    Summary(Summary),
-    /// The call ends here with this request (a fallback that needs no new summary).
-    Final(Box<Prepared>),
-}
-
 impl Compactor {
-    /// Writes the summary for `planned`, folding into `cached`'s text.
+    /// Writes the summary for `planned`, folding into `cached`'s text; `Break` when the
+    /// call ends with a fallback that needs no new summary.
     pub(crate) async fn summarize(
         &self,
         call: &Call<'_>,
         cached: Option<&Arc<CachedSummary>>,
         planned: &Planned,
-    ) -> Written {
+    ) -> Step<Summary> {
         let messages: &[Message] = &call.request.messages;
         let mut existing = cached.map(|e| e.summary.clone());
         if !planned.overflow.is_empty() || planned.omitted > 0 {
@@ -73,9 +67,9 @@ impl Compactor {
         let extract =
             || extractive::summarize(existing.as_deref(), &fold, &self.extractive_options());
 
-        let summary_model = match &self.summarizer {
+        let summary_model = match self.summarizer() {
             Summarizer::Extractive => {
-                return Written::Summary(Summary {
+                return ControlFlow::Continue(Summary {
                     text: extract(),
                     source: SummarySource::Extractive,
                     calls: 0,
@@ -84,21 +78,19 @@ impl Compactor {
             }
             Summarizer::Model(m) => m,
         };
-        let request = call.request;
+        let request = &*call.request;
         let prompt = match SummaryPrompt::new(
-            &self.prompt,
+            self.prompt(),
             existing.as_deref(),
             &fold,
             &self.transcript_options(),
         ) {
             Ok(p) => p,
             Err(e) => {
-                return Written::Final(Box::new(self.untouched(
-                    request,
-                    &call.measured,
+                return ControlFlow::Break(Outcome::untouched(
                     Action::PassThrough,
                     Some(e.to_string()),
-                )));
+                ));
             }
         };
         let models = match summary_model {
@@ -106,21 +98,21 @@ impl Compactor {
             None => SummaryModels::single(request.model.clone()),
         };
         let thread = &request.runtime.thread_id;
-        if !call.background && self.caller.breaker().peek(thread).is_ok() {
-            ContextCompacting::new(self.config.compacting_message.clone())
+        let caller = self.caller();
+        if !call.background && caller.breaker().peek(thread).is_ok() {
+            ContextCompacting::new(self.compacting_message().to_owned())
                 .emit(&request.runtime.writer);
         }
         // Structured output where the provider takes it: a small local model's answer
         // is then one JSON string, unwrapped back to the summary text.
         let schema = ResponseSchema::summary_text();
-        let cap = self.caller.options().max_output_tokens;
-        let err = match self
-            .caller
+        let cap = caller.options().max_output_tokens;
+        let err = match caller
             .call_shaped(thread, &models, &prompt, None, cap, Some(&schema))
             .await
         {
             Ok(out) => {
-                return Written::Summary(Summary {
+                return ControlFlow::Continue(Summary {
                     text: out.text,
                     source: SummarySource::Model,
                     calls: out.attempts,
@@ -136,28 +128,27 @@ impl Compactor {
         let reason = err.to_string();
         if call.background {
             tracing::warn!(thread_id = %thread, error = %reason, "speculative summary failed; the crossing call will summarize");
-            return Written::Final(Box::new(self.untouched(
-                request,
-                &call.measured,
+            return ControlFlow::Break(Outcome::untouched(
                 Action::UncompressedAfterFailure,
                 Some(reason),
-            )));
+            ));
         }
         tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
         if let Some(e) = cached
-            && let Some(mut p) = self.reuse(call, e, SummarySource::LastGood, Some(reason.clone()))
+            && let Some(mut a) = self.serve(call, e, SummarySource::LastGood, Some(reason.clone()))
         {
-            p.report.summary_calls = calls;
-            self.emit_compacted(request, &p.report);
-            return Written::Final(Box::new(p));
+            a.report.summary_calls = calls;
+            return ControlFlow::Break(Outcome::Summarized(a));
         }
         let m = &call.measured;
         if m.window.is_none_or(|w| m.total < w) {
-            let mut p = self.untouched(request, m, Action::UncompressedAfterFailure, Some(reason));
-            p.report.summary_calls = calls;
-            return Written::Final(Box::new(p));
+            return ControlFlow::Break(Outcome::Untouched {
+                action: Action::UncompressedAfterFailure,
+                error: Some(reason),
+                summary_calls: calls,
+            });
         }
-        Written::Summary(Summary {
+        ControlFlow::Continue(Summary {
             text: extract(),
             source: SummarySource::Extractive,
             calls,
