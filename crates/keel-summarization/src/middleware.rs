@@ -1,15 +1,15 @@
 //! [`SummarizationMiddleware`]: transient compaction in `wrap_model_call`.
 //!
-//! Every model call runs the stages of [`crate::stages`] as a straight line, each one
-//! either deciding the call or handing on: **measure** the whole request (system prompt
-//! and tool schemas included); **decide** (under every trigger the request passes
-//! through untouched: no cache lookup, no summary); **reuse** the thread's cached
-//! summary while the compressed request stays under every trigger; otherwise **plan** a
-//! new cut (keep policy, rescue, stickiness headroom, pair protection), **summarize** the
-//! newly evicted messages into the previous summary, and **assemble**
-//! `[summary, *rescued, *recent]`. Whatever decided, one `finish` builds the request sent
-//! and emits `context_compacted`. State and checkpoints are never touched: only the
-//! request handed to the rest of the chain changes.
+//! Every model call runs the stages (the crate's private `stages` module) as a straight
+//! line, each one either deciding the call or handing on: **measure** the whole request
+//! (system prompt and tool schemas included); **decide** (under every trigger the
+//! request passes through untouched: no cache lookup, no summary); **reuse** the
+//! thread's cached summary while the compressed request stays under every trigger;
+//! otherwise **plan** a new cut (keep policy, rescue, stickiness headroom, pair
+//! protection), **summarize** the newly evicted messages into the previous summary, and
+//! **assemble** `[summary, *rescued, *recent]`. Whatever decided, one `finish` builds the
+//! request sent and emits `context_compacted`. State and checkpoints are never touched:
+//! only the request handed to the rest of the chain changes.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -826,6 +826,13 @@ impl Compactor {
     async fn stages(&self, call: &mut Call<'_>) -> Step<Outcome> {
         // 2. decide
         self.decide(call)?;
+        // Boxed: a call that passes through (most calls) never carries the larger state
+        // of the stages that may wait.
+        Box::pin(self.compact(call)).await
+    }
+
+    /// The stages after `decide`, for a call that compacts.
+    async fn compact(&self, call: &mut Call<'_>) -> Step<Outcome> {
         // 3. reuse: the cached summary, or the previous summary to fold into. Concurrent
         // calls on this thread wait for the single flight, then usually find the
         // leader's fresh summary.

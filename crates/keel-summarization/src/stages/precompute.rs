@@ -181,7 +181,8 @@ impl Compactor {
             return;
         };
         if let Summarizer::Extractive = core.summarizer() {
-            core.precompute_once(request.clone(), key, share).await;
+            // Boxed: a call that writes no summary ahead never carries its state.
+            Box::pin(core.precompute_once(request.clone(), key, share)).await;
             drop(flight);
             return;
         }
