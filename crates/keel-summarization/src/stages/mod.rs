@@ -13,7 +13,7 @@
 //! | decide | [`decide`] | the thread's cache key | under every trigger nothing else runs; an interrupted run's calls are answered first |
 //! | reuse | [`reuse`] | the previous summary | a cached summary is used only for an unchanged prefix, and only if the result fits |
 //! | plan | [`plan`] | [`Planned`] | cuts never split a tool call from its results; headroom never goes below the floor |
-//! | summarize | [`summarize`] | the new cache entry | one summary call per thread at a time, with deadline, breaker and fallbacks |
+//! | summarize | [`summarize`] | [`Summary`] (then cached) | one summary call per thread at a time, with deadline, breaker and fallbacks |
 //! | assemble | [`assemble`] | [`Outcome`] | the request sent is pair-safe and never larger than the original |
 //! | precompute | [`precompute`] | a cached entry | after a call near a trigger: the crossing call's summary, written ahead in the background |
 //!

@@ -3,18 +3,22 @@
 //! The cut follows the keep policy, never goes below the floor of the recent window
 //! (headroom may shrink what is kept, never empty it), never re-sends what the previous
 //! summary covers, and only ever moves whole tool bundles ([`crate::rules::Planner`]
-//! holds those rules as pure functions).
+//! holds those rules as pure functions). When nothing new leaves the window the call
+//! is decided here: the previous summary, if any, is sent as it is.
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
 
 use crate::cache::CachedSummary;
+use crate::events::SummarySource;
+use crate::middleware::Action;
 use crate::middleware::{Compactor, SUMMARY_TOKENS_ESTIMATE};
 use crate::rules::{self, Limit, PlanIndex, Planner, resolve};
-use crate::stages::{Call, Measured};
+use crate::stages::{Call, Measured, Outcome, Step};
 use crate::summary_message;
 
 /// A planned cut.
@@ -219,6 +223,28 @@ impl Compactor {
             headroom_unreachable,
             index: kept,
         }
+    }
+
+    /// When nothing new leaves the window, the call is decided: the previous summary, if
+    /// any, is sent as it is.
+    pub(crate) fn keep_previous(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&CachedSummary>,
+        planned: &Planned,
+    ) -> Step {
+        if !planned.evicts_nothing() {
+            return ControlFlow::Continue(());
+        }
+        ControlFlow::Break(
+            match cached.and_then(|e| self.serve(call, e, SummarySource::Cache, None)) {
+                Some(mut a) => {
+                    a.report.headroom_unreachable = planned.headroom_unreachable;
+                    Outcome::Summarized(a)
+                }
+                None => Outcome::untouched(Action::NothingToSummarize, None),
+            },
+        )
     }
 
     /// On a call that passes through: once the request is within half of a trigger,

@@ -5,13 +5,19 @@
 //! breaker, fallback model) and announces itself with `context_compacting`. When it
 //! fails: the last good summary is reused; else, if the request fits the model's
 //! window, it is sent uncompressed; else an extractive summary stands in.
+//!
+//! [`write`](Compactor::write) runs it as one writer per thread across processes sharing
+//! the store (a summary another process is writing is waited for and served), then
+//! caches the new entry.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_core::message::Message;
+use keel_core::middleware::ModelRequest;
 
-use crate::cache::CachedSummary;
+use crate::cache::{CachedSummary, prefix_hash};
 use crate::events::{ContextCompacting, SummarySource};
 use crate::extractive;
 use crate::middleware::{Action, Compactor, Summarizer};
@@ -154,5 +160,97 @@ impl Compactor {
             calls,
             error: Some(reason),
         })
+    }
+
+    /// Stage 5 with its bookkeeping: the summary of `planned`, written by one writer
+    /// per thread, cached, and recorded as matching the request's list.
+    pub(crate) async fn write(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&Arc<CachedSummary>>,
+        planned: &Planned,
+    ) -> Step<(Arc<CachedSummary>, Summary)> {
+        let leased = self.one_writer(call).await?;
+        let written = match self.summarize(call, cached, planned).await {
+            ControlFlow::Continue(written) => written,
+            ControlFlow::Break(outcome) => {
+                self.release_writer(call, leased).await;
+                return ControlFlow::Break(outcome);
+            }
+        };
+        let request = &*call.request;
+        let entry = self.new_entry(request, cached.map(|e| &**e), planned, written.text.clone());
+        let entry = self.cache().put(&call.key, entry).await;
+        self.release_writer(call, leased).await;
+        self.memos()
+            .set_verified(&request.messages, request.lineage(), &entry);
+        ControlFlow::Continue((entry, written))
+    }
+
+    /// Before a model summary, with a store shared by other processes: takes the
+    /// thread's lease, or, while another process holds it (writing the same summary,
+    /// often ahead of time), waits for that summary and serves it (`Break`). Gives up
+    /// waiting after `summary_deadline_seconds` and writes its own. `true`: the lease
+    /// is held and must be given back.
+    async fn one_writer(&self, call: &Call<'_>) -> Step<bool> {
+        if matches!(self.summarizer(), Summarizer::Extractive) || !self.cache().has_store() {
+            return ControlFlow::Continue(false);
+        }
+        let holder = &self.precompute().holder;
+        let deadline = Duration::from_secs_f64(self.summary_deadline_secs());
+        let ttl = deadline + Duration::from_secs(10);
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            match self.cache().try_lease(&call.key, holder, ttl).await {
+                Some(false) => {}
+                Some(true) => return ControlFlow::Continue(true),
+                None => return ControlFlow::Continue(false),
+            }
+            if tokio::time::Instant::now() >= until {
+                return ControlFlow::Continue(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Read the store again: the other process's summary is not in this one's.
+            self.cache().invalidate(&call.key);
+            self.lookup(call, None).await?;
+        }
+    }
+
+    async fn release_writer(&self, call: &Call<'_>, leased: bool) {
+        if leased {
+            self.cache()
+                .release_lease(&call.key, &self.precompute().holder)
+                .await;
+        }
+    }
+
+    /// The cache entry for a summary `text` of `planned`'s cut.
+    pub(crate) fn new_entry(
+        &self,
+        request: &ModelRequest,
+        cached: Option<&CachedSummary>,
+        planned: &Planned,
+        text: String,
+    ) -> CachedSummary {
+        match cached {
+            // The previous entry matched this list, so the new one extends its hash.
+            Some(previous) => CachedSummary::extending(
+                previous,
+                text,
+                &request.messages,
+                planned.cut,
+                planned.rescued.clone(),
+            ),
+            // The kept planning index already holds the prefix hash; else hash it here.
+            None => {
+                let cut = planned.cut.min(request.messages.len());
+                let hash = planned
+                    .index
+                    .as_ref()
+                    .and_then(|ix| ix.prefix_hash(cut))
+                    .unwrap_or_else(|| prefix_hash(&request.messages[..cut]));
+                CachedSummary::with_prefix_hash(text, cut, planned.rescued.clone(), hash)
+            }
+        }
     }
 }
