@@ -290,7 +290,7 @@ impl SummaryCache {
     /// Deletes every summary of a thread: in process, the entries keyed `thread_id`
     /// or `thread_id#<recipe>`; in the second level, every `thread_id#<recipe>` entry
     /// (the keys the middleware writes, see
-    /// [`cache_key`](crate::SummarizationMiddleware::cache_key)), whatever recipe wrote
+    /// [`cache_key`](crate::middleware::SummarizationMiddleware::cache_key)), whatever recipe wrote
     /// them. Part of deleting a session, since a summary holds the session's text.
     /// Returns how many second-level entries went; a second-level failure is returned
     /// (after the in-process entries are gone) so the caller can retry.

@@ -8,8 +8,8 @@
 //!   becomes `[summary, *rescued, *recent]` while state and checkpoints keep everything.
 //! - [`config`]: the YAML schema (DeerFlow keys plus Keel's), with errors that name key,
 //!   value, allowed range and line, and a typed builder.
-//! - [`plan`]: triggers, the keep policy, rescue and stickiness headroom, as pure
-//!   functions, including [`plan::langchain_split`] for LangChain parity.
+//! - [`plan`]: the split LangChain would make ([`plan::langchain_split`], for parity)
+//!   and the latest user message, from the rule book the middleware plans with.
 //! - [`cache`]: the process-wide per-thread summary cache (LRU, optional second level,
 //!   single flight).
 //! - [`overflow`]: recovery when the provider rejects a request as over its context
@@ -38,7 +38,26 @@ pub mod middleware;
 pub mod overflow;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).
 pub use keel_core::pairs;
-pub mod plan;
+pub mod plan {
+    //! Where to cut, as LangChain would, and which message is the latest user message:
+    //! the public part of the rule book the middleware plans with (triggers, the keep
+    //! policy, rescue and stickiness headroom, all pure functions), so the middleware,
+    //! `keel compact` and the LangChain parity test share one implementation.
+    //!
+    //! ```
+    //! use keel_core::message::Message;
+    //! use keel_summarization::config::ContextSize;
+    //! use keel_summarization::plan::langchain_split;
+    //!
+    //! let msgs: Vec<Message> = (0..30).map(|i| Message::human(format!("message {i}"))).collect();
+    //! let split = langchain_split(&msgs, &[ContextSize::Messages(25)], ContextSize::Messages(10), None);
+    //! assert!(split.triggered);
+    //! assert_eq!(split.cut, 20); // summarize 20, keep the last 10
+    //! ```
+
+    pub use crate::rules::{Split, langchain_split, latest_user_message};
+}
+mod rules;
 pub(crate) mod stages;
 mod telemetry;
 pub mod yaml;

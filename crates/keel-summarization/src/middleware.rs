@@ -1,13 +1,15 @@
 //! [`SummarizationMiddleware`]: transient compaction in `wrap_model_call`.
 //!
-//! Every model call runs six stages ([`crate::stages`], one module and one output type
-//! each): **measure** the whole request (system prompt and tool schemas included);
-//! **decide** (under every trigger the request passes through untouched: no cache lookup,
-//! no summary); **reuse** the thread's cached summary while the compressed request stays
-//! under every trigger; otherwise **plan** a new cut (keep policy, rescue, stickiness
-//! headroom, pair protection), **summarize** the newly evicted messages into the previous
-//! summary, and **assemble** `[summary, *rescued, *recent]`. State and checkpoints are
-//! never touched: only the request handed to the rest of the chain changes.
+//! Every model call runs the stages (the crate's private `stages` module) as a straight
+//! line, each one either deciding the call or handing on: **measure** the whole request
+//! (system prompt and tool schemas included); **decide** (under every trigger the
+//! request passes through untouched: no cache lookup, no summary); **reuse** the
+//! thread's cached summary while the compressed request stays under every trigger;
+//! otherwise **plan** a new cut (keep policy, rescue, stickiness headroom, pair
+//! protection), **summarize** the newly evicted messages into the previous summary, and
+//! **assemble** `[summary, *rescued, *recent]`. Whatever decided, one `finish` builds the
+//! request sent and emits `context_compacted`. State and checkpoints are never touched:
+//! only the request handed to the rest of the chain changes.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -50,6 +52,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -68,16 +71,16 @@ use keel_tokens::{ApproximateCounter, CachedCounter};
 use serde::Serialize;
 use tracing::Instrument;
 
-use crate::cache::{CachedSummary, SummaryCache, prefix_hash};
+use crate::cache::SummaryCache;
 use crate::compact_tool;
-use crate::config::{ConfigError, SummarizationConfig, TokenCounterKind};
+use crate::config::{ConfigError, ContextSize, SummarizationConfig, TokenCounterKind};
 use crate::events::{CompactionReason, SummarySource};
 use crate::extractive::ExtractiveOptions;
 use crate::overflow::OverflowGuard;
-use crate::plan::{self, Limit, Planner, RescuePolicy, SkillRescue};
+use crate::rules::{self, Limit, Planner, RescuePolicy, SkillRescue};
 use crate::stages::memo::{PLAN_INDEX_LISTS, PlanIndexes, ThreadMemos};
 use crate::stages::precompute::Precompute;
-use crate::stages::{Call, Decision, Lookup, Measured, Planned, Written};
+use crate::stages::{Call, Measured, Outcome, Step};
 use crate::summary_call::{CircuitBreaker, SummaryCallOptions, SummaryCaller};
 use crate::transcript::{DEFAULT_SUMMARY_PROMPT, TranscriptOptions};
 
@@ -446,37 +449,38 @@ pub struct SummarizationMiddleware {
     pub(crate) core: Arc<Compactor>,
 }
 
-/// Everything a compaction decides with: the stages ([`crate::stages`]) are methods of
-/// this, shared by the middleware and its background summaries.
+/// Everything a compaction decides with, shared by the middleware and its background
+/// summaries. The stages ([`crate::stages`]) are methods of this that read it through
+/// the accessors below, never its fields.
 pub(crate) struct Compactor {
-    pub(crate) config: SummarizationConfig,
-    pub(crate) prompt: String,
-    pub(crate) summarizer: Summarizer,
+    config: SummarizationConfig,
+    prompt: String,
+    summarizer: Summarizer,
     counter: CounterChoice,
-    pub(crate) caller: SummaryCaller,
-    pub(crate) cache: Arc<SummaryCache>,
-    pub(crate) rescue: RescuePolicy,
+    caller: SummaryCaller,
+    cache: Arc<SummaryCache>,
+    rescue: RescuePolicy,
     warned_fraction: AtomicBool,
     /// Threads already warned that headroom is unreachable (bounded: a warning per
     /// thread, not per call).
     warned_headroom: parking_lot::Mutex<lru::LruCache<String, ()>>,
     /// What earlier calls learned about each list (bounded, keyed by lineage), so a call
     /// on a long thread costs what is new: see [`crate::stages::memo`].
-    pub(crate) threads: ThreadMemos,
+    threads: ThreadMemos,
     /// Planning indexes of recent lists, kept up to date from half a trigger on: see
     /// [`crate::stages::memo::PlanIndexes`].
-    pub(crate) plan_indexes: PlanIndexes,
-    pub(crate) report_ids: bool,
+    plan_indexes: PlanIndexes,
+    report_ids: bool,
     /// Recovery from the provider's context-overflow errors: counters and the per-run
     /// bound ([`crate::overflow`]).
-    pub(crate) overflow: OverflowGuard,
+    overflow: OverflowGuard,
     /// Appended to the thread id in the summary cache (with the run's model and counter,
     /// per request): a stable hash of the settings that shape a summary's text, so a
     /// summary made under another prompt or summary model (say, read back from the
     /// database after a configuration change) is never reused.
     recipe: StableHash,
     /// Speculative summaries in flight (`precompute_at`).
-    pub(crate) precompute: Precompute,
+    precompute: Precompute,
 }
 
 /// A 64-bit FNV-1a hash ([`keel_core::hash`]) over length-prefixed fields: the same on
@@ -631,11 +635,101 @@ impl Compactor {
         }
     }
 
+    /// Whether compaction is on (`enabled`).
+    pub(crate) fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The configured triggers, unresolved.
+    pub(crate) fn configured_triggers(&self) -> &[ContextSize] {
+        &self.config.trigger
+    }
+
+    /// The configured keep policy, unresolved.
+    pub(crate) fn keep_policy(&self) -> ContextSize {
+        self.config.keep
+    }
+
+    /// `stickiness_headroom`.
+    pub(crate) fn headroom(&self) -> Option<f64> {
+        self.config.stickiness_headroom
+    }
+
+    /// `trim_tokens_to_summarize`: what the summary call reads of the evicted messages.
+    pub(crate) fn trim_budget(&self) -> Option<u64> {
+        self.config.trim_tokens_to_summarize
+    }
+
+    /// `precompute_at`: the share of a trigger from which summaries are written ahead.
+    pub(crate) fn precompute_at(&self) -> Option<f64> {
+        self.config.precompute_at
+    }
+
+    /// `summary_deadline_seconds`.
+    pub(crate) fn summary_deadline_secs(&self) -> f64 {
+        self.config.summary_deadline_seconds
+    }
+
+    /// The text of the `context_compacting` event.
+    pub(crate) fn compacting_message(&self) -> &str {
+        &self.config.compacting_message
+    }
+
+    /// The summary prompt.
+    pub(crate) fn prompt(&self) -> &str {
+        &self.prompt
+    }
+
+    /// Who writes summaries.
+    pub(crate) fn summarizer(&self) -> &Summarizer {
+        &self.summarizer
+    }
+
+    /// The summary model caller (deadline, retries, breaker).
+    pub(crate) fn caller(&self) -> &SummaryCaller {
+        &self.caller
+    }
+
+    /// The summary cache.
+    pub(crate) fn cache(&self) -> &SummaryCache {
+        &self.cache
+    }
+
+    /// What rescue keeps besides the recent window.
+    pub(crate) fn rescue(&self) -> &RescuePolicy {
+        &self.rescue
+    }
+
+    /// What earlier calls learned about each list.
+    pub(crate) fn memos(&self) -> &ThreadMemos {
+        &self.threads
+    }
+
+    /// The planning indexes of recent lists.
+    pub(crate) fn plan_indexes(&self) -> &PlanIndexes {
+        &self.plan_indexes
+    }
+
+    /// Whether reports list message ids.
+    pub(crate) fn report_ids(&self) -> bool {
+        self.report_ids
+    }
+
+    /// Speculative summaries in flight.
+    pub(crate) fn precompute(&self) -> &Precompute {
+        &self.precompute
+    }
+
+    /// Recovery from context-overflow errors.
+    pub(crate) fn overflow(&self) -> &OverflowGuard {
+        &self.overflow
+    }
+
     pub(crate) fn warn_fraction(&self, key: &str) {
         if !self.warned_fraction.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "summarization.{key}: a fraction needs the model's context window (max_input_tokens), which is unknown; the fraction clause is ignored (a fraction keep falls back to the last {} messages)",
-                plan::DEFAULT_MESSAGES_TO_KEEP
+                rules::DEFAULT_MESSAGES_TO_KEEP
             );
         }
     }
@@ -649,7 +743,7 @@ impl Compactor {
         headroom: f64,
         m: &Measured,
         planner: &Planner<'_>,
-        plan: &plan::Plan,
+        plan: &rules::Plan,
         summary_tokens: u64,
     ) {
         if self
@@ -708,7 +802,8 @@ impl Compactor {
         prepared
     }
 
-    /// The stages in order.
+    /// Measures the request, runs the stages, and finishes with their outcome: the
+    /// one way out.
     async fn prepare_stages(
         &self,
         request: &ModelRequest,
@@ -717,143 +812,40 @@ impl Compactor {
     ) -> Prepared {
         let counter = self.counter_for(request.model.profile());
         // 1. measure
-        let mut measured = self.measure(request, counter.as_ref());
+        let measured = self.measure(request, counter.as_ref());
+        let mut call = Call::new(request, counter, measured);
+        call.forced = forced;
+        call.manual = manual;
+        let (ControlFlow::Break(outcome) | ControlFlow::Continue(outcome)) =
+            self.stages(&mut call).await;
+        self.finish(&call, outcome)
+    }
+
+    /// The stages after `measure`, in order (see [`crate::stages`]): each one decides
+    /// the call (`Break`, ending the line) or hands on.
+    async fn stages(&self, call: &mut Call<'_>) -> Step<Outcome> {
         // 2. decide
-        match self.decide(request, &mut measured, forced, manual) {
-            Decision::PassThrough => {
-                self.keep_plan_index(request, &measured);
-                return self.untouched(request, &measured, Action::PassThrough, None);
-            }
-            Decision::Patched(patched) => {
-                return Box::pin(self.prepare_stages(&patched, forced, manual)).await;
-            }
-            Decision::Compact => {}
-        }
-        let key = self.cache_key(&request.runtime.thread_id, request, counter.as_ref());
-        let call = Call {
-            request,
-            counter,
-            measured,
-            key,
-            background: false,
-            keep: None,
-            manual,
-        };
+        self.decide(call)?;
+        // Boxed: a call that passes through (most calls) never carries the larger state
+        // of the stages that may wait.
+        Box::pin(self.compact(call)).await
+    }
+
+    /// The stages after `decide`, for a call that compacts.
+    async fn compact(&self, call: &mut Call<'_>) -> Step<Outcome> {
         // 3. reuse: the cached summary, or the previous summary to fold into. Concurrent
         // calls on this thread wait for the single flight, then usually find the
         // leader's fresh summary.
-        let seen = match self.lookup(&call, None).await {
-            Lookup::Hit(p) => return *p,
-            Lookup::Miss(entry) => entry,
-        };
-        let _flight = self.cache.single_flight(&call.key).await;
-        let cached = match self.lookup(&call, seen.as_ref()).await {
-            Lookup::Hit(p) => return *p,
-            Lookup::Miss(entry) => entry,
-        };
+        let seen = self.lookup(call, None).await?;
+        call.flight = Some(self.cache.single_flight(&call.key).await);
+        let cached = self.lookup(call, seen.as_ref()).await?;
         // 4. plan
-        let planned = self.plan_cut(&call, cached.as_deref());
-        if planned.evicts_nothing() {
-            let reused = cached
-                .as_ref()
-                .and_then(|e| self.reuse(&call, e, SummarySource::Cache, None));
-            return match reused {
-                Some(mut p) => {
-                    p.report.headroom_unreachable = planned.headroom_unreachable;
-                    self.emit_compacted(request, &p.report);
-                    p
-                }
-                None => self.untouched(request, &call.measured, Action::NothingToSummarize, None),
-            };
-        }
+        let planned = self.plan_cut(call, cached.as_deref());
+        self.keep_previous(call, cached.as_deref(), &planned)?;
         // 5. summarize, one writer per thread across processes sharing the store
-        let leased = match self.one_writer(&call).await {
-            Ok(leased) => leased,
-            Err(p) => return *p,
-        };
-        let written = match self.summarize(&call, cached.as_ref(), &planned).await {
-            Written::Summary(s) => s,
-            Written::Final(p) => {
-                self.release_writer(&call, leased).await;
-                return *p;
-            }
-        };
-        let entry = self.new_entry(request, cached.as_deref(), &planned, written.text.clone());
-        let entry = self.cache.put(&call.key, entry).await;
-        self.release_writer(&call, leased).await;
-        self.threads
-            .set_verified(&request.messages, request.lineage(), &entry);
+        let (entry, written) = self.write(call, cached.as_ref(), &planned).await?;
         // 6. assemble
-        self.finish(&call, &entry, written, planned.headroom_unreachable)
-    }
-
-    /// Before a model summary, with a store shared by other processes: takes the
-    /// thread's lease, or, while another process holds it (writing the same summary,
-    /// often ahead of time), waits for that summary and serves it (`Err`). Gives up
-    /// waiting after `summary_deadline_seconds` and writes its own. `Ok(true)`: the lease
-    /// is held and must be given back.
-    async fn one_writer(&self, call: &Call<'_>) -> Result<bool, Box<Prepared>> {
-        if matches!(self.summarizer, Summarizer::Extractive) || !self.cache.has_store() {
-            return Ok(false);
-        }
-        let holder = &self.precompute.holder;
-        let deadline = Duration::from_secs_f64(self.config.summary_deadline_seconds);
-        let ttl = deadline + Duration::from_secs(10);
-        let until = tokio::time::Instant::now() + deadline;
-        loop {
-            match self.cache.try_lease(&call.key, holder, ttl).await {
-                Some(false) => {}
-                Some(true) => return Ok(true),
-                None => return Ok(false),
-            }
-            if tokio::time::Instant::now() >= until {
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            // Read the store again: the other process's summary is not in this one's.
-            self.cache.invalidate(&call.key);
-            if let Lookup::Hit(p) = self.lookup(call, None).await {
-                return Err(p);
-            }
-        }
-    }
-
-    async fn release_writer(&self, call: &Call<'_>, leased: bool) {
-        if leased {
-            self.cache
-                .release_lease(&call.key, &self.precompute.holder)
-                .await;
-        }
-    }
-
-    /// The cache entry for a summary `text` of `planned`'s cut.
-    pub(crate) fn new_entry(
-        &self,
-        request: &ModelRequest,
-        cached: Option<&CachedSummary>,
-        planned: &Planned,
-        text: String,
-    ) -> CachedSummary {
-        match cached {
-            // The previous entry matched this list, so the new one extends its hash.
-            Some(previous) => CachedSummary::extending(
-                previous,
-                text,
-                &request.messages,
-                planned.cut,
-                planned.rescued.clone(),
-            ),
-            // The kept planning index already holds the prefix hash; else hash it here.
-            None => {
-                let cut = planned.cut.min(request.messages.len());
-                let hash = planned
-                    .index
-                    .as_ref()
-                    .and_then(|ix| ix.prefix_hash(cut))
-                    .unwrap_or_else(|| prefix_hash(&request.messages[..cut]));
-                CachedSummary::with_prefix_hash(text, cut, planned.rescued.clone(), hash)
-            }
-        }
+        ControlFlow::Continue(self.assembled(call, &entry, written, planned.headroom_unreachable))
     }
 
     pub(crate) fn extractive_options(&self) -> ExtractiveOptions {

@@ -149,7 +149,7 @@ fn unrecovered(last: ModelError, figures: OverflowFigures, what: &str) -> ModelE
 impl SummarizationMiddleware {
     /// What the middleware did with context-overflow errors since it was built.
     pub fn overflow_stats(&self) -> OverflowStats {
-        self.core.overflow.snapshot()
+        self.core.overflow().snapshot()
     }
 }
 
@@ -163,7 +163,7 @@ impl Compactor {
         error: ModelError,
         next: Next<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        let guard = &self.overflow;
+        let guard = self.overflow();
         guard.overflows.fetch_add(1, Ordering::Relaxed);
         let run = &*request.runtime.run_id;
         let provider = error.overflow.unwrap_or_default();

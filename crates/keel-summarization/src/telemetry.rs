@@ -9,7 +9,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::middleware::{Action, CompactionReport, Compactor};
-use crate::plan::{Limit, resolve};
+use crate::rules::{Limit, resolve};
 
 /// Opens the span of one prepare; `forced` is the token limit of a retry after a
 /// context overflow.
@@ -110,7 +110,7 @@ impl Compactor {
         forced: Option<u64>,
         report: &CompactionReport,
     ) -> (&'static str, Option<u64>) {
-        if !self.config.enabled {
+        if !self.enabled() {
             return ("disabled", None);
         }
         if forced.is_some() {
@@ -121,8 +121,7 @@ impl Compactor {
         }
         let window = request.model.profile().max_input_tokens;
         let reached = self
-            .config
-            .trigger
+            .configured_triggers()
             .iter()
             .filter_map(|t| resolve(*t, window))
             .find(|limit| match *limit {

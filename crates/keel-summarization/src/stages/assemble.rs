@@ -1,9 +1,11 @@
 //! Stage 6, assemble: the request sent and its report.
 //!
-//! `[summary, *rescued, *recent]`, checked once more for the pair invariant, and never
-//! larger than what fired (a compaction that would not shrink the request sends the
-//! original). `context_compacted` is emitted here, and only here, for every call that
-//! sends a summary.
+//! [`assemble`](Compactor::assemble) lays out `[summary, *rescued, *recent]`, checks it
+//! once more for the pair invariant, and refuses what would be no smaller than what
+//! fired (the original is sent instead); the stages use it to ask whether a summary
+//! serves. [`finish`](Compactor::finish), the pipeline's one exit, turns a call's
+//! [`Outcome`] into the request sent and emits `context_compacted` for every call that
+//! sends a summary: nowhere else.
 
 use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
@@ -12,14 +14,13 @@ use keel_core::pairs::check_pairs;
 use crate::cache::CachedSummary;
 use crate::events::{ContextCompacted, SummarySource};
 use crate::middleware::{Action, CompactionReport, Compactor, Prepared};
-use crate::plan::Limit;
-use crate::stages::summarize::Summary;
-use crate::stages::{Call, Measured};
+use crate::rules;
+use crate::stages::{Assembled, Call, Measured, Outcome, Summary};
 use crate::summary_message;
 
 impl Compactor {
     /// The request as it came, with a report saying why.
-    pub(crate) fn untouched(
+    fn untouched(
         &self,
         request: &ModelRequest,
         m: &Measured,
@@ -42,7 +43,7 @@ impl Compactor {
                 kept: messages.len(),
                 summarized_ids: Vec::new(),
                 rescued_ids: Vec::new(),
-                kept_ids: if self.report_ids {
+                kept_ids: if self.report_ids() {
                     messages.iter().map(|m| m.id().to_owned()).collect()
                 } else {
                     Vec::new()
@@ -56,34 +57,44 @@ impl Compactor {
         }
     }
 
-    /// The request for a summary just written and cached as `entry`.
-    pub(crate) fn finish(
+    /// The pipeline's one exit: the request sent for `outcome`, and its report.
+    /// Emits `context_compacted` when a summary is sent.
+    pub(crate) fn finish(&self, call: &Call<'_>, outcome: Outcome) -> Prepared {
+        match outcome {
+            Outcome::Untouched {
+                action,
+                error,
+                summary_calls,
+            } => {
+                let mut p = self.untouched(&call.request, &call.measured, action, error);
+                p.report.summary_calls = summary_calls;
+                p
+            }
+            Outcome::Summarized(Assembled { messages, report }) => {
+                self.emit_compacted(&call.request, &report);
+                Prepared {
+                    request: call.request.with_messages(messages),
+                    report,
+                }
+            }
+        }
+    }
+
+    /// The last stage, for a summary just written and cached as `entry`: sent with it,
+    /// or the original when assembling refuses.
+    pub(crate) fn assembled(
         &self,
         call: &Call<'_>,
         entry: &CachedSummary,
         written: Summary,
         headroom_unreachable: bool,
-    ) -> Prepared {
-        let (messages, counter) = (&call.request.messages, call.counter.as_ref());
-        match self.assemble(
-            call,
-            &|i| counter.count_message(&messages[i]),
-            entry,
-            written.source,
-            written.calls,
-            written.error,
-        ) {
-            Ok(mut p) => {
-                p.report.headroom_unreachable = headroom_unreachable;
-                self.emit_compacted(call.request, &p.report);
-                p
+    ) -> Outcome {
+        match self.assemble(call, entry, written.source, written.calls, written.error) {
+            Ok(mut a) => {
+                a.report.headroom_unreachable = headroom_unreachable;
+                Outcome::Summarized(a)
             }
-            Err(why) => self.untouched(
-                call.request,
-                &call.measured,
-                Action::NothingToSummarize,
-                Some(why.into()),
-            ),
+            Err(why) => Outcome::untouched(Action::NothingToSummarize, Some(why.into())),
         }
     }
 
@@ -94,15 +105,15 @@ impl Compactor {
     pub(crate) fn assemble(
         &self,
         call: &Call<'_>,
-        tokens_of: &dyn Fn(usize) -> u64,
         entry: &CachedSummary,
         source: SummarySource,
         summary_calls: u32,
         error: Option<String>,
-    ) -> Result<Prepared, &'static str> {
-        let request = call.request;
+    ) -> Result<Assembled, &'static str> {
         let m = &call.measured;
-        let messages: &[Message] = &request.messages;
+        let messages: &[Message] = &call.request.messages;
+        // Counts are cached per message: only what is sent is counted.
+        let tokens_of = |i: usize| call.counter.count_message(&messages[i]);
         let summary = summary_message(&entry.summary);
         let mut out = Vec::with_capacity(messages.len() + 1 - entry.boundary.min(messages.len()));
         let mut tokens = m.fixed + call.counter.count_message(&summary);
@@ -110,7 +121,7 @@ impl Compactor {
         let mut summarized_ids = Vec::new();
         let mut rescued_ids = Vec::new();
         let mut kept_ids = Vec::new();
-        let ids = self.report_ids;
+        let ids = self.report_ids();
         // Only the holes (rescued messages) before the boundary are visited; the covered
         // prefix is skipped in bulk.
         let boundary = entry.boundary.min(messages.len());
@@ -149,13 +160,8 @@ impl Compactor {
             tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
             return Err("the compacted request failed the pair check");
         }
-        // Compaction must shrink what fired: never more tokens when a token trigger was
-        // reached, never as many messages when a message trigger was.
-        let grows = m.triggers.iter().any(|t| match *t {
-            Limit::Tokens(n) => m.total >= n && tokens >= m.total,
-            Limit::Messages(n) => messages.len() as u64 >= n && out.len() >= messages.len(),
-        });
-        if grows {
+        let sent = (m.total, messages.len());
+        if rules::grows(&m.triggers, sent, (tokens, out.len())) {
             return Err("the compacted request would not be smaller than the original");
         }
         let action = if source == SummarySource::Cache {
@@ -164,8 +170,8 @@ impl Compactor {
             Action::Compacted
         };
         let messages_after = out.len();
-        Ok(Prepared {
-            request: request.with_messages(out),
+        Ok(Assembled {
+            messages: out,
             report: CompactionReport {
                 action,
                 reason: m.reason,
@@ -190,7 +196,7 @@ impl Compactor {
     }
 
     /// `context_compacted`, for a report that sends a summary.
-    pub(crate) fn emit_compacted(&self, request: &ModelRequest, report: &CompactionReport) {
+    fn emit_compacted(&self, request: &ModelRequest, report: &CompactionReport) {
         let Some(source) = report.source else { return };
         ContextCompacted {
             kind: crate::events::EVENT_COMPACTED.to_owned(),

@@ -5,14 +5,17 @@
 //! synthetic "cancelled" result before anything is planned, so the plan never has to
 //! cut around them (and never drops the recent window to get past one).
 
+use std::borrow::Cow;
+use std::ops::ControlFlow;
+
 use keel_core::dangling::{Pending, dangling_tool_calls, patch_dangling_tool_calls};
 use keel_core::middleware::ModelRequest;
 use keel_core::state::COMPACTED_THROUGH;
 
 use crate::events::CompactionReason;
-use crate::middleware::Compactor;
-use crate::plan::{self, Limit};
-use crate::stages::Measured;
+use crate::middleware::{Action, Compactor};
+use crate::rules::{self, Limit};
+use crate::stages::{Call, Outcome, Step};
 
 /// True when the thread was compacted by hand (its state holds
 /// [`COMPACTED_THROUGH`]) and the request still starts with the messages it had then: one
@@ -34,67 +37,67 @@ pub(crate) fn compacted_by_hand(request: &ModelRequest) -> bool {
             .is_some_and(|m| m.id() == id)
 }
 
-/// What the call does next.
-pub(crate) enum Decision {
-    /// Disabled, empty, or under every trigger: send the request as it is.
-    PassThrough,
-    /// Over a trigger (or forced after a context overflow): go on to reuse and plan.
-    Compact,
-    /// Tool calls without results were answered; decide again on this request.
-    Patched(Box<ModelRequest>),
-}
-
 impl Compactor {
-    /// Decides for `request`. `forced`: a token limit the request must get under (the
-    /// retry after a provider's context-overflow error), added to the triggers.
-    /// `manual`: a compaction asked for (`Agent::compact`), which compacts whatever the
-    /// triggers say.
-    pub(crate) fn decide(
-        &self,
-        request: &ModelRequest,
-        m: &mut Measured,
-        forced: Option<u64>,
-        manual: bool,
-    ) -> Decision {
-        if !self.config.enabled || request.messages.is_empty() {
-            return Decision::PassThrough;
-        }
-        if let Some(f) = forced {
-            m.triggers.push(Limit::Tokens(f.max(1)));
-            m.reason = CompactionReason::Overflow;
-        } else if !plan::triggered(&m.triggers, m.total, request.messages.len()) {
-            if !(manual || compacted_by_hand(request)) {
-                return Decision::PassThrough;
+    /// Decides for the call: `Break` to pass the request through, else hands on with
+    /// the thread's cache key set. `call.forced`: a token limit the request must get
+    /// under (the retry after a provider's context-overflow error), added to the
+    /// triggers. `call.manual`: a compaction asked for (`Agent::compact`), which
+    /// compacts whatever the triggers say. Dangling tool calls are answered first; the
+    /// answered request is measured and decided again.
+    pub(crate) fn decide(&self, call: &mut Call<'_>) -> Step {
+        loop {
+            let request = &*call.request;
+            let m = &mut call.measured;
+            if !self.enabled() || request.messages.is_empty() {
+                return self.pass_through(call);
             }
-            m.reason = CompactionReason::Requested;
+            if let Some(f) = call.forced {
+                m.triggers.push(Limit::Tokens(f.max(1)));
+                m.reason = CompactionReason::Overflow;
+            } else if !rules::triggered(&m.triggers, m.total, request.messages.len()) {
+                if !(call.manual || compacted_by_hand(request)) {
+                    return self.pass_through(call);
+                }
+                m.reason = CompactionReason::Requested;
+            }
+            self.warn_fixed_cost(m);
+            let Some(patched) = self.answer_dangling(request) else {
+                call.key = self.cache_key(&request.runtime.thread_id, request, &*call.counter);
+                return ControlFlow::Continue(());
+            };
+            call.measured = self.measure(&patched, &*call.counter);
+            call.request = Cow::Owned(patched);
         }
-        self.warn_fixed_cost(m);
+    }
+
+    /// Passes the call through, keeping its list's planning index up to date.
+    fn pass_through(&self, call: &Call<'_>) -> Step {
+        self.keep_plan_index(&call.request, &call.measured);
+        ControlFlow::Break(Outcome::untouched(Action::PassThrough, None))
+    }
+
+    /// `request` with its tool calls without results answered by a synthetic
+    /// "cancelled" result, or `None` when none dangles.
+    fn answer_dangling(&self, request: &ModelRequest) -> Option<ModelRequest> {
         // Scan only from where the last call on this list found nothing dangling.
         let messages = &request.messages;
         let lineage = request.lineage();
-        let from = self
-            .threads
-            .get(messages, lineage)
-            .map_or(0, |memo| memo.clean);
+        let memos = self.memos();
+        let from = memos.get(messages, lineage).map_or(0, |memo| memo.clean);
         if dangling_tool_calls(&messages[from..], Pending::Keep).is_empty() {
             let block = messages[from..]
                 .iter()
                 .rposition(|msg| !msg.is_tool())
                 .map_or(from, |i| from + i);
-            self.threads
-                .update(messages, lineage, |memo| memo.clean = block);
-            return Decision::Compact;
+            memos.update(messages, lineage, |memo| memo.clean = block);
+            return None;
         }
-        match patch_dangling_tool_calls(messages, Pending::Keep) {
-            Some(patched) => {
-                tracing::warn!(
-                    thread_id = %request.runtime.thread_id,
-                    patched = patched.len() - request.messages.len(),
-                    "summarization: tool calls without results were answered with a synthetic cancelled result"
-                );
-                Decision::Patched(Box::new(request.with_messages(patched)))
-            }
-            None => Decision::Compact,
-        }
+        let patched = patch_dangling_tool_calls(messages, Pending::Keep)?;
+        tracing::warn!(
+            thread_id = %request.runtime.thread_id,
+            patched = patched.len() - request.messages.len(),
+            "summarization: tool calls without results were answered with a synthetic cancelled result"
+        );
+        Some(request.with_messages(patched))
     }
 }

@@ -7,7 +7,7 @@ use keel_core::tokens::TokenCounter;
 
 use crate::events::CompactionReason;
 use crate::middleware::Compactor;
-use crate::plan::{Limit, resolve};
+use crate::rules::{Limit, resolve};
 
 /// Everything counted about one request.
 pub(crate) struct Measured {
@@ -52,8 +52,9 @@ impl Compactor {
     /// the request before the trigger fired.
     pub(crate) fn resolve_triggers(&self, window: Option<u64>) -> Vec<Limit> {
         static WARNED: AtomicBool = AtomicBool::new(false);
-        let mut out = Vec::with_capacity(self.config.trigger.len());
-        for t in &self.config.trigger {
+        let configured = self.configured_triggers();
+        let mut out = Vec::with_capacity(configured.len());
+        for t in configured {
             match resolve(*t, window) {
                 Some(Limit::Tokens(n)) if window.is_some_and(|w| n > w) => {
                     let w = window.unwrap_or(n);
@@ -77,7 +78,7 @@ impl Compactor {
     /// prompt and tool schemas) alone nearly fills can never be met by compaction.
     pub(crate) fn warn_fixed_cost(&self, m: &Measured) {
         static WARNED: AtomicBool = AtomicBool::new(false);
-        let headroom = self.config.stickiness_headroom.unwrap_or(1.0);
+        let headroom = self.headroom().unwrap_or(1.0);
         let too_small = m.triggers.iter().find_map(|t| match *t {
             Limit::Tokens(n) if m.fixed as f64 >= headroom * n as f64 => Some(n),
             _ => None,

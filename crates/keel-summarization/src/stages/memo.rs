@@ -19,7 +19,7 @@ use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::cache::CachedSummary;
-use crate::plan::{PlanIndex, RescuePolicy};
+use crate::rules::{PlanIndex, RescuePolicy};
 
 /// True when the first `len` messages of `messages` are still the ones seen, as far as
 /// the witness (the fingerprint of the last of them) tells: within one lineage a list

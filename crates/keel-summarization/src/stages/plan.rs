@@ -2,27 +2,24 @@
 //!
 //! The cut follows the keep policy, never goes below the floor of the recent window
 //! (headroom may shrink what is kept, never empty it), never re-sends what the previous
-//! summary covers, and only ever moves whole tool bundles ([`crate::plan::Planner`]
-//! holds those rules as pure functions).
+//! summary covers, and only ever moves whole tool bundles ([`crate::rules::Planner`]
+//! holds those rules as pure functions). When nothing new leaves the window the call
+//! is decided here: the previous summary, if any, is sent as it is.
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
 
 use crate::cache::CachedSummary;
+use crate::events::SummarySource;
+use crate::middleware::Action;
 use crate::middleware::{Compactor, SUMMARY_TOKENS_ESTIMATE};
-use crate::plan::{self, Limit, PlanIndex, Planner, resolve};
-use crate::stages::{Call, Measured};
+use crate::rules::{self, Limit, PlanIndex, Planner, resolve};
+use crate::stages::{Call, Measured, Outcome, Step};
 use crate::summary_message;
-
-/// How many times `trim_tokens_to_summarize` of the overflow the extractive summarizer
-/// condenses (see `bound_overflow`).
-pub const OVERFLOW_CONDENSE_FACTOR: u64 = 2;
-
-/// How many of the overflow's first user messages are always condensed.
-pub const OVERFLOW_TASK_MESSAGES: usize = 3;
 
 /// A planned cut.
 pub(crate) struct Planned {
@@ -35,7 +32,7 @@ pub(crate) struct Planned {
     pub fold_input: Vec<usize>,
     /// Older newly evicted messages beyond that budget, condensed without a model: the
     /// task (the first user messages among them) and the newest, within
-    /// [`OVERFLOW_CONDENSE_FACTOR`] x the trim budget.
+    /// [`OVERFLOW_CONDENSE_FACTOR`](rules::OVERFLOW_CONDENSE_FACTOR) x the trim budget.
     pub overflow: Vec<usize>,
     /// Evicted messages beyond even that (only on the first compaction of a thread that
     /// is already long): counted in the summary, not read.
@@ -106,7 +103,7 @@ impl Compactor {
         let boundary = entry.boundary;
         if boundary == 0
             || boundary > messages.len()
-            || !self.rescue.latest_user_message
+            || !self.rescue().latest_user_message
             || messages.get(boundary).is_some_and(Message::is_tool)
         {
             return None;
@@ -148,21 +145,23 @@ impl Compactor {
         // The request's own list (not a view of it) has its index kept between calls.
         let own = std::ptr::eq(messages, call.request.messages.as_slice());
         let kept = match call.request.lineage() {
-            Some(lineage) if own => Some(self.plan_indexes.index(messages, lineage, &self.rescue)),
+            Some(lineage) if own => {
+                Some(self.plan_indexes().index(messages, lineage, self.rescue()))
+            }
             _ => None,
         };
         let planner = match kept.as_deref() {
             Some(ix) => {
-                Planner::with_index(messages, &per_message, &self.rescue, Cow::Borrowed(ix))
+                Planner::with_index(messages, &per_message, self.rescue(), Cow::Borrowed(ix))
             }
-            None => Planner::new(messages, &per_message, &self.rescue),
+            None => Planner::new(messages, &per_message, self.rescue()),
         };
         let exclude = |i: usize| exclude_by.is_some_and(|e| e.covers(i));
-        let keep = match call.keep.or_else(|| resolve(self.config.keep, m.window)) {
+        let keep = match call.keep.or_else(|| resolve(self.keep_policy(), m.window)) {
             Some(k) => k,
             None => {
                 self.warn_fraction("keep");
-                Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP)
+                Limit::Messages(rules::DEFAULT_MESSAGES_TO_KEEP)
             }
         };
         let floor = planner.floor_cut(keep);
@@ -181,7 +180,7 @@ impl Compactor {
             counter.count_message(&summary_message(&e.summary))
         });
         let mut headroom_unreachable = false;
-        if let Some(h) = self.config.stickiness_headroom {
+        if let Some(h) = self.headroom() {
             let reached;
             (plan, reached) = planner.apply_headroom(
                 plan,
@@ -212,8 +211,9 @@ impl Compactor {
                 .filter(|&i| !exclude(i))
                 .collect(),
         };
-        let (fold_input, overflow) = self.trim(messages, &per_message, evicted, &planner);
-        let (overflow, omitted) = self.bound_overflow(messages, &per_message, overflow);
+        let budget = self.trim_budget();
+        let (fold_input, overflow) = rules::trim(budget, messages, &per_message, evicted, &planner);
+        let (overflow, omitted) = rules::bound_overflow(budget, messages, &per_message, overflow);
         Planned {
             cut: plan.cut,
             rescued: plan.rescued,
@@ -225,6 +225,28 @@ impl Compactor {
         }
     }
 
+    /// When nothing new leaves the window, the call is decided: the previous summary, if
+    /// any, is sent as it is.
+    pub(crate) fn keep_previous(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&CachedSummary>,
+        planned: &Planned,
+    ) -> Step {
+        if !planned.evicts_nothing() {
+            return ControlFlow::Continue(());
+        }
+        ControlFlow::Break(
+            match cached.and_then(|e| self.serve(call, e, SummarySource::Cache, None)) {
+                Some(mut a) => {
+                    a.report.headroom_unreachable = planned.headroom_unreachable;
+                    Outcome::Summarized(a)
+                }
+                None => Outcome::untouched(Action::NothingToSummarize, None),
+            },
+        )
+    }
+
     /// On a call that passes through: once the request is within half of a trigger,
     /// keep its list's planning index up to date (the new messages only), so that the
     /// compaction to come plans without reading the whole thread again. Shorter threads
@@ -233,7 +255,7 @@ impl Compactor {
         let Some(lineage) = request.lineage() else {
             return;
         };
-        if !self.config.enabled || request.messages.is_empty() {
+        if !self.enabled() || request.messages.is_empty() {
             return;
         }
         let len = request.messages.len() as u64;
@@ -242,82 +264,8 @@ impl Compactor {
             Limit::Messages(n) => len >= n / 2,
         });
         if near {
-            self.plan_indexes
-                .index(&request.messages, lineage, &self.rescue);
+            self.plan_indexes()
+                .index(&request.messages, lineage, self.rescue());
         }
-    }
-
-    /// What of the overflow the extractive summarizer reads: the first
-    /// [`OVERFLOW_TASK_MESSAGES`] user messages (where a conversation states its task)
-    /// and the newest messages within [`OVERFLOW_CONDENSE_FACTOR`] x
-    /// `trim_tokens_to_summarize`; the number left out. In a thread that compacts as it
-    /// grows the overflow is a handful of messages and nothing is left out; only the
-    /// first compaction of a long thread (a migrated history, a raised trigger) would
-    /// otherwise condense all of it, which cost ~85 ms on 10,000 messages.
-    fn bound_overflow(
-        &self,
-        messages: &[Message],
-        per_message: &[u64],
-        overflow: Vec<usize>,
-    ) -> (Vec<usize>, usize) {
-        let Some(trim) = self.config.trim_tokens_to_summarize else {
-            return (overflow, 0);
-        };
-        let budget = trim.saturating_mul(OVERFLOW_CONDENSE_FACTOR);
-        let mut used = 0u64;
-        let mut newest = overflow.len();
-        while newest > 0 && used + per_message[overflow[newest - 1]] <= budget {
-            used += per_message[overflow[newest - 1]];
-            newest -= 1;
-        }
-        if newest == 0 {
-            return (overflow, 0);
-        }
-        let task: Vec<usize> = overflow[..newest]
-            .iter()
-            .copied()
-            .filter(|&i| messages[i].is_human())
-            .take(OVERFLOW_TASK_MESSAGES)
-            .collect();
-        let omitted = newest - task.len();
-        let mut kept = task;
-        kept.extend_from_slice(&overflow[newest..]);
-        (kept, omitted)
-    }
-
-    /// Splits the evicted messages into what the summary call reads (the newest within
-    /// `trim_tokens_to_summarize`, starting on a whole bundle) and the older overflow.
-    fn trim(
-        &self,
-        messages: &[Message],
-        per_message: &[u64],
-        mut evicted: Vec<usize>,
-        planner: &Planner<'_>,
-    ) -> (Vec<usize>, Vec<usize>) {
-        let Some(budget) = self.config.trim_tokens_to_summarize else {
-            return (evicted, Vec::new());
-        };
-        let mut used = 0u64;
-        let mut start = evicted.len();
-        while start > 0 {
-            let t = per_message[evicted[start - 1]];
-            if used + t > budget && start < evicted.len() {
-                break;
-            }
-            used += t;
-            start -= 1;
-        }
-        // Do not open the transcript with results whose call was trimmed away.
-        while start < evicted.len()
-            && messages[evicted[start]].is_tool()
-            && planner
-                .pairs()
-                .caller_of(evicted[start])
-                .is_none_or(|ai| !evicted[start..].contains(&ai))
-        {
-            start += 1;
-        }
-        let fold_input = evicted.split_off(start);
-        (fold_input, evicted)
     }
 }

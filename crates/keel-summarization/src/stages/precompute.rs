@@ -24,6 +24,7 @@
 //! [`reuse`]: crate::stages::reuse
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -37,8 +38,8 @@ use tokio::task::JoinHandle;
 
 use crate::events::SummarySource;
 use crate::middleware::{Action, CompactionReport, Compactor, Summarizer};
-use crate::plan::{self, Limit};
-use crate::stages::{Call, Written};
+use crate::rules;
+use crate::stages::Call;
 
 /// A running background summary: its number and its task.
 type Running = (u64, JoinHandle<()>);
@@ -111,58 +112,7 @@ const BASES: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(4096) {
     None => std::num::NonZeroUsize::MIN,
 };
 
-/// True when what is sent (`tokens`, `messages`) has used `share` of the room between
-/// `base` (what the thread sent right after its summary last changed; zero before its
-/// first compaction) and one of `triggers`. Timed from the floor, a thread whose fixed
-/// part and recent window already fill most of a trigger does not fold again after
-/// every message.
-fn near(triggers: &[Limit], share: f64, base: (u64, usize), tokens: u64, messages: usize) -> bool {
-    let reached =
-        |now: f64, base: f64, limit: f64| now >= base.min(limit) + share * (limit - base).max(0.0);
-    triggers.iter().any(|t| match *t {
-        Limit::Tokens(n) => reached(tokens as f64, base.0 as f64, n as f64),
-        Limit::Messages(n) => reached(messages as f64, base.1 as f64, n as f64),
-    })
-}
-
 impl Compactor {
-    /// The keep policy of a speculative summary: the configured one, less what the
-    /// thread will grow before it crosses a trigger (`sent` is what it sends now). The
-    /// crossing call then sends the window the blocking path would have kept, and a
-    /// thread folds as often as without `precompute_at` (a summary written ahead with
-    /// the full window would cover only what grew past it, and fold again soon after).
-    fn keep_ahead(&self, call: &Call<'_>, sent: (u64, usize)) -> Limit {
-        let m = &call.measured;
-        let keep = plan::resolve(self.config.keep, m.window)
-            .unwrap_or(Limit::Messages(plan::DEFAULT_MESSAGES_TO_KEEP));
-        // The share of the nearest trigger reached, and the room left under each kind.
-        let mut reached: f64 = 0.0;
-        let (mut tokens_left, mut messages_left) = (None::<u64>, None::<u64>);
-        for t in &m.triggers {
-            match *t {
-                Limit::Tokens(n) => {
-                    reached = reached.max(sent.0 as f64 / n.max(1) as f64);
-                    let left = n.saturating_sub(sent.0);
-                    tokens_left = Some(tokens_left.map_or(left, |l| l.min(left)));
-                }
-                Limit::Messages(n) => {
-                    reached = reached.max(sent.1 as f64 / n.max(1) as f64);
-                    let left = n.saturating_sub(sent.1 as u64);
-                    messages_left = Some(messages_left.map_or(left, |l| l.min(left)));
-                }
-            }
-        }
-        let scaled = |k: u64| (k as f64 * reached.min(1.0)).floor() as u64;
-        match keep {
-            Limit::Tokens(k) => {
-                Limit::Tokens(tokens_left.map_or(scaled(k), |l| k.saturating_sub(l)))
-            }
-            Limit::Messages(k) => {
-                Limit::Messages(messages_left.map_or(scaled(k), |l| k.saturating_sub(l)))
-            }
-        }
-    }
-
     /// After a call: starts the thread's speculative summary when what was sent reached
     /// `precompute_at` x a trigger and is still under every trigger.
     pub(crate) async fn maybe_precompute(
@@ -170,10 +120,10 @@ impl Compactor {
         request: &ModelRequest,
         report: &CompactionReport,
     ) {
-        let Some(share) = core.config.precompute_at else {
+        let Some(share) = core.precompute_at() else {
             return;
         };
-        if !core.config.enabled
+        if !core.enabled()
             || !matches!(
                 report.action,
                 Action::PassThrough | Action::CacheReused | Action::Compacted
@@ -187,33 +137,38 @@ impl Compactor {
         // A floor only raises the threshold: a call not near it from zero needs no key
         // (most calls of a thread, so the pass-through path stays cheap).
         if !compacted
-            && (plan::triggered(&triggers, tokens, messages)
-                || !near(&triggers, share, (0, 0), tokens, messages))
+            && (rules::triggered(&triggers, tokens, messages)
+                || !rules::near_trigger(&triggers, share, (0, 0), tokens, messages))
         {
             return;
         }
         let counter = core.counter_for(request.model.profile());
         let key = core.cache_key(&request.runtime.thread_id, request, counter.as_ref());
         if compacted {
-            core.precompute
+            core.precompute()
                 .bases
                 .lock()
                 .put(key.clone(), (tokens, messages));
         }
         let base = core
-            .precompute
+            .precompute()
             .bases
             .lock()
             .get(&key)
             .copied()
             .unwrap_or((0, 0));
-        if plan::triggered(&triggers, tokens, messages)
-            || !near(&triggers, share, base, tokens, messages)
+        if rules::triggered(&triggers, tokens, messages)
+            || !rules::near_trigger(&triggers, share, base, tokens, messages)
         {
             return;
         }
         let thread = request.runtime.thread_id.to_string();
-        if core.precompute.running.lock().contains_key(thread.as_str()) {
+        if core
+            .precompute()
+            .running
+            .lock()
+            .contains_key(thread.as_str())
+        {
             return;
         }
         if !dangling_tool_calls(&request.messages, Pending::Keep).is_empty() {
@@ -222,33 +177,34 @@ impl Compactor {
         }
         // The thread's gate is taken now, so a crossing call that comes before the task
         // runs waits for this summary instead of writing its own.
-        let Some(flight) = core.cache.try_single_flight(&key) else {
+        let Some(flight) = core.cache().try_single_flight(&key) else {
             return;
         };
-        if let Summarizer::Extractive = core.summarizer {
-            core.precompute_once(request.clone(), key, share).await;
+        if let Summarizer::Extractive = core.summarizer() {
+            // Boxed: a call that writes no summary ahead never carries its state.
+            Box::pin(core.precompute_once(request.clone(), key, share)).await;
             drop(flight);
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let Ok(permit) = core.precompute.permits.clone().try_acquire_owned() else {
+        let Ok(permit) = core.precompute().permits.clone().try_acquire_owned() else {
             tracing::debug!(thread_id = %thread, "summarization: every background summary slot is busy; the crossing call will summarize");
             return;
         };
-        let mut running = core.precompute.running.lock();
+        let mut running = core.precompute().running.lock();
         if running.contains_key(thread.as_str()) {
             return;
         }
-        let id = core.precompute.next.fetch_add(1, Ordering::Relaxed);
+        let id = core.precompute().next.fetch_add(1, Ordering::Relaxed);
         let task_core = core.clone();
         let request = request.clone();
         let task_thread = thread.clone();
         let task = handle.spawn(async move {
             task_core.precompute_once(request, key, share).await;
             drop((flight, permit));
-            let mut running = task_core.precompute.running.lock();
+            let mut running = task_core.precompute().running.lock();
             if running.get(&task_thread).is_some_and(|(n, _)| *n == id) {
                 running.remove(&task_thread);
             }
@@ -262,70 +218,66 @@ impl Compactor {
     async fn precompute_once(&self, request: ModelRequest, key: String, share: f64) {
         let counter = self.counter_for(request.model.profile());
         let measured = self.measure(&request, counter.as_ref());
-        let ttl = Duration::from_secs_f64(self.config.summary_deadline_seconds + 10.0);
-        let lease = self
-            .cache
-            .try_lease(&key, &self.precompute.holder, ttl)
-            .await;
+        let ttl = Duration::from_secs_f64(self.summary_deadline_secs() + 10.0);
+        let (cache, holder) = (self.cache(), &self.precompute().holder);
+        let lease = cache.try_lease(&key, holder, ttl).await;
         if lease == Some(false) {
             return;
         }
-        let mut call = Call {
-            request: &request,
-            counter,
-            measured,
-            key,
-            background: true,
-            keep: None,
-            manual: false,
-        };
+        let mut call = Call::new(&request, counter, measured);
+        call.key = key;
+        call.background = true;
         self.precompute_for(&mut call, share).await;
-        self.cache
-            .release_lease(&call.key, &self.precompute.holder)
-            .await;
+        cache.release_lease(&call.key, holder).await;
     }
 
     async fn precompute_for(&self, call: &mut Call<'_>, share: f64) {
-        let cached = match self.cache.get(&call.key).await {
+        let (cache, precompute) = (self.cache(), self.precompute());
+        let cached = match cache.get(&call.key).await {
             Some(entry) if self.matches(call, &entry) => Some(entry),
             _ => None,
         };
         // What the thread sends today: the whole request, or `[summary, *recent]`.
         let mut sent = (call.measured.total, call.request.messages.len());
-        let base = self
-            .precompute
+        let base = precompute
             .bases
             .lock()
             .get(&call.key)
             .copied()
             .unwrap_or((0, 0));
         if let Some(entry) = &cached
-            && let Some(p) = self.reuse(call, entry, SummarySource::Cache, None)
+            && let Some(a) = self.serve(call, entry, SummarySource::Cache, None)
         {
-            sent = (p.report.tokens_after, p.request.messages.len());
-            if !near(&call.measured.triggers, share, base, sent.0, sent.1) {
+            sent = (a.report.tokens_after, a.messages.len());
+            if !rules::near_trigger(&call.measured.triggers, share, base, sent.0, sent.1) {
                 return;
             }
         }
-        call.keep = Some(self.keep_ahead(call, sent));
+        let m = &call.measured;
+        call.keep = Some(rules::keep_ahead(
+            self.keep_policy(),
+            m.window,
+            &m.triggers,
+            sent,
+        ));
         let planned = self.plan_cut(call, cached.as_deref());
         if planned.evicts_nothing() {
             return;
         }
-        let Written::Summary(written) = self.summarize(call, cached.as_ref(), &planned).await
+        let ControlFlow::Continue(written) = self.summarize(call, cached.as_ref(), &planned).await
         else {
             return;
         };
-        let mut entry = self.new_entry(call.request, cached.as_deref(), &planned, written.text);
+        let mut entry = self.new_entry(&call.request, cached.as_deref(), &planned, written.text);
         entry.precomputed = true;
-        let entry = self.cache.put(&call.key, entry).await;
-        self.threads
+        let entry = cache.put(&call.key, entry).await;
+        self.memos()
             .set_verified(&call.request.messages, call.request.lineage(), &entry);
-        if let Some(p) = self.reuse(call, &entry, SummarySource::Cache, None) {
-            let floor = (p.report.tokens_after, p.request.messages.len());
-            self.precompute.bases.lock().put(call.key.clone(), floor);
+        if let Some(a) = self.serve(call, &entry, SummarySource::Cache, None) {
+            let floor = (a.report.tokens_after, a.messages.len());
+            precompute.bases.lock().put(call.key.clone(), floor);
         }
-        self.precompute.written.fetch_add(1, Ordering::Relaxed);
+        precompute.written.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             thread_id = %call.request.runtime.thread_id,
             boundary = entry.boundary,

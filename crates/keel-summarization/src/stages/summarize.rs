@@ -5,16 +5,23 @@
 //! breaker, fallback model) and announces itself with `context_compacting`. When it
 //! fails: the last good summary is reused; else, if the request fits the model's
 //! window, it is sent uncompressed; else an extractive summary stands in.
+//!
+//! [`write`](Compactor::write) runs it as one writer per thread across processes sharing
+//! the store (a summary another process is writing is waited for and served), then
+//! caches the new entry.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_core::message::Message;
+use keel_core::middleware::ModelRequest;
 
-use crate::cache::CachedSummary;
+use crate::cache::{CachedSummary, prefix_hash};
 use crate::events::{ContextCompacting, SummarySource};
 use crate::extractive;
-use crate::middleware::{Action, Compactor, Prepared, Summarizer};
-use crate::stages::{Call, Planned};
+use crate::middleware::{Action, Compactor, Summarizer};
+use crate::stages::{Call, Outcome, Planned, Step};
 use crate::summary_call::{ResponseSchema, SummaryCallError, SummaryModels};
 use crate::transcript::SummaryPrompt;
 
@@ -30,22 +37,15 @@ pub(crate) struct Summary {
     pub error: Option<String>,
 }
 
-/// What summarizing produced.
-pub(crate) enum Written {
-    /// A summary to cache and assemble.
-    Summary(Summary),
-    /// The call ends here with this request (a fallback that needs no new summary).
-    Final(Box<Prepared>),
-}
-
 impl Compactor {
-    /// Writes the summary for `planned`, folding into `cached`'s text.
+    /// Writes the summary for `planned`, folding into `cached`'s text; `Break` when the
+    /// call ends with a fallback that needs no new summary.
     pub(crate) async fn summarize(
         &self,
         call: &Call<'_>,
         cached: Option<&Arc<CachedSummary>>,
         planned: &Planned,
-    ) -> Written {
+    ) -> Step<Summary> {
         let messages: &[Message] = &call.request.messages;
         let mut existing = cached.map(|e| e.summary.clone());
         if !planned.overflow.is_empty() || planned.omitted > 0 {
@@ -73,9 +73,9 @@ impl Compactor {
         let extract =
             || extractive::summarize(existing.as_deref(), &fold, &self.extractive_options());
 
-        let summary_model = match &self.summarizer {
+        let summary_model = match self.summarizer() {
             Summarizer::Extractive => {
-                return Written::Summary(Summary {
+                return ControlFlow::Continue(Summary {
                     text: extract(),
                     source: SummarySource::Extractive,
                     calls: 0,
@@ -84,21 +84,19 @@ impl Compactor {
             }
             Summarizer::Model(m) => m,
         };
-        let request = call.request;
+        let request = &*call.request;
         let prompt = match SummaryPrompt::new(
-            &self.prompt,
+            self.prompt(),
             existing.as_deref(),
             &fold,
             &self.transcript_options(),
         ) {
             Ok(p) => p,
             Err(e) => {
-                return Written::Final(Box::new(self.untouched(
-                    request,
-                    &call.measured,
+                return ControlFlow::Break(Outcome::untouched(
                     Action::PassThrough,
                     Some(e.to_string()),
-                )));
+                ));
             }
         };
         let models = match summary_model {
@@ -106,21 +104,21 @@ impl Compactor {
             None => SummaryModels::single(request.model.clone()),
         };
         let thread = &request.runtime.thread_id;
-        if !call.background && self.caller.breaker().peek(thread).is_ok() {
-            ContextCompacting::new(self.config.compacting_message.clone())
+        let caller = self.caller();
+        if !call.background && caller.breaker().peek(thread).is_ok() {
+            ContextCompacting::new(self.compacting_message().to_owned())
                 .emit(&request.runtime.writer);
         }
         // Structured output where the provider takes it: a small local model's answer
         // is then one JSON string, unwrapped back to the summary text.
         let schema = ResponseSchema::summary_text();
-        let cap = self.caller.options().max_output_tokens;
-        let err = match self
-            .caller
+        let cap = caller.options().max_output_tokens;
+        let err = match caller
             .call_shaped(thread, &models, &prompt, None, cap, Some(&schema))
             .await
         {
             Ok(out) => {
-                return Written::Summary(Summary {
+                return ControlFlow::Continue(Summary {
                     text: out.text,
                     source: SummarySource::Model,
                     calls: out.attempts,
@@ -136,32 +134,123 @@ impl Compactor {
         let reason = err.to_string();
         if call.background {
             tracing::warn!(thread_id = %thread, error = %reason, "speculative summary failed; the crossing call will summarize");
-            return Written::Final(Box::new(self.untouched(
-                request,
-                &call.measured,
+            return ControlFlow::Break(Outcome::untouched(
                 Action::UncompressedAfterFailure,
                 Some(reason),
-            )));
+            ));
         }
         tracing::warn!(thread_id = %thread, error = %reason, "summary failed; using the fallback");
         if let Some(e) = cached
-            && let Some(mut p) = self.reuse(call, e, SummarySource::LastGood, Some(reason.clone()))
+            && let Some(mut a) = self.serve(call, e, SummarySource::LastGood, Some(reason.clone()))
         {
-            p.report.summary_calls = calls;
-            self.emit_compacted(request, &p.report);
-            return Written::Final(Box::new(p));
+            a.report.summary_calls = calls;
+            return ControlFlow::Break(Outcome::Summarized(a));
         }
         let m = &call.measured;
         if m.window.is_none_or(|w| m.total < w) {
-            let mut p = self.untouched(request, m, Action::UncompressedAfterFailure, Some(reason));
-            p.report.summary_calls = calls;
-            return Written::Final(Box::new(p));
+            return ControlFlow::Break(Outcome::Untouched {
+                action: Action::UncompressedAfterFailure,
+                error: Some(reason),
+                summary_calls: calls,
+            });
         }
-        Written::Summary(Summary {
+        ControlFlow::Continue(Summary {
             text: extract(),
             source: SummarySource::Extractive,
             calls,
             error: Some(reason),
         })
+    }
+
+    /// Stage 5 with its bookkeeping: the summary of `planned`, written by one writer
+    /// per thread, cached, and recorded as matching the request's list.
+    pub(crate) async fn write(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&Arc<CachedSummary>>,
+        planned: &Planned,
+    ) -> Step<(Arc<CachedSummary>, Summary)> {
+        let leased = self.one_writer(call).await?;
+        let written = match self.summarize(call, cached, planned).await {
+            ControlFlow::Continue(written) => written,
+            ControlFlow::Break(outcome) => {
+                self.release_writer(call, leased).await;
+                return ControlFlow::Break(outcome);
+            }
+        };
+        let request = &*call.request;
+        let entry = self.new_entry(request, cached.map(|e| &**e), planned, written.text.clone());
+        let entry = self.cache().put(&call.key, entry).await;
+        self.release_writer(call, leased).await;
+        self.memos()
+            .set_verified(&request.messages, request.lineage(), &entry);
+        ControlFlow::Continue((entry, written))
+    }
+
+    /// Before a model summary, with a store shared by other processes: takes the
+    /// thread's lease, or, while another process holds it (writing the same summary,
+    /// often ahead of time), waits for that summary and serves it (`Break`). Gives up
+    /// waiting after `summary_deadline_seconds` and writes its own. `true`: the lease
+    /// is held and must be given back.
+    async fn one_writer(&self, call: &Call<'_>) -> Step<bool> {
+        if matches!(self.summarizer(), Summarizer::Extractive) || !self.cache().has_store() {
+            return ControlFlow::Continue(false);
+        }
+        let holder = &self.precompute().holder;
+        let deadline = Duration::from_secs_f64(self.summary_deadline_secs());
+        let ttl = deadline + Duration::from_secs(10);
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            match self.cache().try_lease(&call.key, holder, ttl).await {
+                Some(false) => {}
+                Some(true) => return ControlFlow::Continue(true),
+                None => return ControlFlow::Continue(false),
+            }
+            if tokio::time::Instant::now() >= until {
+                return ControlFlow::Continue(false);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Read the store again: the other process's summary is not in this one's.
+            self.cache().invalidate(&call.key);
+            self.lookup(call, None).await?;
+        }
+    }
+
+    async fn release_writer(&self, call: &Call<'_>, leased: bool) {
+        if leased {
+            self.cache()
+                .release_lease(&call.key, &self.precompute().holder)
+                .await;
+        }
+    }
+
+    /// The cache entry for a summary `text` of `planned`'s cut.
+    pub(crate) fn new_entry(
+        &self,
+        request: &ModelRequest,
+        cached: Option<&CachedSummary>,
+        planned: &Planned,
+        text: String,
+    ) -> CachedSummary {
+        match cached {
+            // The previous entry matched this list, so the new one extends its hash.
+            Some(previous) => CachedSummary::extending(
+                previous,
+                text,
+                &request.messages,
+                planned.cut,
+                planned.rescued.clone(),
+            ),
+            // The kept planning index already holds the prefix hash; else hash it here.
+            None => {
+                let cut = planned.cut.min(request.messages.len());
+                let hash = planned
+                    .index
+                    .as_ref()
+                    .and_then(|ix| ix.prefix_hash(cut))
+                    .unwrap_or_else(|| prefix_hash(&request.messages[..cut]));
+                CachedSummary::with_prefix_hash(text, cut, planned.rescued.clone(), hash)
+            }
+        }
     }
 }

@@ -1,18 +1,9 @@
-//! Where to cut: triggers, the keep policy, rescue and stickiness headroom.
+//! The rule book: triggers, the keep policy, rescue, stickiness headroom and the trim
+//! budget, as pure functions of the messages, their token counts and the settings.
 //!
-//! Everything here is a pure function of the messages and their token counts, so the
-//! middleware, `keel compact` and the LangChain parity test share one implementation.
-//!
-//! ```
-//! use keel_core::message::Message;
-//! use keel_summarization::config::ContextSize;
-//! use keel_summarization::plan::langchain_split;
-//!
-//! let msgs: Vec<Message> = (0..30).map(|i| Message::human(format!("message {i}"))).collect();
-//! let split = langchain_split(&msgs, &[ContextSize::Messages(25)], ContextSize::Messages(10), None);
-//! assert!(split.triggered);
-//! assert_eq!(split.cut, 20); // summarize 20, keep the last 10
-//! ```
+//! The stages ([`crate::stages`]) apply these rules to one call; nothing here reads
+//! the middleware's state. The part users call (the LangChain split and the latest
+//! user message) is public as [`crate::plan`].
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -27,16 +18,15 @@ use crate::config::ContextSize;
 use keel_core::pairs::PairIndex;
 
 /// LangChain's fallback when a fraction `keep` cannot be resolved.
-pub const DEFAULT_MESSAGES_TO_KEEP: u64 = 20;
+pub(crate) const DEFAULT_MESSAGES_TO_KEEP: u64 = 20;
 
-/// The share of `keep` that stickiness headroom may never shrink the kept tail below
-/// (see [`Planner::floor_cut`]): one half.
-pub const KEEP_FLOOR_SHARE: f64 = 1.0 / KEEP_FLOOR_DIVISOR as f64;
+/// `keep` over this is the share that stickiness headroom may never shrink the kept tail
+/// below (see [`Planner::floor_cut`]): one half.
 const KEEP_FLOOR_DIVISOR: u64 = 2;
 
 /// A trigger or keep size with fractions resolved against a context window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// Tokens.
     Tokens(u64),
     /// Messages.
@@ -44,7 +34,7 @@ pub enum Limit {
 }
 
 /// Resolves `size` against the context window; `None` for a fraction with no window.
-pub fn resolve(size: ContextSize, max_input_tokens: Option<u64>) -> Option<Limit> {
+pub(crate) fn resolve(size: ContextSize, max_input_tokens: Option<u64>) -> Option<Limit> {
     match size {
         ContextSize::Tokens(t) => Some(Limit::Tokens(t)),
         ContextSize::Messages(m) => Some(Limit::Messages(m)),
@@ -55,7 +45,7 @@ pub fn resolve(size: ContextSize, max_input_tokens: Option<u64>) -> Option<Limit
 }
 
 /// True when any trigger is reached (`>=`): `tokens` counts the whole request.
-pub fn triggered(triggers: &[Limit], tokens: u64, messages: usize) -> bool {
+pub(crate) fn triggered(triggers: &[Limit], tokens: u64, messages: usize) -> bool {
     triggers.iter().any(|t| match *t {
         Limit::Tokens(n) => tokens >= n,
         Limit::Messages(n) => messages as u64 >= n,
@@ -72,14 +62,14 @@ pub fn latest_user_message(messages: &[Message]) -> Option<usize> {
 
 /// The AI message whose calls are pending in the current step: the last non-tool
 /// message, when it made tool calls.
-pub fn pending_tail(messages: &[Message]) -> Option<usize> {
+pub(crate) fn pending_tail(messages: &[Message]) -> Option<usize> {
     let i = messages.iter().rposition(|m| !m.is_tool())?;
     (!messages[i].tool_calls().is_empty()).then_some(i)
 }
 
 /// Suffix sums: `suffix[i]` = tokens of `messages[i..]` (`suffix[n]` = 0). Monotonic by
 /// construction, which the keep search needs.
-pub fn suffix_sums(per_message: &[u64]) -> Vec<u64> {
+pub(crate) fn suffix_sums(per_message: &[u64]) -> Vec<u64> {
     let mut out = vec![0u64; per_message.len() + 1];
     for i in (0..per_message.len()).rev() {
         out[i] = out[i + 1] + per_message[i];
@@ -91,7 +81,7 @@ pub fn suffix_sums(per_message: &[u64]) -> Vec<u64> {
 /// `messages: n` cuts at `len - n` (0 when `len <= n`); `tokens: t` keeps everything when
 /// it all fits, else binary-searches the earliest suffix that fits, else keeps only the
 /// last message.
-pub fn keep_cut(keep: Limit, suffix: &[u64]) -> usize {
+pub(crate) fn keep_cut(keep: Limit, suffix: &[u64]) -> usize {
     let n = suffix.len().saturating_sub(1);
     match keep {
         Limit::Messages(k) => n.saturating_sub(usize::try_from(k).unwrap_or(usize::MAX)),
@@ -173,7 +163,7 @@ pub fn langchain_split(
 
 /// Skill-rescue settings (DeerFlow's `preserve_recent_skill_*` keys).
 #[derive(Clone, Debug, PartialEq)]
-pub struct SkillRescue {
+pub(crate) struct SkillRescue {
     /// How many skill files at most (0 disables).
     pub max_count: u64,
     /// Total token budget of rescued skill bundles.
@@ -188,7 +178,7 @@ pub struct SkillRescue {
 
 /// What the planner may keep besides the recent window.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RescuePolicy {
+pub(crate) struct RescuePolicy {
     /// Keep the latest real user message.
     pub latest_user_message: bool,
     /// Keep messages flagged `dynamic_context`.
@@ -199,6 +189,7 @@ pub struct RescuePolicy {
 
 impl RescuePolicy {
     /// No rescue at all (LangChain's behaviour).
+    #[cfg(test)]
     pub fn none() -> Self {
         RescuePolicy {
             latest_user_message: false,
@@ -216,7 +207,7 @@ impl RescuePolicy {
 
 /// Lexically normalises an absolute path (`//`, `.`, `..`, trailing `/`); `None` for a
 /// relative path.
-pub fn normalize_path(path: &str) -> Option<String> {
+pub(crate) fn normalize_path(path: &str) -> Option<String> {
     let path = path.trim();
     if !path.starts_with('/') {
         return None;
@@ -235,7 +226,11 @@ pub fn normalize_path(path: &str) -> Option<String> {
 }
 
 /// The normalised skill path a tool call reads, if it is a skill read.
-pub fn skill_path(call: &keel_core::message::ToolCall, skills: &SkillRescue) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn skill_path(
+    call: &keel_core::message::ToolCall,
+    skills: &SkillRescue,
+) -> Option<String> {
     skill_path_under(call, skills, &normalize_path(&skills.container_path)?)
 }
 
@@ -294,7 +289,7 @@ type SkillBundle = (usize, Vec<usize>, BTreeSet<String>, u64, u64);
 /// one pass, and [`extend`](Self::extend)ed as an append-only list grows, so that the
 /// first compaction of a long thread does not have to read the whole thread again.
 #[derive(Clone, Debug)]
-pub struct PlanIndex {
+pub(crate) struct PlanIndex {
     pairs: PairIndex,
     /// Messages flagged `dynamic_context` (when the policy rescues them), ascending.
     dynamic: Vec<usize>,
@@ -423,7 +418,7 @@ impl Facts {
 }
 
 /// Precomputed facts for planning over one message list.
-pub struct Planner<'a> {
+pub(crate) struct Planner<'a> {
     messages: &'a [Message],
     per_message: &'a [u64],
     suffix: Vec<u64>,
@@ -437,7 +432,7 @@ pub struct Planner<'a> {
 
 /// A plan: what is summarized, what is rescued, what is kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// `messages[cut..]` are the recent window.
     pub cut: usize,
     /// Indices before `cut` kept verbatim, ascending.
@@ -622,7 +617,7 @@ impl<'a> Planner<'a> {
     ///   its bundle (in a tool loop: the results the model just received, and the step
     ///   before them);
     /// - the latest real user message, unless rescue keeps it verbatim anyway;
-    /// - [`KEEP_FLOOR_SHARE`] of `keep` (half of `messages: 20` is the last 10 messages;
+    /// - `keep` over [`KEEP_FLOOR_DIVISOR`] (half of `messages: 20` is the last 10 messages;
     ///   half of `tokens: 3000` is the newest suffix within 1,500 tokens).
     pub fn floor_cut(&self, keep: Limit) -> usize {
         let n = self.messages.len();
@@ -720,6 +715,155 @@ impl<'a> Planner<'a> {
             return plan;
         }
         self.plan_at(next, exclude)
+    }
+}
+
+/// How many times `trim_tokens_to_summarize` of the overflow the extractive summarizer
+/// condenses (see `bound_overflow`).
+pub(crate) const OVERFLOW_CONDENSE_FACTOR: u64 = 2;
+
+/// How many of the overflow's first user messages are always condensed.
+pub(crate) const OVERFLOW_TASK_MESSAGES: usize = 3;
+
+/// True when compacting `before` (tokens, messages) into `after` would not shrink what
+/// fired: compaction never sends more tokens when a token trigger was reached, nor as
+/// many messages when a message trigger was.
+pub(crate) fn grows(triggers: &[Limit], before: (u64, usize), after: (u64, usize)) -> bool {
+    triggers.iter().any(|t| match *t {
+        Limit::Tokens(n) => before.0 >= n && after.0 >= before.0,
+        Limit::Messages(n) => before.1 as u64 >= n && after.1 >= before.1,
+    })
+}
+
+/// What of the overflow the extractive summarizer reads: the first
+/// [`OVERFLOW_TASK_MESSAGES`] user messages (where a conversation states its task)
+/// and the newest messages within [`OVERFLOW_CONDENSE_FACTOR`] x
+/// `trim_tokens_to_summarize` (`trim`); the number left out. In a thread that compacts as it
+/// grows the overflow is a handful of messages and nothing is left out; only the
+/// first compaction of a long thread (a migrated history, a raised trigger) would
+/// otherwise condense all of it, which cost ~85 ms on 10,000 messages.
+pub(crate) fn bound_overflow(
+    trim: Option<u64>,
+    messages: &[Message],
+    per_message: &[u64],
+    overflow: Vec<usize>,
+) -> (Vec<usize>, usize) {
+    let Some(trim) = trim else {
+        return (overflow, 0);
+    };
+    let budget = trim.saturating_mul(OVERFLOW_CONDENSE_FACTOR);
+    let mut used = 0u64;
+    let mut newest = overflow.len();
+    while newest > 0 && used + per_message[overflow[newest - 1]] <= budget {
+        used += per_message[overflow[newest - 1]];
+        newest -= 1;
+    }
+    if newest == 0 {
+        return (overflow, 0);
+    }
+    let task: Vec<usize> = overflow[..newest]
+        .iter()
+        .copied()
+        .filter(|&i| messages[i].is_human())
+        .take(OVERFLOW_TASK_MESSAGES)
+        .collect();
+    let omitted = newest - task.len();
+    let mut kept = task;
+    kept.extend_from_slice(&overflow[newest..]);
+    (kept, omitted)
+}
+
+/// Splits the evicted messages into what the summary call reads (the newest within
+/// `trim_tokens_to_summarize`, starting on a whole bundle) and the older overflow.
+pub(crate) fn trim(
+    budget: Option<u64>,
+    messages: &[Message],
+    per_message: &[u64],
+    mut evicted: Vec<usize>,
+    planner: &Planner<'_>,
+) -> (Vec<usize>, Vec<usize>) {
+    let Some(budget) = budget else {
+        return (evicted, Vec::new());
+    };
+    let mut used = 0u64;
+    let mut start = evicted.len();
+    while start > 0 {
+        let t = per_message[evicted[start - 1]];
+        if used + t > budget && start < evicted.len() {
+            break;
+        }
+        used += t;
+        start -= 1;
+    }
+    // Do not open the transcript with results whose call was trimmed away.
+    while start < evicted.len()
+        && messages[evicted[start]].is_tool()
+        && planner
+            .pairs()
+            .caller_of(evicted[start])
+            .is_none_or(|ai| !evicted[start..].contains(&ai))
+    {
+        start += 1;
+    }
+    let fold_input = evicted.split_off(start);
+    (fold_input, evicted)
+}
+
+/// True when what is sent (`tokens`, `messages`) has used `share` of the room between
+/// `base` (what the thread sent right after its summary last changed; zero before its
+/// first compaction) and one of `triggers`. Timed from the floor, a thread whose fixed
+/// part and recent window already fill most of a trigger does not fold again after
+/// every message.
+pub(crate) fn near_trigger(
+    triggers: &[Limit],
+    share: f64,
+    base: (u64, usize),
+    tokens: u64,
+    messages: usize,
+) -> bool {
+    let reached =
+        |now: f64, base: f64, limit: f64| now >= base.min(limit) + share * (limit - base).max(0.0);
+    triggers.iter().any(|t| match *t {
+        Limit::Tokens(n) => reached(tokens as f64, base.0 as f64, n as f64),
+        Limit::Messages(n) => reached(messages as f64, base.1 as f64, n as f64),
+    })
+}
+
+/// The keep policy of a speculative summary: the configured `keep`, less what the
+/// thread will grow before it crosses a trigger (`sent` is what it sends now). The
+/// crossing call then sends the window the blocking path would have kept, and a
+/// thread folds as often as without `precompute_at` (a summary written ahead with
+/// the full window would cover only what grew past it, and fold again soon after).
+pub(crate) fn keep_ahead(
+    keep: ContextSize,
+    window: Option<u64>,
+    triggers: &[Limit],
+    sent: (u64, usize),
+) -> Limit {
+    let keep = resolve(keep, window).unwrap_or(Limit::Messages(DEFAULT_MESSAGES_TO_KEEP));
+    // The share of the nearest trigger reached, and the room left under each kind.
+    let mut reached: f64 = 0.0;
+    let (mut tokens_left, mut messages_left) = (None::<u64>, None::<u64>);
+    for t in triggers {
+        match *t {
+            Limit::Tokens(n) => {
+                reached = reached.max(sent.0 as f64 / n.max(1) as f64);
+                let left = n.saturating_sub(sent.0);
+                tokens_left = Some(tokens_left.map_or(left, |l| l.min(left)));
+            }
+            Limit::Messages(n) => {
+                reached = reached.max(sent.1 as f64 / n.max(1) as f64);
+                let left = n.saturating_sub(sent.1 as u64);
+                messages_left = Some(messages_left.map_or(left, |l| l.min(left)));
+            }
+        }
+    }
+    let scaled = |k: u64| (k as f64 * reached.min(1.0)).floor() as u64;
+    match keep {
+        Limit::Tokens(k) => Limit::Tokens(tokens_left.map_or(scaled(k), |l| k.saturating_sub(l))),
+        Limit::Messages(k) => {
+            Limit::Messages(messages_left.map_or(scaled(k), |l| k.saturating_sub(l)))
+        }
     }
 }
 
