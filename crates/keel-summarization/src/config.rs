@@ -633,6 +633,13 @@ impl SummarizationConfig {
     pub fn from_yaml_str(text: &str) -> Result<LoadedConfig, ConfigError> {
         let root =
             yaml::parse(text).map_err(|(message, line)| ConfigError::Syntax { message, line })?;
+        Self::from_node(&root)
+    }
+
+    /// Validates an already parsed document or section (the bare mapping, or a mapping
+    /// with a `summarization:` key), e.g. the settings of a stack file's
+    /// `- summarization:` entry; errors name the lines of the file it was parsed from.
+    pub fn from_node(root: &Node) -> Result<LoadedConfig, ConfigError> {
         let mut container_from_skills: Option<(String, u64)> = None;
         let section: Option<Node> = match &root.value {
             Yaml::Null => None,

@@ -41,7 +41,8 @@ pub use keel_core::pairs;
 pub mod plan;
 pub(crate) mod stages;
 mod telemetry;
-pub mod yaml;
+/// The line-aware YAML tree every Keel configuration file is read with (keel-config).
+pub use keel_config::yaml;
 
 pub use keel_summary::{
     SUMMARY_NAME, SUMMARY_PREFIX, events, extractive, summary_call, summary_message, transcript,

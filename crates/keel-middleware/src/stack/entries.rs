@@ -10,7 +10,7 @@ use keel_summarization::middleware::{ModelRegistry, SummarizationMiddleware};
 use keel_summarization::yaml::Node;
 
 use super::error::StackError;
-use super::value::{At, known_keys};
+use super::value::{At, Refuse, known_keys};
 use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
 use crate::error::ConfigError;
@@ -172,14 +172,9 @@ fn model_kind(name: &str) -> Option<ModelErrorKind> {
 }
 
 /// Reads one entry.
-pub(crate) fn read(
-    at: &EntryAt<'_>,
-    node: &Node,
-    text: &str,
-    end_line: u64,
-) -> Result<Entry, StackError> {
+pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
     if at.name == "summarization" {
-        return summarization(at, node, text, end_line);
+        return summarization(at, node);
     }
     if at.name == "model_fallback"
         && let keel_summarization::yaml::Yaml::Seq(_) = node.value
@@ -239,7 +234,8 @@ pub(crate) fn read(
     };
     known_keys(&prefix, entries, known)?;
     let opt_limit = |key: &str| -> Result<Option<u64>, StackError> {
-        args.get(key).map_or(Ok(None), |v| v.opt_count(MAX_LIMIT))
+        args.get(key)
+            .map_or(Ok(None), |v| Ok(v.opt_count(MAX_LIMIT)?))
     };
     let ready = |m: Arc<dyn Middleware>| Ok(Entry::Ready(m));
     match at.name {
@@ -285,7 +281,7 @@ pub(crate) fn read(
                     .iter()
                     .map(|k| {
                         model_kind(k).ok_or_else(|| {
-                            v.invalid(
+                            v.refuse(
                                 &format!("{k:?} is not a model error kind"),
                                 &format!("a list of {}", MODEL_KINDS.join(", ")),
                             )
@@ -315,7 +311,7 @@ pub(crate) fn read(
                         "failed" => Ok(ToolFailureKind::Failed),
                         "invalid_arguments" => Ok(ToolFailureKind::InvalidArguments),
                         "unknown" => Ok(ToolFailureKind::Unknown),
-                        _ => Err(v.invalid(
+                        _ => Err(v.refuse(
                             &format!("{k:?} is not a tool failure kind"),
                             &format!("a list of {}", kinds.join(", ")),
                         )),
@@ -407,9 +403,10 @@ pub(crate) fn read(
         "recall" => {
             let mut settings = keel_recall::RecallSettings::default();
             let whole = |key: &str, max: u64| -> Result<Option<usize>, StackError> {
-                args.get(key)
+                Ok(args
+                    .get(key)
                     .map(|v| v.count(max).map(|n| n as usize))
-                    .transpose()
+                    .transpose()?)
             };
             if let Some(n) = whole("max_excerpts", u64::MAX >> 1)? {
                 settings.max_excerpts = n;
@@ -491,7 +488,7 @@ pub(crate) fn read(
                                     "reject" => DecisionType::Reject,
                                     "respond" => DecisionType::Respond,
                                     _ => {
-                                        return Err(f.invalid(
+                                        return Err(f.refuse(
                                             &format!("{d:?} is not a decision"),
                                             "a list of approve, edit, reject, respond",
                                         ));
@@ -597,7 +594,7 @@ pub(crate) fn read(
                 };
                 let model = get("model").ok_or_else(|| {
                     At::new(prefix.clone(), node)
-                        .invalid("has no model", "{model: NAME, criteria: TEXT}")
+                        .refuse("has no model", "{model: NAME, criteria: TEXT}")
                 })?;
                 let criteria = match get("criteria") {
                     Some(c) => c.string()?,
@@ -614,23 +611,24 @@ pub(crate) fn read(
                 classifier: (classifier.string()?, classifier.node.line),
             })
         }
-        _ => Err(StackError::UnknownKey {
+        _ => Err(keel_config::UnknownKey {
             key: prefix,
             suggestion: None,
             line: at.line,
-        }),
+        }
+        .into()),
     }
 }
 
 fn fallback_models(list: &At<'_>) -> Result<Entry, StackError> {
     let keel_summarization::yaml::Yaml::Seq(items) = &list.node.value else {
-        return Err(list.invalid(
+        return Err(list.refuse(
             "is not a list of model names",
             "a list of one or more model names",
         ));
     };
     if items.is_empty() {
-        return Err(list.invalid("no fallback model", "a list of one or more model names"));
+        return Err(list.refuse("no fallback model", "a list of one or more model names"));
     }
     let mut names = Vec::new();
     for (i, n) in items.iter().enumerate() {
@@ -642,7 +640,7 @@ fn fallback_models(list: &At<'_>) -> Result<Entry, StackError> {
 fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackError> {
     if let Some(v) = args.get("token_count_method") {
         v.choice(&["approximate"]).map_err(|_| {
-            v.invalid(
+            v.refuse(
                 "is not supported: Keel chat models do not count tokens",
                 "approximate (LangChain's count_tokens_approximately)",
             )
@@ -652,7 +650,7 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
         return Ok(Entry::Ready(Arc::new(ContextEditing::default())));
     };
     let keel_summarization::yaml::Yaml::Seq(items) = &edits.node.value else {
-        return Err(edits.invalid("is not a list", "a list of `clear_tool_uses: {...}` edits"));
+        return Err(edits.refuse("is not a list", "a list of `clear_tool_uses: {...}` edits"));
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -660,15 +658,16 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
         let entries = At::new(key.clone(), item).map()?;
         let [(kind, kind_line, settings)] = entries else {
             return Err(
-                At::new(key, item).invalid("is not a one-key mapping", "`clear_tool_uses: {...}`")
+                At::new(key, item).refuse("is not a one-key mapping", "`clear_tool_uses: {...}`")
             );
         };
         if kind != "clear_tool_uses" {
-            return Err(StackError::UnknownKey {
+            return Err(keel_config::UnknownKey {
                 key: format!("{key}.{kind}"),
                 suggestion: Some("clear_tool_uses".into()),
                 line: *kind_line,
-            });
+            }
+            .into());
         }
         let prefix = format!("{key}.clear_tool_uses");
         let fields = At::new(prefix.clone(), settings).map()?;
@@ -702,37 +701,20 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
     Ok(Entry::Ready(Arc::new(ContextEditing::new(out))))
 }
 
-/// The `summarization` entry: its lines, cut out of the file with every other line
-/// blanked, so keel-summarization's loader reports the file's own line numbers.
-fn summarization(
-    at: &EntryAt<'_>,
+/// The `summarization` entry: DeerFlow's schema, checked by keel-summarization on the
+/// entry's own part of the parsed file (so its errors name the file's lines).
+pub fn read_summarization(
+    index: usize,
     node: &Node,
-    text: &str,
-    end_line: u64,
-) -> Result<Entry, StackError> {
-    let start = at.line;
-    let mut section = String::with_capacity(text.len());
-    for (i, line) in text.lines().enumerate() {
-        let n = i as u64 + 1;
-        if n == start {
-            // Blank up to and including `summarization:` (keeping the columns).
-            let cut = line
-                .find("summarization")
-                .and_then(|k| line[k..].find(':').map(|c| k + c + 1))
-                .unwrap_or(0);
-            section.push_str(&" ".repeat(line[..cut].chars().count()));
-            section.push_str(&line[cut..]);
-        } else if n > start && n <= end_line {
-            section.push_str(line);
-        }
-        section.push('\n');
-    }
-    let loaded = SummarizationConfig::from_yaml_str(&section).map_err(|source| {
-        StackError::Summarization {
-            index: at.index,
-            source: Box::new(source),
-        }
-    })?;
+) -> Result<keel_summarization::config::LoadedConfig, StackError> {
+    SummarizationConfig::from_node(node).map_err(|source| StackError::Summarization {
+        index,
+        source: Box::new(source),
+    })
+}
+
+fn summarization(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
+    let loaded = read_summarization(at.index, node)?;
     let mut config = loaded.config;
     // Listing it in a stack is asking for it: only an explicit `enabled: false` turns
     // it off (DeerFlow's default of false is for its shared config.yaml).

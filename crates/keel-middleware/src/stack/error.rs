@@ -1,6 +1,6 @@
 //! What can be wrong with a stack file.
 
-use crate::error::ConfigError;
+use keel_config::{ConfigError, UnknownKey};
 
 /// A stack file that cannot be loaded or built: what, where (the line), and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -29,30 +29,13 @@ pub enum StackError {
         /// The line, when known.
         line: Option<u64>,
     },
-    /// A value of the wrong type or out of range.
-    #[error("{key} = {value}{}: {problem}; allowed: {allowed}", at(Some(*line)))]
-    Invalid {
-        /// The key path (`middleware[1].pii.strategy`).
-        key: String,
-        /// The value as written.
-        value: String,
-        /// What is wrong.
-        problem: String,
-        /// What is allowed.
-        allowed: String,
-        /// The line.
-        line: u64,
-    },
-    /// A key the schema does not have.
-    #[error("unknown key {key}{}{}", at(Some(*line)), suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
-    UnknownKey {
-        /// The key path.
-        key: String,
-        /// The nearest known key.
-        suggestion: Option<String>,
-        /// The line.
-        line: u64,
-    },
+    /// A value of the wrong type or out of range (the error names the key, the value,
+    /// what is allowed and the line).
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// A key the schema does not have (the error names the line and the nearest key).
+    #[error(transparent)]
+    UnknownKey(#[from] UnknownKey),
     /// A middleware settings check failed.
     #[error("middleware[{index}].{}{}", .source, at(Some(*line)))]
     Middleware {
@@ -96,8 +79,6 @@ pub enum StackError {
     },
 }
 
-pub(crate) fn at(line: Option<u64>) -> String {
-    line.filter(|l| *l > 0)
-        .map(|l| format!(" (line {l})"))
-        .unwrap_or_default()
+fn at(line: Option<u64>) -> String {
+    keel_config::at_line(line)
 }
