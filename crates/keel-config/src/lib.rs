@@ -6,6 +6,7 @@
 //! - [`ConfigError`]: one refused setting, naming the key, the value, what is wrong,
 //!   what is allowed and the line;
 //! - [`At`]: typed reads out of the tree, each failing with a [`ConfigError`];
+//! - [`from_node`]: a typed (`deny_unknown_fields`) configuration filled from the tree;
 //! - [`MAX_STACK_BYTES`] and [`read_capped`]: the cap on a stack file, read once.
 //!
 //! ```
@@ -21,10 +22,12 @@
 //! );
 //! ```
 
+mod de;
 mod error;
 mod read;
 pub mod yaml;
 
+pub use de::{DeError, from_node};
 pub use error::{ConfigError, at_line};
 pub use read::{At, UnknownKey, known_keys, nearest};
 

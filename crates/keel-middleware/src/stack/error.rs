@@ -36,6 +36,17 @@ pub enum StackError {
     /// A key the schema does not have (the error names the line and the nearest key).
     #[error(transparent)]
     UnknownKey(#[from] UnknownKey),
+    /// An entry's typed settings could not be read (serde's message, e.g. an unknown
+    /// field), at the line of the value concerned.
+    #[error("{key}{}: {message}", at(Some(*line)))]
+    Settings {
+        /// The key path (`middleware[0].session_memory`).
+        key: String,
+        /// What is wrong.
+        message: String,
+        /// The line.
+        line: u64,
+    },
     /// A middleware settings check failed.
     #[error("middleware[{index}].{}{}", .source, at(Some(*line)))]
     Middleware {
