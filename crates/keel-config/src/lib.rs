@@ -7,6 +7,8 @@
 //!   what is allowed and the line;
 //! - [`At`]: typed reads out of the tree, each failing with a [`ConfigError`];
 //! - [`from_node`]: a typed (`deny_unknown_fields`) configuration filled from the tree;
+//! - [`stack`]: the contract of one kind of stack-file entry ([`stack::StackEntry`]) and
+//!   the stack file's error, so each crate owns the entries of its middleware;
 //! - [`MAX_STACK_BYTES`] and [`read_capped`]: the cap on a stack file, read once.
 //!
 //! ```
@@ -25,6 +27,7 @@
 mod de;
 mod error;
 mod read;
+pub mod stack;
 pub mod yaml;
 
 pub use de::{DeError, from_node};

@@ -43,13 +43,13 @@ use keel_core::store::SessionScope;
 use keel_core::tool::{Tool, ToolError, ToolSpec, Toolset};
 use keel_mcp::{McpError, McpServerConfig, McpToolset};
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
-use keel_middleware::stack::entries::read_summarization;
 use keel_middleware::stack::{
     BuildContext, CheckedEntry, EntrySource, ModelRegistry, StackEntry, StackLoader,
 };
 use keel_store::Store;
 use keel_summarization::cache::SummaryCache;
 use keel_summarization::middleware::SummarizationMiddleware;
+use keel_summarization::stack::read_section;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -408,7 +408,7 @@ impl StackEntry for ServerSummarization {
         &self,
         source: &EntrySource<'_>,
     ) -> Result<Arc<dyn CheckedEntry>, keel_middleware::stack::StackError> {
-        let loaded = read_summarization(source.index, source.node)?;
+        let loaded = read_section(source.index, source.node)?;
         for warning in &loaded.warnings {
             tracing::warn!("middleware[{}].{}: {warning}", source.index, source.name);
         }
@@ -429,13 +429,11 @@ impl StackEntry for ServerSummarization {
             .model_profile(self.profile.clone())
             .cache(Arc::new(cache))
             .build()
-            .map_err(
-                |source_error| keel_middleware::stack::StackError::SummarizationBuild {
-                    index: source.index,
-                    line: source.line,
-                    source: Box::new(source_error),
-                },
-            )?;
+            .map_err(|source_error| keel_middleware::stack::StackError::Build {
+                index: source.index,
+                line: source.line,
+                source: Box::new(source_error),
+            })?;
         Ok(Arc::new(Built(Arc::new(middleware))))
     }
 }

@@ -39,6 +39,7 @@ pub mod overflow;
 /// Pair protection (moved to keel-core so session memory, the agent loop and `keel replay` share it).
 pub use keel_core::pairs;
 pub mod plan;
+pub mod stack;
 pub(crate) mod stages;
 mod telemetry;
 /// The line-aware YAML tree every Keel configuration file is read with (keel-config).

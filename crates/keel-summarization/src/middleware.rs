@@ -89,20 +89,7 @@ const WARNED_THREADS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new
     None => std::num::NonZeroUsize::MIN,
 };
 
-/// Resolves `model_name` to a chat model (the application's model registry or factory).
-pub trait ModelRegistry: Send + Sync {
-    /// The model called `name`, if there is one.
-    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>>;
-}
-
-impl<F> ModelRegistry for F
-where
-    F: Fn(&str) -> Option<Arc<dyn ChatModel>> + Send + Sync,
-{
-    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>> {
-        self(name)
-    }
-}
+pub use keel_core::model::ModelRegistry;
 
 /// Who writes summaries.
 #[derive(Clone)]

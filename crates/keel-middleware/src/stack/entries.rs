@@ -3,13 +3,11 @@
 
 use std::sync::Arc;
 
+use keel_config::yaml::{Node, Yaml};
 use keel_core::middleware::Middleware;
 use keel_core::model::ModelErrorKind;
-use keel_summarization::config::SummarizationConfig;
-use keel_summarization::middleware::{ModelRegistry, SummarizationMiddleware};
-use keel_summarization::yaml::Node;
+use keel_core::model::ModelRegistry;
 
-use super::error::StackError;
 use super::value::{At, Refuse, known_keys};
 use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
@@ -32,6 +30,7 @@ use crate::todo_list::{DEFAULT_SYSTEM_PROMPT, DEFAULT_TOOL_DESCRIPTION, TodoList
 use crate::tool_call_limit::{ToolCallExit, ToolCallLimit};
 use crate::tool_error::{DEFAULT_TEMPLATE, ToolErrorHandler};
 use crate::tool_retry::{ToolFailure, ToolFailureKind, ToolRetry};
+use keel_config::stack::StackError;
 
 /// The middleware names a stack file accepts (LangChain's class names in snake case,
 /// without `_middleware`).
@@ -50,7 +49,6 @@ pub const NAMES: &[&str] = &[
     "model_router",
     "model_refusal",
     "human_in_the_loop",
-    "summarization",
     "recall",
 ];
 
@@ -64,8 +62,6 @@ pub(crate) enum Entry {
     Ready(Arc<dyn Middleware>),
     /// `model_fallback`: model names and their lines.
     Fallback(Vec<(String, u64)>),
-    /// `summarization`: DeerFlow's schema, loaded by keel-summarization.
-    Summarization(Box<SummarizationConfig>),
     /// `llm_tool_selector`: its settings and the selection model's name, if any.
     Selector {
         model: Option<(String, u64)>,
@@ -173,11 +169,8 @@ fn model_kind(name: &str) -> Option<ModelErrorKind> {
 
 /// Reads one entry.
 pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
-    if at.name == "summarization" {
-        return summarization(at, node);
-    }
     if at.name == "model_fallback"
-        && let keel_summarization::yaml::Yaml::Seq(_) = node.value
+        && let Yaml::Seq(_) = node.value
     {
         let list = At::new(at.key("models"), node);
         return fallback_models(&list);
@@ -464,10 +457,8 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
             for (tool, _, node) in on.map()? {
                 let v = At::new(format!("{}.{tool}", on.key), node);
                 match &node.value {
-                    keel_summarization::yaml::Yaml::Bool(true) => {
-                        list.push((tool.clone(), InterruptOn::all()))
-                    }
-                    keel_summarization::yaml::Yaml::Bool(false) => {}
+                    Yaml::Bool(true) => list.push((tool.clone(), InterruptOn::all())),
+                    Yaml::Bool(false) => {}
                     _ => {
                         let fields = v.map()?;
                         known_keys(&v.key, fields, &["allowed_decisions", "description"])?;
@@ -529,7 +520,7 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
             let on_parsing_failure = match args.get("on_parsing_failure") {
                 None => OnParsingFailure::Error,
                 Some(v) => match &v.node.value {
-                    keel_summarization::yaml::Yaml::Seq(_) => OnParsingFailure::Tools(v.strings()?),
+                    Yaml::Seq(_) => OnParsingFailure::Tools(v.strings()?),
                     _ => match v.choice(&["error", "none", "all"])? {
                         "none" => OnParsingFailure::None,
                         "all" => OnParsingFailure::All,
@@ -621,7 +612,7 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
 }
 
 fn fallback_models(list: &At<'_>) -> Result<Entry, StackError> {
-    let keel_summarization::yaml::Yaml::Seq(items) = &list.node.value else {
+    let Yaml::Seq(items) = &list.node.value else {
         return Err(list.refuse(
             "is not a list of model names",
             "a list of one or more model names",
@@ -649,7 +640,7 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
     let Some(edits) = args.get("edits") else {
         return Ok(Entry::Ready(Arc::new(ContextEditing::default())));
     };
-    let keel_summarization::yaml::Yaml::Seq(items) = &edits.node.value else {
+    let Yaml::Seq(items) = &edits.node.value else {
         return Err(edits.refuse("is not a list", "a list of `clear_tool_uses: {...}` edits"));
     };
     let mut out = Vec::new();
@@ -699,30 +690,6 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
         out.push(edit);
     }
     Ok(Entry::Ready(Arc::new(ContextEditing::new(out))))
-}
-
-/// The `summarization` entry: DeerFlow's schema, checked by keel-summarization on the
-/// entry's own part of the parsed file (so its errors name the file's lines).
-pub fn read_summarization(
-    index: usize,
-    node: &Node,
-) -> Result<keel_summarization::config::LoadedConfig, StackError> {
-    SummarizationConfig::from_node(node).map_err(|source| StackError::Summarization {
-        index,
-        source: Box::new(source),
-    })
-}
-
-fn summarization(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
-    let loaded = read_summarization(at.index, node)?;
-    let mut config = loaded.config;
-    // Listing it in a stack is asking for it: only an explicit `enabled: false` turns
-    // it off (DeerFlow's default of false is for its shared config.yaml).
-    let explicit = matches!(&node.value, keel_summarization::yaml::Yaml::Map(e) if e.iter().any(|(k, _, _)| k == "enabled"));
-    if !explicit {
-        config.enabled = true;
-    }
-    Ok(Entry::Summarization(Box::new(config)))
 }
 
 fn resolve(
@@ -839,21 +806,6 @@ pub(crate) fn build(
                     source: Box::new(source),
                 }
             })?;
-            Ok(Some(Arc::new(m)))
-        }
-        Entry::Summarization(config) => {
-            if !config.enabled {
-                return Ok(None);
-            }
-            let registry = models.clone();
-            let m = SummarizationMiddleware::builder((**config).clone())
-                .model_registry(move |n: &str| registry.resolve(n))
-                .build()
-                .map_err(|source| StackError::SummarizationBuild {
-                    index,
-                    line,
-                    source: Box::new(source),
-                })?;
             Ok(Some(Arc::new(m)))
         }
     }

@@ -5,65 +5,13 @@
 
 use std::sync::Arc;
 
+use keel_config::stack::{BuildContext, CheckedEntry, EntrySource, StackEntry, StackError};
 use keel_config::yaml::{Node, Yaml};
 use keel_core::middleware::Middleware;
-use keel_summarization::middleware::ModelRegistry;
+use keel_core::model::ModelRegistry;
 
 use super::entries::{self, Entry, EntryAt, NAMES};
-use super::error::StackError;
 use super::value::{At, Refuse, nearest};
-
-/// Where one entry of the `middleware` list sits: what an entry reader needs to read
-/// its settings and to name them in errors.
-#[derive(Clone, Copy, Debug)]
-pub struct EntrySource<'a> {
-    /// Position in the list (0-based).
-    pub index: usize,
-    /// The entry's name (`pii`).
-    pub name: &'a str,
-    /// The line of the name.
-    pub line: u64,
-    /// The settings (the value under the name), with the file's lines.
-    pub node: &'a Node,
-}
-
-impl EntrySource<'_> {
-    /// The key path of one of the entry's settings (`middleware[1].pii.strategy`).
-    pub fn key(&self, field: &str) -> String {
-        format!("middleware[{}].{}.{field}", self.index, self.name)
-    }
-}
-
-/// What building an entry may use: its position (for errors) and the application's
-/// models.
-#[derive(Clone, Copy)]
-pub struct BuildContext<'a> {
-    /// Position in the list (0-based).
-    pub index: usize,
-    /// The entry's name.
-    pub name: &'a str,
-    /// The line of the entry's name.
-    pub line: u64,
-    /// The application's models, by name.
-    pub models: &'a Arc<dyn ModelRegistry>,
-}
-
-/// One kind of `middleware` entry: its name in the file and how its settings are
-/// read. Reading checks every setting (no model is resolved yet); the checked entry
-/// then builds with the application's models.
-pub trait StackEntry: Send + Sync {
-    /// The entry's name in a stack file (`pii`).
-    fn name(&self) -> &'static str;
-
-    /// Reads and checks the entry's settings.
-    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError>;
-}
-
-/// An entry whose settings are read and checked, ready to build.
-pub trait CheckedEntry: Send + Sync {
-    /// The middleware, or `None` when the settings turn it off.
-    fn build(&self, ctx: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError>;
-}
 
 /// A built-in entry (see [`NAMES`](super::entries::NAMES)).
 struct Builtin(&'static str);

@@ -17,11 +17,16 @@
 //!
 //! Each `middleware` entry is a one-key mapping from LangChain's class name in snake
 //! case without `_middleware` to that class's constructor arguments under LangChain's
-//! names (see [`entries::NAMES`] and `docs/middleware.md`); `summarization` takes
-//! DeerFlow's schema and is loaded by keel-summarization. Every error names the key,
+//! names (see [`entries::NAMES`] and `docs/middleware.md`). Every error names the key,
 //! the value, what is allowed and the line. Model names (the `model` key, fallback
 //! models, a summary `model_name`) are resolved by the application through a
 //! [`ModelRegistry`], so one file serves `keel run`, tests and a server.
+//!
+//! The entries a file may hold are a [`StackLoader`]'s registry: [`Stack::from_yaml_str`]
+//! knows the built-in ones; an application adds its own [`StackEntry`] kinds with
+//! [`StackLoader::with`]. `summarization` (DeerFlow's schema) is keel-summarization's
+//! entry, `keel_summarization::stack::SummarizationEntry`; `keel::stack_loader()` and
+//! `keel run` register it, and `keel serve` adds `session_memory` too.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -45,7 +50,6 @@
 //! ```
 
 pub mod entries;
-mod error;
 mod loader;
 mod value;
 
@@ -57,9 +61,9 @@ use keel_config::yaml::{self, Yaml};
 use keel_core::middleware::Middleware;
 use keel_core::model::ChatModel;
 
-pub use error::StackError;
-pub use keel_summarization::middleware::ModelRegistry;
-pub use loader::{BuildContext, CheckedEntry, EntrySource, LoadedEntry, StackEntry, StackLoader};
+pub use keel_config::stack::{BuildContext, CheckedEntry, EntrySource, StackEntry, StackError};
+pub use keel_core::model::ModelRegistry;
+pub use loader::{LoadedEntry, StackLoader};
 
 use value::{At, Refuse, known_keys};
 
@@ -110,8 +114,8 @@ impl Stack {
 }
 
 impl Stack {
-    /// The middleware, built with the application's models (outermost first). A
-    /// `summarization` entry with `enabled: false` builds nothing.
+    /// The middleware, built with the application's models (outermost first). An entry
+    /// its settings turn off (`summarization` with `enabled: false`) builds nothing.
     pub fn middleware(
         &self,
         models: Arc<dyn ModelRegistry>,

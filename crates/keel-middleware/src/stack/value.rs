@@ -2,7 +2,7 @@
 
 pub(crate) use keel_config::{At, known_keys, nearest};
 
-use super::error::StackError;
+use keel_config::stack::StackError;
 
 /// [`At::invalid`] as a stack error.
 pub(crate) trait Refuse {

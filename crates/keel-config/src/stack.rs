@@ -1,6 +1,12 @@
-//! What can be wrong with a stack file.
+//! What can be wrong with a stack file, and the contract of one kind of stack entry.
 
-use keel_config::{ConfigError, UnknownKey};
+use std::sync::Arc;
+
+use keel_core::middleware::Middleware;
+use keel_core::model::ModelRegistry;
+
+use crate::yaml::Node;
+use crate::{ConfigError, UnknownKey};
 
 /// A stack file that cannot be loaded or built: what, where (the line), and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -58,25 +64,26 @@ pub enum StackError {
         #[source]
         source: Box<ConfigError>,
     },
-    /// The `summarization` entry is invalid (its error carries the line).
+    /// An entry's own loader refused its settings (its error names the key, the value
+    /// and the line), e.g. keel-summarization's for `summarization`.
     #[error("middleware[{index}].{source}")]
-    Summarization {
+    Entry {
         /// Position in the list (0-based).
         index: usize,
-        /// The summarization loader's error.
+        /// The entry loader's error.
         #[source]
-        source: Box<keel_summarization::config::ConfigError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The `summarization` entry could not be built (a summary model name is unknown).
+    /// An entry could not be built (e.g. a summary model name is unknown).
     #[error("middleware[{index}] (line {line}): {source}")]
-    SummarizationBuild {
+    Build {
         /// Position in the list (0-based).
         index: usize,
         /// The line of the entry.
         line: u64,
         /// The builder's error.
         #[source]
-        source: Box<keel_summarization::middleware::BuildError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A model name the application's models do not know.
     #[error("{key} = {name:?}{}: no such model; the application resolves model names (for `keel run`, every name is the scripted model)", at(Some(*line)))]
@@ -91,5 +98,57 @@ pub enum StackError {
 }
 
 fn at(line: Option<u64>) -> String {
-    keel_config::at_line(line)
+    crate::at_line(line)
+}
+
+/// Where one entry of the `middleware` list sits: what an entry reader needs to read
+/// its settings and to name them in errors.
+#[derive(Clone, Copy, Debug)]
+pub struct EntrySource<'a> {
+    /// Position in the list (0-based).
+    pub index: usize,
+    /// The entry's name (`pii`).
+    pub name: &'a str,
+    /// The line of the name.
+    pub line: u64,
+    /// The settings (the value under the name), with the file's lines.
+    pub node: &'a Node,
+}
+
+impl EntrySource<'_> {
+    /// The key path of one of the entry's settings (`middleware[1].pii.strategy`).
+    pub fn key(&self, field: &str) -> String {
+        format!("middleware[{}].{}.{field}", self.index, self.name)
+    }
+}
+
+/// What building an entry may use: its position (for errors) and the application's
+/// models.
+#[derive(Clone, Copy)]
+pub struct BuildContext<'a> {
+    /// Position in the list (0-based).
+    pub index: usize,
+    /// The entry's name.
+    pub name: &'a str,
+    /// The line of the entry's name.
+    pub line: u64,
+    /// The application's models, by name.
+    pub models: &'a Arc<dyn ModelRegistry>,
+}
+
+/// One kind of `middleware` entry: its name in the file and how its settings are
+/// read. Reading checks every setting (no model is resolved yet); the checked entry
+/// then builds with the application's models.
+pub trait StackEntry: Send + Sync {
+    /// The entry's name in a stack file (`pii`).
+    fn name(&self) -> &'static str;
+
+    /// Reads and checks the entry's settings.
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError>;
+}
+
+/// An entry whose settings are read and checked, ready to build.
+pub trait CheckedEntry: Send + Sync {
+    /// The middleware, or `None` when the settings turn it off.
+    fn build(&self, ctx: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError>;
 }
