@@ -184,12 +184,12 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     // Spans go to OTEL_EXPORTER_OTLP_ENDPOINT when set (the `otel` feature); the guard
     // flushes them when the command ends.
     let _telemetry = crate::telemetry::init(None, false)?;
-    // The stack loader leaves `mcp_servers` to the application (the file is at most
-    // MAX_STACK_BYTES: the loader read it whole already).
-    let text = std::fs::read_to_string(&args.config)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let mcp_servers = keel_mcp::servers_from_yaml(&text)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    // The stack loader leaves `mcp_servers` to the application, parsed with the rest.
+    let mcp_servers = match &stack.mcp_servers {
+        Some(list) => keel_mcp::servers_from_node(list)
+            .map_err(|e| format!("{}: {e}", args.config.display()))?,
+        None => Vec::new(),
+    };
     let model = Arc::new(ScriptModel {
         profile: ModelProfile::new(
             stack.model.clone().unwrap_or_else(|| "scripted".into()),

@@ -96,6 +96,9 @@ pub struct Stack {
     pub system_prompt: Option<String>,
     /// The `middleware` list, outermost first.
     pub middleware: Vec<LoadedEntry>,
+    /// The `mcp_servers` list as parsed (with its lines), left to the application:
+    /// `keel_mcp::servers_from_node` reads it without parsing the file again.
+    pub mcp_servers: Option<yaml::Node>,
     /// The line of the `model` key (0 when absent).
     model_line: u64,
 }
@@ -209,8 +212,8 @@ impl StackLoader {
                     stack.system_prompt = (!v.is_null()).then(|| v.string()).transpose()?
                 }
                 // Tools, not middleware: read by the application with
-                // `keel_mcp::servers_from_yaml`, which checks every key of it.
-                "mcp_servers" => {}
+                // `keel_mcp::servers_from_node`, which checks every key of it.
+                "mcp_servers" => stack.mcp_servers = Some(node.clone()),
                 _ => stack.middleware = self.read_list(node)?,
             }
         }
