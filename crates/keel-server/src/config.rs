@@ -44,7 +44,7 @@ use keel_core::tool::{Tool, ToolError, ToolSpec, Toolset};
 use keel_mcp::{McpError, McpServerConfig, McpToolset};
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
 use keel_middleware::stack::{
-    BuildContext, CheckedEntry, EntrySource, ModelRegistry, StackEntry, StackLoader,
+    BuildContext, CheckedEntry, EntrySource, ModelRegistry, StackEntry, StackError, StackLoader,
 };
 use keel_store::Store;
 use keel_summarization::cache::SummaryCache;
@@ -58,9 +58,10 @@ pub use keel_config::MAX_STACK_BYTES;
 /// The graph id used when the YAML names none.
 pub const DEFAULT_GRAPH_ID: &str = "agent";
 
-/// What is wrong with a keel.yaml: the key, the value, what is allowed.
+/// What is wrong with a keel.yaml: the key, the value, what is allowed. Its middleware
+/// list's errors are the stack loader's [`StackError`] (with their lines).
 #[derive(Debug, thiserror::Error)]
-pub enum StackError {
+pub enum KeelYamlError {
     /// The file could not be read.
     #[error("cannot read {path}: {message}")]
     Io {
@@ -75,7 +76,7 @@ pub enum StackError {
     /// A middleware entry the stack loader refused (its message names the key, the
     /// value, what is allowed and the line).
     #[error("keel.yaml: {0}")]
-    Middleware(#[from] keel_middleware::stack::StackError),
+    Middleware(#[from] StackError),
     /// An `mcp_servers` entry that is wrong, or a server that did not start.
     #[error("keel.yaml: {0}")]
     Mcp(#[from] McpError),
@@ -145,26 +146,27 @@ pub enum ModelChoice {
 
 impl StackConfig {
     /// Reads and parses a file of at most [`MAX_STACK_BYTES`].
-    pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, StackError> {
+    pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, KeelYamlError> {
         let path = path.as_ref();
-        let text = keel_config::read_capped(path, MAX_STACK_BYTES).map_err(|e| StackError::Io {
-            path: path.display().to_string(),
-            message: match e {
-                ReadError::Directory => "it is a directory; name a YAML file".into(),
-                ReadError::Io(message) => message,
-                ReadError::TooLarge => format!("larger than {MAX_STACK_BYTES} bytes"),
-                ReadError::NotUtf8 => "not UTF-8".into(),
-            },
-        })?;
+        let text =
+            keel_config::read_capped(path, MAX_STACK_BYTES).map_err(|e| KeelYamlError::Io {
+                path: path.display().to_string(),
+                message: match e {
+                    ReadError::Directory => "it is a directory; name a YAML file".into(),
+                    ReadError::Io(message) => message,
+                    ReadError::TooLarge => format!("larger than {MAX_STACK_BYTES} bytes"),
+                    ReadError::NotUtf8 => "not UTF-8".into(),
+                },
+            })?;
         Self::from_yaml_str(&text)
     }
 
     /// Parses YAML text.
-    pub fn from_yaml_str(text: &str) -> Result<StackConfig, StackError> {
+    pub fn from_yaml_str(text: &str) -> Result<StackConfig, KeelYamlError> {
         // The first line of the parser's message names the line and the problem; the
         // rest is a source snippet.
         let stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
-            StackError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
+            KeelYamlError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
         })?;
         if stack.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
@@ -193,7 +195,7 @@ impl StackConfig {
     }
 
     /// The model section, checked.
-    pub fn model_choice(&self) -> Result<ModelChoice, StackError> {
+    pub fn model_choice(&self) -> Result<ModelChoice, KeelYamlError> {
         match &self.model {
             None => Ok(ModelChoice::Offline),
             Some(Value::String(s)) if s == "offline" => Ok(ModelChoice::Offline),
@@ -240,21 +242,21 @@ impl StackConfig {
 
     /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
     /// second level). A file with `mcp_servers` needs [`build_connected`](Self::build_connected).
-    pub fn build(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+    pub fn build(&self, store: Arc<Store>) -> Result<Agent, KeelYamlError> {
         let (model, online) = self.model()?;
         self.build_with_model(store, model, online)
     }
 
     /// Connects the `mcp_servers` (spawning or dialling each, listing its tools), then
     /// builds the agent on `store` with their tools.
-    pub async fn build_connected(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+    pub async fn build_connected(&self, store: Arc<Store>) -> Result<Agent, KeelYamlError> {
         let mcp = self.connect_mcp().await?;
         let (model, online) = self.model()?;
         self.build_with_tools(store, model, online, mcp)
     }
 
     /// The `mcp_servers`, connected; `None` when the file lists none.
-    pub async fn connect_mcp(&self) -> Result<Option<McpToolset>, StackError> {
+    pub async fn connect_mcp(&self) -> Result<Option<McpToolset>, KeelYamlError> {
         if self.mcp_servers.is_empty() {
             return Ok(None);
         }
@@ -263,7 +265,7 @@ impl StackConfig {
 
     /// The model the `model` key describes, and whether it is a server (`true`) rather
     /// than the offline model.
-    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), StackError> {
+    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), KeelYamlError> {
         Ok(match self.model_choice()? {
             ModelChoice::Offline => (Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>, false),
             ModelChoice::OpenAi {
@@ -302,7 +304,7 @@ impl StackConfig {
         store: Arc<Store>,
         model: Arc<dyn ChatModel>,
         online: bool,
-    ) -> Result<Agent, StackError> {
+    ) -> Result<Agent, KeelYamlError> {
         self.build_with_tools(store, model, online, None)
     }
 
@@ -314,7 +316,7 @@ impl StackConfig {
         model: Arc<dyn ChatModel>,
         online: bool,
         mcp: Option<McpToolset>,
-    ) -> Result<Agent, StackError> {
+    ) -> Result<Agent, KeelYamlError> {
         if !self.mcp_servers.is_empty() && mcp.is_none() {
             return Err(invalid(
                 "mcp_servers",
@@ -383,10 +385,7 @@ impl StackConfig {
 struct Built(Arc<dyn Middleware>);
 
 impl CheckedEntry for Built {
-    fn build(
-        &self,
-        _: &BuildContext<'_>,
-    ) -> Result<Option<Arc<dyn Middleware>>, keel_middleware::stack::StackError> {
+    fn build(&self, _: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError> {
         Ok(Some(self.0.clone()))
     }
 }
@@ -404,10 +403,7 @@ impl StackEntry for ServerSummarization {
         "summarization"
     }
 
-    fn read(
-        &self,
-        source: &EntrySource<'_>,
-    ) -> Result<Arc<dyn CheckedEntry>, keel_middleware::stack::StackError> {
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
         let loaded = read_section(source.index, source.node)?;
         for warning in &loaded.warnings {
             tracing::warn!("middleware[{}].{}: {warning}", source.index, source.name);
@@ -429,7 +425,7 @@ impl StackEntry for ServerSummarization {
             .model_profile(self.profile.clone())
             .cache(Arc::new(cache))
             .build()
-            .map_err(|source_error| keel_middleware::stack::StackError::Build {
+            .map_err(|source_error| StackError::Build {
                 index: source.index,
                 line: source.line,
                 source: Box::new(source_error),
@@ -451,12 +447,9 @@ impl StackEntry for SessionMemory {
         "session_memory"
     }
 
-    fn read(
-        &self,
-        source: &EntrySource<'_>,
-    ) -> Result<Arc<dyn CheckedEntry>, keel_middleware::stack::StackError> {
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
         let key = format!("middleware[{}].{}", source.index, source.name);
-        let refused = |message: String, line: u64| keel_middleware::stack::StackError::Settings {
+        let refused = |message: String, line: u64| StackError::Settings {
             key: key.clone(),
             message,
             line: if line > 0 { line } else { source.line },
@@ -490,8 +483,8 @@ fn setting(node: &Node, key: &str) -> Option<(String, u64)> {
     }
 }
 
-fn invalid(key: &str, problem: &str) -> StackError {
-    StackError::Invalid {
+fn invalid(key: &str, problem: &str) -> KeelYamlError {
+    KeelYamlError::Invalid {
         key: key.to_owned(),
         problem: problem.to_owned(),
     }
