@@ -20,13 +20,11 @@ use crate::llm_tool_emulator::LlmToolEmulator;
 use crate::llm_tool_selector::{
     DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT, LlmToolSelector, OnParsingFailure,
 };
-use crate::model_call_limit::{ModelCallExit, ModelCallLimit};
 use crate::model_fallback::ModelFallback;
 use crate::model_refusal::ModelRefusal;
 use crate::model_retry::{DEFAULT_RETRY_ON, ModelFailure, ModelRetry};
 use crate::model_router::{ModelRouter, Route};
 use crate::pii::{Pii, Strategy};
-use crate::todo_list::{DEFAULT_SYSTEM_PROMPT, DEFAULT_TOOL_DESCRIPTION, TodoList};
 use crate::tool_call_limit::{ToolCallExit, ToolCallLimit};
 use crate::tool_error::{DEFAULT_TEMPLATE, ToolErrorHandler};
 use crate::tool_retry::{ToolFailure, ToolFailureKind, ToolRetry};
@@ -53,7 +51,7 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// The largest call limit accepted.
-const MAX_LIMIT: u64 = 1_000_000_000;
+pub(crate) const MAX_LIMIT: u64 = 1_000_000_000;
 
 /// A parsed entry, before models are resolved.
 #[derive(Clone)]
@@ -179,7 +177,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
     let args = Args { at, entries };
     let prefix = format!("middleware[{}].{}", at.index, at.name);
     let known: &[&str] = match at.name {
-        "model_call_limit" => &["thread_limit", "run_limit", "exit_behavior"],
         "tool_call_limit" => &["tool_name", "thread_limit", "run_limit", "exit_behavior"],
         "model_retry" => &RETRY_KEYS,
         "tool_retry" => &[
@@ -203,7 +200,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
             "apply_to_output",
             "apply_to_tool_results",
         ],
-        "todo_list" => &["system_prompt", "tool_description"],
         "llm_tool_selector" => &[
             "model",
             "system_prompt",
@@ -232,18 +228,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
     };
     let ready = |m: Arc<dyn Middleware>| Ok(Entry::Ready(m));
     match at.name {
-        "model_call_limit" => {
-            let exit = match args.get("exit_behavior") {
-                Some(v) => match v.choice(&["end", "error"])? {
-                    "error" => ModelCallExit::Error,
-                    _ => ModelCallExit::End,
-                },
-                None => ModelCallExit::End,
-            };
-            let m = ModelCallLimit::new(opt_limit("thread_limit")?, opt_limit("run_limit")?, exit)
-                .map_err(|e| at.config(e))?;
-            ready(Arc::new(m))
-        }
         "tool_call_limit" => {
             let exit = match args.get("exit_behavior") {
                 Some(v) => match v.choice(&["continue", "error", "end"])? {
@@ -380,17 +364,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
                 }
             }
             ready(Arc::new(m))
-        }
-        "todo_list" => {
-            let prompt = match args.get("system_prompt") {
-                Some(v) => v.string()?,
-                None => DEFAULT_SYSTEM_PROMPT.into(),
-            };
-            let description = match args.get("tool_description") {
-                Some(v) => v.string()?,
-                None => DEFAULT_TOOL_DESCRIPTION.into(),
-            };
-            ready(Arc::new(TodoList::new(prompt, description)))
         }
         "model_refusal" => ready(Arc::new(ModelRefusal)),
         "recall" => {

@@ -97,9 +97,15 @@ impl StackLoader {
 
     /// A loader that knows Keel's built-in entries ([`NAMES`](super::entries::NAMES)).
     pub fn builtin() -> Self {
+        // In the order of NAMES; an entry its middleware's folder owns is registered
+        // from there, the others are read by `entries`.
         NAMES
             .iter()
-            .fold(Self::empty(), |loader, name| loader.with(Builtin(name)))
+            .fold(Self::empty(), |loader, name| match *name {
+                "model_call_limit" => loader.with(crate::model_call_limit::Entry),
+                "todo_list" => loader.with(crate::todo_list::Entry),
+                _ => loader.with(Builtin(name)),
+            })
     }
 
     /// Adds an entry kind; one of the same name is replaced.

@@ -51,7 +51,7 @@
 
 pub mod entries;
 mod loader;
-mod value;
+pub(crate) mod value;
 
 use std::path::Path;
 use std::sync::Arc;
