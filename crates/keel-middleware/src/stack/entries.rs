@@ -21,12 +21,8 @@ use crate::llm_tool_selector::{
     DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT, LlmToolSelector, OnParsingFailure,
 };
 use crate::model_fallback::ModelFallback;
-use crate::model_refusal::ModelRefusal;
 use crate::model_retry::{DEFAULT_RETRY_ON, ModelFailure, ModelRetry};
 use crate::model_router::{ModelRouter, Route};
-use crate::pii::{Pii, Strategy};
-use crate::tool_call_limit::{ToolCallExit, ToolCallLimit};
-use crate::tool_error::{DEFAULT_TEMPLATE, ToolErrorHandler};
 use crate::tool_retry::{ToolFailure, ToolFailureKind, ToolRetry};
 use keel_config::stack::StackError;
 
@@ -177,7 +173,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
     let args = Args { at, entries };
     let prefix = format!("middleware[{}].{}", at.index, at.name);
     let known: &[&str] = match at.name {
-        "tool_call_limit" => &["tool_name", "thread_limit", "run_limit", "exit_behavior"],
         "model_retry" => &RETRY_KEYS,
         "tool_retry" => &[
             "max_retries",
@@ -189,17 +184,8 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
             "jitter",
             "tools",
         ],
-        "tool_error" => &["on_error", "tools"],
         "model_fallback" => &["models"],
         "context_editing" => &["edits", "token_count_method"],
-        "pii" => &[
-            "pii_type",
-            "strategy",
-            "detector",
-            "apply_to_input",
-            "apply_to_output",
-            "apply_to_tool_results",
-        ],
         "llm_tool_selector" => &[
             "model",
             "system_prompt",
@@ -222,34 +208,8 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
         _ => &[],
     };
     known_keys(&prefix, entries, known)?;
-    let opt_limit = |key: &str| -> Result<Option<u64>, StackError> {
-        args.get(key)
-            .map_or(Ok(None), |v| Ok(v.opt_count(MAX_LIMIT)?))
-    };
     let ready = |m: Arc<dyn Middleware>| Ok(Entry::Ready(m));
     match at.name {
-        "tool_call_limit" => {
-            let exit = match args.get("exit_behavior") {
-                Some(v) => match v.choice(&["continue", "error", "end"])? {
-                    "error" => ToolCallExit::Error,
-                    "end" => ToolCallExit::End,
-                    _ => ToolCallExit::Continue,
-                },
-                None => ToolCallExit::Continue,
-            };
-            let tool = match args.get("tool_name") {
-                Some(v) if !v.is_null() => Some(v.string()?),
-                _ => None,
-            };
-            let m = ToolCallLimit::new(
-                tool,
-                opt_limit("thread_limit")?,
-                opt_limit("run_limit")?,
-                exit,
-            )
-            .map_err(|e| at.config(e))?;
-            ready(Arc::new(m))
-        }
         "model_retry" => {
             let retry_on = match args.get("retry_on") {
                 None => DEFAULT_RETRY_ON.to_vec(),
@@ -307,14 +267,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
                 .map_err(|e| at.config(e))?;
             ready(Arc::new(m))
         }
-        "tool_error" => {
-            let template = match args.get("on_error") {
-                Some(v) => v.string()?,
-                None => DEFAULT_TEMPLATE.into(),
-            };
-            let tools = args.get("tools").map(|v| v.strings()).transpose()?;
-            ready(Arc::new(ToolErrorHandler::template(template, tools)))
-        }
         "model_fallback" => match args.get("models") {
             Some(list) => fallback_models(&list),
             None => Err(at.config(ConfigError::new(
@@ -326,46 +278,6 @@ pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
             ))),
         },
         "context_editing" => context_editing(at, &args),
-        "pii" => {
-            let Some(pii_type) = args.get("pii_type") else {
-                return Err(at.config(ConfigError::new(
-                    "pii",
-                    "pii_type",
-                    "(missing)",
-                    "is required",
-                    "email, credit_card, ip, mac_address, url, or a name with a `detector` regex",
-                )));
-            };
-            let pii_type = pii_type.string()?;
-            let strategy = match args.get("strategy") {
-                None => Strategy::Redact,
-                Some(v) => match v.choice(&["block", "redact", "mask", "hash"])? {
-                    "block" => Strategy::Block,
-                    "mask" => Strategy::Mask,
-                    "hash" => Strategy::Hash,
-                    _ => Strategy::Redact,
-                },
-            };
-            let mut m = match args.get("detector") {
-                Some(v) if !v.is_null() => Pii::regex(&pii_type, &v.string()?, strategy),
-                _ => Pii::builtin(&pii_type, strategy),
-            }
-            .map_err(|e| at.config(e))?;
-            for (key, set) in [
-                (
-                    "apply_to_input",
-                    Pii::apply_to_input as fn(Pii, bool) -> Pii,
-                ),
-                ("apply_to_output", Pii::apply_to_output),
-                ("apply_to_tool_results", Pii::apply_to_tool_results),
-            ] {
-                if let Some(v) = args.get(key) {
-                    m = set(m, v.bool()?);
-                }
-            }
-            ready(Arc::new(m))
-        }
-        "model_refusal" => ready(Arc::new(ModelRefusal)),
         "recall" => {
             let mut settings = keel_recall::RecallSettings::default();
             let whole = |key: &str, max: u64| -> Result<Option<usize>, StackError> {

@@ -104,6 +104,10 @@ impl StackLoader {
             .fold(Self::empty(), |loader, name| match *name {
                 "model_call_limit" => loader.with(crate::model_call_limit::Entry),
                 "todo_list" => loader.with(crate::todo_list::Entry),
+                "tool_call_limit" => loader.with(crate::tool_call_limit::Entry),
+                "tool_error" => loader.with(crate::tool_error::Entry),
+                "pii" => loader.with(crate::pii::Entry),
+                "model_refusal" => loader.with(crate::model_refusal::Entry),
                 _ => loader.with(Builtin(name)),
             })
     }
