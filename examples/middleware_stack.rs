@@ -1,5 +1,5 @@
 //! A whole middleware stack from one YAML file: PII redaction, call limits, retries, a
-//! todo list, tool-use clearing and summarization, loaded with `keel::builtin::Stack`
+//! todo list, tool-use clearing and summarization, loaded with `keel::stack_loader()`
 //! and run on a support thread with scripted answers. It prints what the model received
 //! on its last call and the middleware counters a UI or a metrics exporter would show.
 //!
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use keel::builtin::stack::{ModelRegistry, Stack};
+use keel::builtin::stack::ModelRegistry;
 use keel::core::message::Message;
 use keel::core::model::{ChatModel, ModelError, ModelErrorKind};
 use keel::core::stream::{StreamEvent, StreamMode};
@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = std::env::args()
         .nth(1)
         .map_or_else(|| dir.join("support.yaml"), PathBuf::from);
-    let stack = Stack::from_yaml_file(&config)?;
+    let stack = keel::stack_loader().load_file(&config)?;
     println!(
         "stack {}: {} middleware, outermost first",
         config.display(),

@@ -36,6 +36,22 @@ pub use keel_memory as memory;
 /// Named `builtin` because `keel::middleware` is the middleware contract (keel-core).
 #[cfg(feature = "middleware")]
 pub use keel_middleware as builtin;
+/// The stack-file loader with every entry Keel ships: LangChain's built-in middleware
+/// (`keel-middleware`) and `summarization` (`keel-summarization`, DeerFlow's schema),
+/// as `keel run` reads a stack file. Add an application's own entries with
+/// [`StackLoader::with`](keel_middleware::stack::StackLoader::with).
+///
+/// ```
+/// let stack = keel::stack_loader()
+///     .load_str("middleware:\n  - pii: {pii_type: email}\n  - summarization: {}\n")
+///     .unwrap();
+/// assert_eq!(stack.middleware.len(), 2);
+/// ```
+#[cfg(feature = "middleware")]
+pub fn stack_loader() -> keel_middleware::stack::StackLoader {
+    keel_middleware::stack::StackLoader::builtin()
+        .with(keel_summarization::stack::SummarizationEntry)
+}
 /// The OpenAI-compatible chat model (`keel-openai`).
 #[cfg(feature = "openai")]
 pub use keel_openai as openai;

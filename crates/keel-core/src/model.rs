@@ -479,6 +479,23 @@ impl ModelError {
     }
 }
 
+/// Resolves a model name to a chat model (the application's model registry or
+/// factory): summary models, fallback models, a router's choices, a stack file's
+/// `model` key. Any `Fn(&str) -> Option<Arc<dyn ChatModel>>` is one.
+pub trait ModelRegistry: Send + Sync {
+    /// The model called `name`, if there is one.
+    fn resolve(&self, name: &str) -> Option<std::sync::Arc<dyn ChatModel>>;
+}
+
+impl<F> ModelRegistry for F
+where
+    F: Fn(&str) -> Option<std::sync::Arc<dyn ChatModel>> + Send + Sync,
+{
+    fn resolve(&self, name: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self(name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -367,6 +367,19 @@ pub fn servers_from_yaml(text: &str) -> Result<Vec<McpServerConfig>, McpConfigEr
     Ok(servers)
 }
 
+/// The servers of an `mcp_servers:` list already parsed with the file it stands in
+/// (a stack file: `keel run` reads it once), checked as
+/// [`servers_from_yaml`] checks them; errors name the line.
+pub fn servers_from_node(
+    list: &keel_config::yaml::Node,
+) -> Result<Vec<McpServerConfig>, McpConfigError> {
+    let servers: Option<Vec<McpServerConfig>> =
+        keel_config::from_node(list).map_err(|e| McpConfigError::Syntax(e.to_string()))?;
+    let servers = servers.unwrap_or_default();
+    validate_servers(&servers)?;
+    Ok(servers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +407,18 @@ mod tests {
         assert_eq!(servers[1].timeout(), std::time::Duration::from_millis(2500));
         assert!(servers_from_yaml("model: offline\n").unwrap().is_empty());
         assert!(servers_from_yaml("").unwrap().is_empty());
+        let tree = keel_config::yaml::parse(
+            "mcp_servers:\n  - {name: time, command: uvx}\n  - {name: docs, cmd: x}\n",
+        )
+        .unwrap();
+        let keel_config::yaml::Yaml::Map(top) = &tree.value else {
+            panic!("a mapping")
+        };
+        let err = servers_from_node(&top[0].2).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown field `cmd`") && err.ends_with("(line 3)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -44,7 +44,9 @@ mod server;
 mod tool;
 mod toolset;
 
-pub use config::{McpConfigError, McpServerConfig, servers_from_yaml, validate_servers};
+pub use config::{
+    McpConfigError, McpServerConfig, servers_from_node, servers_from_yaml, validate_servers,
+};
 pub use error::McpError;
 pub use server::{CONNECT_TIMEOUT, RESTART_INITIAL_DELAY, RESTART_MAX_DELAY};
 pub use tool::McpTool;

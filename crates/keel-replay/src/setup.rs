@@ -239,9 +239,11 @@ pub fn load_summarization(
         return Ok((config, warnings));
     }
     if context_window.is_none()
-        && let Err(keel_summarization::config::ConfigError::Invalid { key, .. }) =
+        && let Err(keel_summarization::config::ConfigError::Invalid(e)) =
             config.check_context_window(None)
     {
+        // The key as the section names it (`trigger[0]`), without the section.
+        let key = e.key.strip_prefix("summarization.").unwrap_or(&e.key);
         return Err(SetupError::NeedsContextWindow {
             path: path.to_owned(),
             key: key.trim_end_matches(".value").to_owned(),

@@ -6,10 +6,12 @@
 //! deterministic model, or an OpenAI-compatible server), built-in tools, the graph name
 //! and description, and a `session_memory` entry (Keel's rolling session memory, on
 //! the server's database). `summarization` is built on the server's database too, so
-//! processes sharing it share summaries; every other entry (`human_in_the_loop`, `pii`,
-//! `model_call_limit`, ...) is built by `keel_middleware::stack`, as `keel run` builds
-//! it. Model names inside entries (a fallback model, a router's choices) resolve to the
-//! agent's own model when they name it or `offline`.
+//! processes sharing it share summaries. The `middleware` list is read once, by
+//! `keel_middleware::stack::StackLoader` with these two entries added to its built-in
+//! ones (`human_in_the_loop`, `pii`, `model_call_limit`, ...), on the file's own parsed
+//! tree, so every error names its line in keel.yaml. Model names inside entries (a
+//! fallback model, a router's choices) resolve to the agent's own model when they name
+//! it or `offline`.
 //!
 //! ```yaml
 //! name: agent                      # the graph id the assistant is listed under
@@ -32,29 +34,34 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_agent::Agent;
 use keel_agent::offline::OfflineModel;
+use keel_config::yaml::{Node, Yaml};
+use keel_config::{ConfigError, ReadError};
 use keel_core::Content;
-use keel_core::model::ChatModel;
+use keel_core::middleware::Middleware;
+use keel_core::model::{ChatModel, ModelProfile};
 use keel_core::store::SessionScope;
 use keel_core::tool::{Tool, ToolError, ToolSpec, Toolset};
 use keel_mcp::{McpError, McpServerConfig, McpToolset};
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
-use keel_middleware::stack::{ModelRegistry, Stack};
+use keel_middleware::stack::{
+    BuildContext, CheckedEntry, EntrySource, ModelRegistry, StackEntry, StackError, StackLoader,
+};
 use keel_store::Store;
 use keel_summarization::cache::SummaryCache;
-use keel_summarization::config::SummarizationConfig;
 use keel_summarization::middleware::SummarizationMiddleware;
+use keel_summarization::stack::read_section;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-/// The largest keel.yaml read, in bytes.
-pub const MAX_STACK_BYTES: u64 = 1024 * 1024;
+pub use keel_config::MAX_STACK_BYTES;
 
 /// The graph id used when the YAML names none.
 pub const DEFAULT_GRAPH_ID: &str = "agent";
 
-/// What is wrong with a keel.yaml: the key, the value, what is allowed.
+/// What is wrong with a keel.yaml: the key, the value, what is allowed. Its middleware
+/// list's errors are the stack loader's [`StackError`] (with their lines).
 #[derive(Debug, thiserror::Error)]
-pub enum StackError {
+pub enum KeelYamlError {
     /// The file could not be read.
     #[error("cannot read {path}: {message}")]
     Io {
@@ -67,9 +74,9 @@ pub enum StackError {
     #[error("keel.yaml: {0}")]
     Syntax(String),
     /// A middleware entry the stack loader refused (its message names the key, the
-    /// value and what is allowed).
+    /// value, what is allowed and the line).
     #[error("keel.yaml: {0}")]
-    Middleware(String),
+    Middleware(#[from] StackError),
     /// An `mcp_servers` entry that is wrong, or a server that did not start.
     #[error("keel.yaml: {0}")]
     Mcp(#[from] McpError),
@@ -102,9 +109,10 @@ pub struct StackConfig {
     /// Built-in tools by name: `echo` (returns its arguments).
     #[serde(default)]
     pub tools: Vec<String>,
-    /// One-key mappings, outermost first.
+    /// The `middleware` list as parsed (one-key mappings, outermost first), with the
+    /// file's lines; read by the stack loader when the agent is built.
     #[serde(default)]
-    pub middleware: Vec<Map<String, Value>>,
+    pub middleware: Option<Node>,
     /// Model calls per run.
     #[serde(default)]
     pub recursion_limit: Option<usize>,
@@ -138,39 +146,45 @@ pub enum ModelChoice {
 
 impl StackConfig {
     /// Reads and parses a file of at most [`MAX_STACK_BYTES`].
-    pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, StackError> {
-        use std::io::Read as _;
+    pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, KeelYamlError> {
         let path = path.as_ref();
-        let io = |message: String| StackError::Io {
-            path: path.display().to_string(),
-            message,
-        };
-        let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_STACK_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io(e.to_string()))?;
-        if bytes.len() as u64 > MAX_STACK_BYTES {
-            return Err(io(format!("larger than {MAX_STACK_BYTES} bytes")));
-        }
-        let text = String::from_utf8(bytes).map_err(|_| io("not UTF-8".into()))?;
+        let text =
+            keel_config::read_capped(path, MAX_STACK_BYTES).map_err(|e| KeelYamlError::Io {
+                path: path.display().to_string(),
+                message: match e {
+                    ReadError::Directory => "it is a directory; name a YAML file".into(),
+                    ReadError::Io(message) => message,
+                    ReadError::TooLarge => format!("larger than {MAX_STACK_BYTES} bytes"),
+                    ReadError::NotUtf8 => "not UTF-8".into(),
+                },
+            })?;
         Self::from_yaml_str(&text)
     }
 
     /// Parses YAML text.
-    pub fn from_yaml_str(text: &str) -> Result<StackConfig, StackError> {
+    pub fn from_yaml_str(text: &str) -> Result<StackConfig, KeelYamlError> {
         // The first line of the parser's message names the line and the problem; the
         // rest is a source snippet.
         let stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
-            StackError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
+            KeelYamlError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
         })?;
         if stack.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
         stack.model_choice()?;
         keel_mcp::validate_servers(&stack.mcp_servers).map_err(McpError::from)?;
-        for (i, entry) in stack.middleware.iter().enumerate() {
-            if entry.len() != 1 {
+        let items: &[Node] = match stack.middleware.as_ref().map(|n| &n.value) {
+            None | Some(Yaml::Null) => &[],
+            Some(Yaml::Seq(items)) => items,
+            Some(_) => {
+                return Err(invalid(
+                    "middleware",
+                    "is not a list; each entry is a one-key mapping, e.g. `- summarization: {...}`",
+                ));
+            }
+        };
+        for (i, entry) in items.iter().enumerate() {
+            if !matches!(&entry.value, Yaml::Map(m) if m.len() == 1) {
                 return Err(invalid(
                     &format!("middleware[{i}]"),
                     "each entry is a one-key mapping, e.g. `- summarization: {...}`",
@@ -181,7 +195,7 @@ impl StackConfig {
     }
 
     /// The model section, checked.
-    pub fn model_choice(&self) -> Result<ModelChoice, StackError> {
+    pub fn model_choice(&self) -> Result<ModelChoice, KeelYamlError> {
         match &self.model {
             None => Ok(ModelChoice::Offline),
             Some(Value::String(s)) if s == "offline" => Ok(ModelChoice::Offline),
@@ -228,21 +242,21 @@ impl StackConfig {
 
     /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
     /// second level). A file with `mcp_servers` needs [`build_connected`](Self::build_connected).
-    pub fn build(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+    pub fn build(&self, store: Arc<Store>) -> Result<Agent, KeelYamlError> {
         let (model, online) = self.model()?;
         self.build_with_model(store, model, online)
     }
 
     /// Connects the `mcp_servers` (spawning or dialling each, listing its tools), then
     /// builds the agent on `store` with their tools.
-    pub async fn build_connected(&self, store: Arc<Store>) -> Result<Agent, StackError> {
+    pub async fn build_connected(&self, store: Arc<Store>) -> Result<Agent, KeelYamlError> {
         let mcp = self.connect_mcp().await?;
         let (model, online) = self.model()?;
         self.build_with_tools(store, model, online, mcp)
     }
 
     /// The `mcp_servers`, connected; `None` when the file lists none.
-    pub async fn connect_mcp(&self) -> Result<Option<McpToolset>, StackError> {
+    pub async fn connect_mcp(&self) -> Result<Option<McpToolset>, KeelYamlError> {
         if self.mcp_servers.is_empty() {
             return Ok(None);
         }
@@ -251,7 +265,7 @@ impl StackConfig {
 
     /// The model the `model` key describes, and whether it is a server (`true`) rather
     /// than the offline model.
-    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), StackError> {
+    pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), KeelYamlError> {
         Ok(match self.model_choice()? {
             ModelChoice::Offline => (Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>, false),
             ModelChoice::OpenAi {
@@ -290,7 +304,7 @@ impl StackConfig {
         store: Arc<Store>,
         model: Arc<dyn ChatModel>,
         online: bool,
-    ) -> Result<Agent, StackError> {
+    ) -> Result<Agent, KeelYamlError> {
         self.build_with_tools(store, model, online, None)
     }
 
@@ -302,7 +316,7 @@ impl StackConfig {
         model: Arc<dyn ChatModel>,
         online: bool,
         mcp: Option<McpToolset>,
-    ) -> Result<Agent, StackError> {
+    ) -> Result<Agent, KeelYamlError> {
         if !self.mcp_servers.is_empty() && mcp.is_none() {
             return Err(invalid(
                 "mcp_servers",
@@ -333,79 +347,32 @@ impl StackConfig {
                 }
             }
         }
-        for (i, entry) in self.middleware.iter().enumerate() {
-            let Some((kind, args)) = entry.iter().next() else {
-                continue;
-            };
-            let key = format!("middleware[{i}].{kind}");
-            match kind.as_str() {
-                "summarization" => {
-                    // JSON is YAML, so DeerFlow's loader reads the section as written.
-                    let text = serde_json::to_string(&json!({ "summarization": args }))
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
-                    // Lines in its messages count in that one-line text, not in keel.yaml.
-                    let loaded = SummarizationConfig::from_yaml_str(&text)
-                        .map_err(|e| invalid(&key, &e.to_string().replace(" (line 1)", "")))?;
-                    for warning in &loaded.warnings {
-                        tracing::warn!("{key}: {warning}");
-                    }
-                    if loaded.config.model_name.is_some() {
-                        return Err(invalid(
-                            &format!("{key}.model_name"),
-                            "must be null here: summaries are written by the agent's model",
-                        ));
-                    }
-                    // The second level makes a summary written by one server process
-                    // reusable by the others sharing the database.
-                    let cache = SummaryCache::new(loaded.config.cache_capacity.max(1))
-                        .with_store(store.clone());
-                    let middleware = SummarizationMiddleware::builder(loaded.config)
-                        .model_profile(profile.clone())
-                        .cache(Arc::new(cache))
-                        .build()
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
-                    builder = builder.middleware(middleware);
-                }
-                "session_memory" => {
-                    let mut settings: SessionMemorySettings = serde_json::from_value(args.clone())
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
-                    if settings.scope == SessionMemorySettings::default().scope {
-                        settings.scope = SessionScope::new(self.name.clone(), "", "", "");
-                    }
-                    let middleware = SessionMemoryMiddleware::builder(settings)
-                        .store(store.clone())
-                        .fold_engine(if online {
-                            FoldEngine::Model
-                        } else {
-                            FoldEngine::Extractive
-                        })
-                        .build()
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
-                    builder = builder.middleware(middleware);
-                }
-                other => {
-                    // Every other entry is LangChain's middleware, built by the shared
-                    // stack loader (JSON is YAML; lines count in that one-entry text).
-                    let text = serde_json::to_string(&json!({ "middleware": [{ other: args }] }))
-                        .map_err(|e| invalid(&key, &e.to_string()))?;
-                    let renumber = |e: keel_middleware::stack::StackError| {
-                        let message = e
-                            .to_string()
-                            .replace("middleware[0]", &format!("middleware[{i}]"))
-                            .replace(" (line 1)", "")
-                            .replace(", line 1", "");
-                        StackError::Middleware(message)
-                    };
-                    let stack = Stack::from_yaml_str(&text).map_err(renumber)?;
-                    let main = model.clone();
-                    let main_name = profile.name.clone();
-                    let models: Arc<dyn ModelRegistry> = Arc::new(move |name: &str| {
-                        (name == main_name || name == "offline").then(|| main.clone())
-                    });
-                    for m in stack.middleware(models).map_err(renumber)? {
-                        builder = builder.middleware_shared(m);
-                    }
-                }
+        // One loader for every entry: LangChain's middleware as `keel run` builds it,
+        // and the server's own `summarization` (on the database) and `session_memory`.
+        let loader = StackLoader::builtin()
+            .with(ServerSummarization {
+                store: store.clone(),
+                profile: profile.clone(),
+            })
+            .with(SessionMemory {
+                store: store.clone(),
+                online,
+                graph: self.name.clone(),
+            });
+        let entries = match &self.middleware {
+            Some(list) => loader.read_list(list)?,
+            None => Vec::new(),
+        };
+        // Model names inside entries resolve to the agent's own model when they name it
+        // or `offline`.
+        let main = model.clone();
+        let main_name = profile.name.clone();
+        let models: Arc<dyn ModelRegistry> = Arc::new(move |name: &str| {
+            (name == main_name || name == "offline").then(|| main.clone())
+        });
+        for (index, entry) in entries.iter().enumerate() {
+            if let Some(m) = entry.build(index, &models)? {
+                builder = builder.middleware_shared(m);
             }
         }
         builder
@@ -414,8 +381,110 @@ impl StackConfig {
     }
 }
 
-fn invalid(key: &str, problem: &str) -> StackError {
-    StackError::Invalid {
+/// An entry read and built already: it needs nothing more.
+struct Built(Arc<dyn Middleware>);
+
+impl CheckedEntry for Built {
+    fn build(&self, _: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError> {
+        Ok(Some(self.0.clone()))
+    }
+}
+
+/// `summarization` on the server: DeerFlow's schema, summaries written by the agent's
+/// model, and a cache whose second level is the server's database, so a summary written
+/// by one server process is reused by the others sharing it.
+struct ServerSummarization {
+    store: Arc<Store>,
+    profile: ModelProfile,
+}
+
+impl StackEntry for ServerSummarization {
+    fn name(&self) -> &'static str {
+        "summarization"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let loaded = read_section(source.index, source.node)?;
+        for warning in &loaded.warnings {
+            tracing::warn!("middleware[{}].{}: {warning}", source.index, source.name);
+        }
+        if loaded.config.model_name.is_some() {
+            let (value, line) = setting(source.node, "model_name").unwrap_or_default();
+            return Err(ConfigError::at(
+                source.key("model_name"),
+                value,
+                "must be null here: summaries are written by the agent's model",
+                "null",
+                line,
+            )
+            .into());
+        }
+        let cache =
+            SummaryCache::new(loaded.config.cache_capacity.max(1)).with_store(self.store.clone());
+        let middleware = SummarizationMiddleware::builder(loaded.config)
+            .model_profile(self.profile.clone())
+            .cache(Arc::new(cache))
+            .build()
+            .map_err(|source_error| StackError::Build {
+                index: source.index,
+                line: source.line,
+                source: Box::new(source_error),
+            })?;
+        Ok(Arc::new(Built(Arc::new(middleware))))
+    }
+}
+
+/// `session_memory`: Keel's rolling session memory on the server's database, scoped to
+/// the graph unless the entry names a scope.
+struct SessionMemory {
+    store: Arc<Store>,
+    online: bool,
+    graph: String,
+}
+
+impl StackEntry for SessionMemory {
+    fn name(&self) -> &'static str {
+        "session_memory"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let key = format!("middleware[{}].{}", source.index, source.name);
+        let refused = |message: String, line: u64| StackError::Settings {
+            key: key.clone(),
+            message,
+            line: if line > 0 { line } else { source.line },
+        };
+        let mut settings: SessionMemorySettings =
+            keel_config::from_node(source.node).map_err(|e| refused(e.message, e.line))?;
+        if settings.scope == SessionMemorySettings::default().scope {
+            settings.scope = SessionScope::new(self.graph.clone(), "", "", "");
+        }
+        let middleware = SessionMemoryMiddleware::builder(settings)
+            .store(self.store.clone())
+            .fold_engine(if self.online {
+                FoldEngine::Model
+            } else {
+                FoldEngine::Extractive
+            })
+            .build()
+            .map_err(|e| refused(e.to_string(), source.line))?;
+        Ok(Arc::new(Built(Arc::new(middleware))))
+    }
+}
+
+/// The value (as an error shows it) and line of `key` in a settings mapping.
+fn setting(node: &Node, key: &str) -> Option<(String, u64)> {
+    match &node.value {
+        Yaml::Map(entries) => entries
+            .iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, v)| (v.value.show(), v.line)),
+        _ => None,
+    }
+}
+
+fn invalid(key: &str, problem: &str) -> KeelYamlError {
+    KeelYamlError::Invalid {
         key: key.to_owned(),
         problem: problem.to_owned(),
     }
@@ -467,6 +536,60 @@ mod tests {
         assert!(err.to_string().contains("middleware[0]"), "{err}");
         let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_value_reports_its_line_in_keel_yaml() {
+        let store = Arc::new(Store::memory());
+        let build = |text: &str| {
+            StackConfig::from_yaml_str(text)
+                .unwrap()
+                .build(store.clone())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        // LangChain's middleware, read by the shared loader on keel.yaml's own tree.
+        let err = build(
+            "name: support\nmodel: offline\nmiddleware:\n  - session_memory: {n_messages: 4}\n  - pii:\n      pii_type: email\n      strategy: shout\n",
+        );
+        assert_eq!(
+            err,
+            "keel.yaml: middleware[1].pii.strategy = \"shout\" (line 7): is not a known value; allowed: one of block, redact, mask, hash"
+        );
+        // summarization, in DeerFlow's schema.
+        let err = build(
+            "middleware:\n  - summarization:\n      enabled: true\n      trigger:\n        - type: tokens\n          value: -5\n",
+        );
+        assert!(err.contains("middleware[0].summarization.trigger"), "{err}");
+        assert!(err.contains("(line 6)"), "{err}");
+        let err = build("middleware:\n  - summarization:\n      model_name: gpt-4o\n");
+        assert!(
+            err.contains(
+                "middleware[0].summarization.model_name = \"gpt-4o\" (line 3): must be null here"
+            ),
+            "{err}"
+        );
+        // session_memory: a typed configuration, an unknown field and a range.
+        let err =
+            build("middleware:\n  - session_memory:\n      n_messages: 4\n      n_mesages: 5\n");
+        assert!(
+            err.contains("middleware[0].session_memory (line 4)"),
+            "{err}"
+        );
+        assert!(err.contains("n_mesages"), "{err}");
+        let err = build("middleware:\n  - session_memory:\n      fold_batch: 0\n");
+        assert!(
+            err.contains("middleware[0].session_memory (line 2)"),
+            "{err}"
+        );
+        assert!(err.contains("fold_batch"), "{err}");
+        // An unknown entry, with the nearest name the server knows.
+        let err = build("middleware:\n  - session_memroy: {}\n");
+        assert_eq!(
+            err,
+            "keel.yaml: unknown key middleware[0].session_memroy (line 2) (did you mean `session_memory`?)"
+        );
     }
 
     #[tokio::test]

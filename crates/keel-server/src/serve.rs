@@ -26,7 +26,7 @@ use tower::ServiceExt;
 
 use crate::app::{ServerOptions, router_parts};
 use crate::auth::ApiKeys;
-use crate::config::{StackConfig, StackError};
+use crate::config::{KeelYamlError, StackConfig};
 use crate::lease::Leases;
 use crate::registry::Registry;
 use crate::runs::RunManager;
@@ -104,7 +104,7 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 pub enum ServeError {
     /// The keel.yaml is wrong.
     #[error(transparent)]
-    Config(#[from] StackError),
+    Config(#[from] KeelYamlError),
     /// The database could not be opened.
     #[error("cannot open the database {url}: {message}")]
     Database {

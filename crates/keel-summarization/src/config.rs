@@ -260,20 +260,11 @@ pub enum ConfigError {
         /// The line, when known.
         line: Option<u64>,
     },
-    /// A key has a value outside its allowed range or of the wrong type.
-    #[error("{} = {value}{}: {problem}; allowed: {allowed}", key_path(key), at(*line))]
-    Invalid {
-        /// The key path (`trigger[1].value`).
-        key: String,
-        /// The value as written.
-        value: String,
-        /// What is wrong.
-        problem: String,
-        /// What is allowed.
-        allowed: String,
-        /// The line, when the value came from YAML.
-        line: Option<u64>,
-    },
+    /// A key has a value outside its allowed range or of the wrong type: the shared
+    /// [`keel_config::ConfigError`], its key written as the user wrote it
+    /// (`summarization.trigger[1].value`).
+    #[error(transparent)]
+    Invalid(keel_config::ConfigError),
     /// A key that does not exist.
     #[error("unknown key summarization.{key}{}{}", at(*line), suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
     UnknownKey {
@@ -284,6 +275,24 @@ pub enum ConfigError {
         /// The line.
         line: Option<u64>,
     },
+}
+
+/// A refused value at `key` (relative to the section), with its line when it came from
+/// YAML.
+pub(crate) fn invalid(
+    key: String,
+    value: String,
+    problem: String,
+    allowed: String,
+    line: Option<u64>,
+) -> ConfigError {
+    ConfigError::Invalid(keel_config::ConfigError::at(
+        key_path(&key),
+        value,
+        problem,
+        allowed,
+        line.unwrap_or(0),
+    ))
 }
 
 /// The key as the user wrote it: `summarization.<key>`, except for keys of DeerFlow's
@@ -434,13 +443,13 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn invalid(&self, problem: &str, allowed: &str) -> ConfigError {
-        ConfigError::Invalid {
-            key: self.key.to_owned(),
-            value: self.node.value.show(),
-            problem: problem.to_owned(),
-            allowed: allowed.to_owned(),
-            line: Some(self.node.line),
-        }
+        invalid(
+            self.key.to_owned(),
+            self.node.value.show(),
+            problem.to_owned(),
+            allowed.to_owned(),
+            Some(self.node.line),
+        )
     }
 
     fn bool(&self) -> Result<bool, ConfigError> {
@@ -563,13 +572,13 @@ fn context_size(
         "tokens" => Ok(ContextSize::Tokens(ctx.int(1, WHOLE_1)?)),
         "messages" => Ok(ContextSize::Messages(ctx.int(1, WHOLE_1)?)),
         "fraction" => Ok(ContextSize::Fraction(ctx.number("a number in (0, 1]")?)),
-        other => Err(ConfigError::Invalid {
-            key: format!("{key}.type"),
-            value: format!("{other:?}"),
-            problem: "is not a known kind".into(),
-            allowed: "tokens, messages or fraction".into(),
-            line: Some(kind_node.line),
-        }),
+        other => Err(invalid(
+            format!("{key}.type"),
+            format!("{other:?}"),
+            "is not a known kind".into(),
+            "tokens, messages or fraction".into(),
+            Some(kind_node.line),
+        )),
     }
 }
 
@@ -633,6 +642,13 @@ impl SummarizationConfig {
     pub fn from_yaml_str(text: &str) -> Result<LoadedConfig, ConfigError> {
         let root =
             yaml::parse(text).map_err(|(message, line)| ConfigError::Syntax { message, line })?;
+        Self::from_node(&root)
+    }
+
+    /// Validates an already parsed document or section (the bare mapping, or a mapping
+    /// with a `summarization:` key), e.g. the settings of a stack file's
+    /// `- summarization:` entry; errors name the lines of the file it was parsed from.
+    pub fn from_node(root: &Node) -> Result<LoadedConfig, ConfigError> {
         let mut container_from_skills: Option<(String, u64)> = None;
         let section: Option<Node> = match &root.value {
             Yaml::Null => None,
@@ -658,15 +674,14 @@ impl SummarizationConfig {
             }
             Yaml::Map(_) => Some(root.clone()),
             _ => {
-                return Err(ConfigError::Invalid {
-                    key: "(root)".into(),
-                    value: root.value.show(),
-                    problem: "the document must be a mapping".into(),
-                    allowed:
-                        "a mapping of summarization keys, or a mapping with a `summarization:` key"
-                            .into(),
-                    line: Some(root.line),
-                });
+                return Err(invalid(
+                    "(root)".into(),
+                    root.value.show(),
+                    "the document must be a mapping".into(),
+                    "a mapping of summarization keys, or a mapping with a `summarization:` key"
+                        .into(),
+                    Some(root.line),
+                ));
             }
         };
         let mut config = SummarizationConfig::default();
@@ -852,13 +867,13 @@ impl SummarizationConfig {
                 }
             }
             Some(other) => {
-                return Err(ConfigError::Invalid {
-                    key: "(section)".into(),
-                    value: other.show(),
-                    problem: "must be a mapping".into(),
-                    allowed: "a mapping of summarization keys".into(),
-                    line: section.as_ref().map(|n| n.line),
-                });
+                return Err(invalid(
+                    "(section)".into(),
+                    other.show(),
+                    "must be a mapping".into(),
+                    "a mapping of summarization keys".into(),
+                    section.as_ref().map(|n| n.line),
+                ));
             }
         }
         let warnings = config.validate_with_lines(&keys)?;
@@ -887,12 +902,14 @@ impl SummarizationConfig {
         lines: &HashMap<String, u64>,
     ) -> Result<Vec<ConfigWarning>, ConfigError> {
         let line = |k: &str| lines.get(k).copied();
-        let bad = |key: &str, value: String, problem: &str, allowed: &str| ConfigError::Invalid {
-            key: key.to_owned(),
-            value,
-            problem: problem.to_owned(),
-            allowed: allowed.to_owned(),
-            line: line(key),
+        let bad = |key: &str, value: String, problem: &str, allowed: &str| {
+            invalid(
+                key.to_owned(),
+                value,
+                problem.to_owned(),
+                allowed.to_owned(),
+                line(key),
+            )
         };
         let check_size = |key: &str, size: &ContextSize| -> Result<(), ConfigError> {
             match *size {
@@ -1201,13 +1218,13 @@ impl SummarizationConfig {
             .map(|i| format!("trigger[{i}]"))
             .or_else(|| matches!(self.keep, ContextSize::Fraction(_)).then(|| "keep".to_owned()));
         match key {
-            Some(key) => Err(ConfigError::Invalid {
-                key: format!("{key}.value"),
-                value: "fraction".into(),
-                problem: "the model's context window (max_input_tokens) is unknown, so a fraction cannot be resolved".into(),
-                allowed: "a tokens or messages size, or a model profile with max_input_tokens".into(),
-                line: None,
-            }),
+            Some(key) => Err(invalid(
+format!("{key}.value"),
+"fraction".into(),
+"the model's context window (max_input_tokens) is unknown, so a fraction cannot be resolved".into(),
+"a tokens or messages size, or a model profile with max_input_tokens".into(),
+None,
+)),
             None => Ok(()),
         }
     }

@@ -58,9 +58,11 @@ pub mod plan {
     pub use crate::rules::{Split, langchain_split, latest_user_message};
 }
 mod rules;
+pub mod stack;
 pub(crate) mod stages;
 mod telemetry;
-pub mod yaml;
+/// The line-aware YAML tree every Keel configuration file is read with (keel-config).
+pub use keel_config::yaml;
 
 pub use keel_summary::{
     SUMMARY_NAME, SUMMARY_PREFIX, events, extractive, summary_call, summary_message, transcript,

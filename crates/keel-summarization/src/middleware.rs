@@ -93,20 +93,7 @@ const WARNED_THREADS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new
     None => std::num::NonZeroUsize::MIN,
 };
 
-/// Resolves `model_name` to a chat model (the application's model registry or factory).
-pub trait ModelRegistry: Send + Sync {
-    /// The model called `name`, if there is one.
-    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>>;
-}
-
-impl<F> ModelRegistry for F
-where
-    F: Fn(&str) -> Option<Arc<dyn ChatModel>> + Send + Sync,
-{
-    fn resolve(&self, name: &str) -> Option<Arc<dyn ChatModel>> {
-        self(name)
-    }
-}
+pub use keel_core::model::ModelRegistry;
 
 /// Who writes summaries.
 #[derive(Clone)]
@@ -401,25 +388,25 @@ fn counter_for(kind: TokenCounterKind) -> Result<CounterChoice, BuildError> {
                 keel_tokens::Encoding::Cl100kBase
             };
             let exact = keel_tokens::TiktokenCounter::new(encoding).map_err(|e| {
-                BuildError::Config(ConfigError::Invalid {
-                    key: "token_counter".into(),
-                    value: encoding.name().into(),
-                    problem: format!("the tokenizer could not be loaded: {e}"),
-                    allowed: "approximate, approximate_script, o200k_base, cl100k_base".into(),
-                    line: None,
-                })
+                BuildError::Config(crate::config::invalid(
+                    "token_counter".into(),
+                    encoding.name().into(),
+                    format!("the tokenizer could not be loaded: {e}"),
+                    "approximate, approximate_script, o200k_base, cl100k_base".into(),
+                    None,
+                ))
             })?;
             Ok(CounterChoice::Fixed(Arc::new(CachedCounter::new(exact))))
         }
         #[cfg(not(feature = "tiktoken"))]
         TokenCounterKind::O200kBase | TokenCounterKind::Cl100kBase => {
-            Err(BuildError::Config(ConfigError::Invalid {
-                key: "token_counter".into(),
-                value: format!("{kind:?}"),
-                problem: "exact counting needs keel-summarization's `tiktoken` feature".into(),
-                allowed: "approximate or approximate_script".into(),
-                line: None,
-            }))
+            Err(BuildError::Config(crate::config::invalid(
+                "token_counter".into(),
+                format!("{kind:?}"),
+                "exact counting needs keel-summarization's `tiktoken` feature".into(),
+                "approximate or approximate_script".into(),
+                None,
+            )))
         }
     }
 }

@@ -28,7 +28,8 @@ use keel_core::message::{Content, Message};
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::stream::{StreamEvent, StreamMode};
 use keel_core::tool::{Tool, ToolError, ToolSpec};
-use keel_middleware::stack::{ModelRegistry, Stack};
+use keel_middleware::stack::{ModelRegistry, StackLoader};
+use keel_summarization::stack::SummarizationEntry;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -163,7 +164,10 @@ fn read_script(path: &Path, caps: &Caps) -> Result<VecDeque<Answer>, String> {
 
 /// Runs `keel run`.
 pub fn run(args: Args, caps: &Caps) -> CommandResult {
-    let stack = Stack::from_yaml_file(&args.config)
+    // Keel's built-in entries and summarization (DeerFlow's schema).
+    let stack = StackLoader::builtin()
+        .with(SummarizationEntry)
+        .load_file(&args.config)
         .map_err(|e| format!("{}: {e}", args.config.display()))?;
     let thread: Vec<Message> = keel_replay::input::read_messages(&args.transcript, caps.limits())?
         .into_iter()
@@ -180,12 +184,12 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     // Spans go to OTEL_EXPORTER_OTLP_ENDPOINT when set (the `otel` feature); the guard
     // flushes them when the command ends.
     let _telemetry = crate::telemetry::init(None, false)?;
-    // The stack loader leaves `mcp_servers` to the application (the file is at most
-    // MAX_STACK_BYTES: Stack::from_yaml_file read it whole already).
-    let text = std::fs::read_to_string(&args.config)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    let mcp_servers = keel_mcp::servers_from_yaml(&text)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    // The stack loader leaves `mcp_servers` to the application, parsed with the rest.
+    let mcp_servers = match &stack.mcp_servers {
+        Some(list) => keel_mcp::servers_from_node(list)
+            .map_err(|e| format!("{}: {e}", args.config.display()))?,
+        None => Vec::new(),
+    };
     let model = Arc::new(ScriptModel {
         profile: ModelProfile::new(
             stack.model.clone().unwrap_or_else(|| "scripted".into()),

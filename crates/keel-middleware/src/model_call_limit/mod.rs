@@ -9,6 +9,8 @@
 //! fails the run with that text. `after_model` counts the call. The thread count is
 //! checkpointed with the thread; the run count starts at zero in every run.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::Message;
@@ -19,6 +21,9 @@ use serde_json::{Value, json};
 use crate::common::{run_count, run_count_value, thread_count};
 use crate::error::ConfigError;
 use crate::events;
+use crate::stack::entries::MAX_LIMIT;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// State key of the thread's model-call count (LangChain's name).
 pub const THREAD_KEY: &str = "thread_model_call_count";
@@ -166,6 +171,42 @@ impl Middleware for ModelCallLimit {
             .values
             .insert(RUN_KEY.into(), run_count_value(&runtime.run_id, run));
         Ok(HookOutcome::update(update))
+    }
+}
+
+/// The `model_call_limit` entry of a stack file: LangChain's constructor arguments,
+/// read and checked here with the middleware they build.
+pub(crate) struct Entry;
+
+impl Entry {
+    /// Its settings, in LangChain's names.
+    const KEYS: [&'static str; 3] = ["thread_limit", "run_limit", "exit_behavior"];
+}
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "model_call_limit"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let args = Settings::read(source, &Self::KEYS)?;
+        let limit = |key: &str| -> Result<Option<u64>, StackError> {
+            Ok(args
+                .get(key)
+                .map(|v| v.opt_count(MAX_LIMIT))
+                .transpose()?
+                .flatten())
+        };
+        let exit = match args.get("exit_behavior") {
+            Some(v) => match v.choice(&["end", "error"])? {
+                "error" => ModelCallExit::Error,
+                _ => ModelCallExit::End,
+            },
+            None => ModelCallExit::End,
+        };
+        let m = ModelCallLimit::new(limit("thread_limit")?, limit("run_limit")?, exit)
+            .map_err(|e| args.refused(e))?;
+        Ok(Arc::new(Ready(Arc::new(m))))
     }
 }
 

@@ -7,6 +7,8 @@
 //! message. With it, the model call fails with [`ModelErrorKind::Refused`] and
 //! LangChain's message: `Model refused to produce the requested output: <text>`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use keel_core::message::{Content, ContentPart, Message};
 use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
@@ -14,6 +16,8 @@ use keel_core::model::{ModelError, ModelErrorKind};
 use serde_json::{Value, json};
 
 use crate::events;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// Fails model calls that answered with a refusal. See the [module docs](self).
 #[derive(Clone, Copy, Debug, Default)]
@@ -99,6 +103,22 @@ impl Middleware for ModelRefusal {
             refusal_message(&text, category.as_deref()),
         )
         .with_raw(text))
+    }
+}
+
+/// The `model_refusal` entry of a stack file: LangChain's constructor arguments, read
+/// and checked here with the middleware they build.
+pub(crate) struct Entry;
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "model_refusal"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        // It takes no settings: any key is unknown.
+        Settings::read(source, &[])?;
+        Ok(Arc::new(Ready(Arc::new(ModelRefusal))))
     }
 }
 

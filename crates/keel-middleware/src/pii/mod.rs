@@ -36,6 +36,8 @@ pub use strategy::Strategy;
 use crate::common::last_ai_index;
 use crate::error::ConfigError;
 use crate::events;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// One type of personal data and what to do with it.
 #[derive(Clone, Debug)]
@@ -330,6 +332,67 @@ impl Middleware for Pii {
             }
             None => Ok(HookOutcome::proceed()),
         }
+    }
+}
+
+/// The `pii` entry of a stack file: LangChain's constructor arguments, read
+/// and checked here with the middleware they build.
+pub(crate) struct Entry;
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "pii"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let args = Settings::read(
+            source,
+            &[
+                "pii_type",
+                "strategy",
+                "detector",
+                "apply_to_input",
+                "apply_to_output",
+                "apply_to_tool_results",
+            ],
+        )?;
+        let Some(pii_type) = args.get("pii_type") else {
+            return Err(args.refused(ConfigError::new(
+                "pii",
+                "pii_type",
+                "(missing)",
+                "is required",
+                "email, credit_card, ip, mac_address, url, or a name with a `detector` regex",
+            )));
+        };
+        let pii_type = pii_type.string()?;
+        let strategy = match args.get("strategy") {
+            None => Strategy::Redact,
+            Some(v) => match v.choice(&["block", "redact", "mask", "hash"])? {
+                "block" => Strategy::Block,
+                "mask" => Strategy::Mask,
+                "hash" => Strategy::Hash,
+                _ => Strategy::Redact,
+            },
+        };
+        let mut m = match args.get("detector") {
+            Some(v) if !v.is_null() => Pii::regex(&pii_type, &v.string()?, strategy),
+            _ => Pii::builtin(&pii_type, strategy),
+        }
+        .map_err(|e| args.refused(e))?;
+        for (key, set) in [
+            (
+                "apply_to_input",
+                Pii::apply_to_input as fn(Pii, bool) -> Pii,
+            ),
+            ("apply_to_output", Pii::apply_to_output),
+            ("apply_to_tool_results", Pii::apply_to_tool_results),
+        ] {
+            if let Some(v) = args.get(key) {
+                m = set(m, v.bool()?);
+            }
+        }
+        Ok(Arc::new(Ready(Arc::new(m))))
     }
 }
 

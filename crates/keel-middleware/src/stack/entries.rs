@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
+use keel_config::yaml::{Node, Yaml};
 use keel_core::middleware::Middleware;
 use keel_core::model::ModelErrorKind;
-use keel_summarization::config::SummarizationConfig;
-use keel_summarization::middleware::{ModelRegistry, SummarizationMiddleware};
-use keel_summarization::yaml::Node;
+use keel_core::model::ModelRegistry;
 
-use super::error::StackError;
-use super::value::{At, known_keys};
+use super::value::{At, Refuse, known_keys};
 use crate::backoff::{Backoff, MAX_RETRIES};
 use crate::context_editing::{ClearToolUses, ContextEditing};
 use crate::error::ConfigError;
@@ -22,16 +20,11 @@ use crate::llm_tool_emulator::LlmToolEmulator;
 use crate::llm_tool_selector::{
     DEFAULT_SYSTEM_PROMPT as SELECTOR_PROMPT, LlmToolSelector, OnParsingFailure,
 };
-use crate::model_call_limit::{ModelCallExit, ModelCallLimit};
 use crate::model_fallback::ModelFallback;
-use crate::model_refusal::ModelRefusal;
 use crate::model_retry::{DEFAULT_RETRY_ON, ModelFailure, ModelRetry};
 use crate::model_router::{ModelRouter, Route};
-use crate::pii::{Pii, Strategy};
-use crate::todo_list::{DEFAULT_SYSTEM_PROMPT, DEFAULT_TOOL_DESCRIPTION, TodoList};
-use crate::tool_call_limit::{ToolCallExit, ToolCallLimit};
-use crate::tool_error::{DEFAULT_TEMPLATE, ToolErrorHandler};
 use crate::tool_retry::{ToolFailure, ToolFailureKind, ToolRetry};
+use keel_config::stack::StackError;
 
 /// The middleware names a stack file accepts (LangChain's class names in snake case,
 /// without `_middleware`).
@@ -50,12 +43,11 @@ pub const NAMES: &[&str] = &[
     "model_router",
     "model_refusal",
     "human_in_the_loop",
-    "summarization",
     "recall",
 ];
 
 /// The largest call limit accepted.
-const MAX_LIMIT: u64 = 1_000_000_000;
+pub(crate) const MAX_LIMIT: u64 = 1_000_000_000;
 
 /// A parsed entry, before models are resolved.
 #[derive(Clone)]
@@ -64,8 +56,6 @@ pub(crate) enum Entry {
     Ready(Arc<dyn Middleware>),
     /// `model_fallback`: model names and their lines.
     Fallback(Vec<(String, u64)>),
-    /// `summarization`: DeerFlow's schema, loaded by keel-summarization.
-    Summarization(Box<SummarizationConfig>),
     /// `llm_tool_selector`: its settings and the selection model's name, if any.
     Selector {
         model: Option<(String, u64)>,
@@ -172,17 +162,9 @@ fn model_kind(name: &str) -> Option<ModelErrorKind> {
 }
 
 /// Reads one entry.
-pub(crate) fn read(
-    at: &EntryAt<'_>,
-    node: &Node,
-    text: &str,
-    end_line: u64,
-) -> Result<Entry, StackError> {
-    if at.name == "summarization" {
-        return summarization(at, node, text, end_line);
-    }
+pub(crate) fn read(at: &EntryAt<'_>, node: &Node) -> Result<Entry, StackError> {
     if at.name == "model_fallback"
-        && let keel_summarization::yaml::Yaml::Seq(_) = node.value
+        && let Yaml::Seq(_) = node.value
     {
         let list = At::new(at.key("models"), node);
         return fallback_models(&list);
@@ -191,8 +173,6 @@ pub(crate) fn read(
     let args = Args { at, entries };
     let prefix = format!("middleware[{}].{}", at.index, at.name);
     let known: &[&str] = match at.name {
-        "model_call_limit" => &["thread_limit", "run_limit", "exit_behavior"],
-        "tool_call_limit" => &["tool_name", "thread_limit", "run_limit", "exit_behavior"],
         "model_retry" => &RETRY_KEYS,
         "tool_retry" => &[
             "max_retries",
@@ -204,18 +184,8 @@ pub(crate) fn read(
             "jitter",
             "tools",
         ],
-        "tool_error" => &["on_error", "tools"],
         "model_fallback" => &["models"],
         "context_editing" => &["edits", "token_count_method"],
-        "pii" => &[
-            "pii_type",
-            "strategy",
-            "detector",
-            "apply_to_input",
-            "apply_to_output",
-            "apply_to_tool_results",
-        ],
-        "todo_list" => &["system_prompt", "tool_description"],
         "llm_tool_selector" => &[
             "model",
             "system_prompt",
@@ -238,45 +208,8 @@ pub(crate) fn read(
         _ => &[],
     };
     known_keys(&prefix, entries, known)?;
-    let opt_limit = |key: &str| -> Result<Option<u64>, StackError> {
-        args.get(key).map_or(Ok(None), |v| v.opt_count(MAX_LIMIT))
-    };
     let ready = |m: Arc<dyn Middleware>| Ok(Entry::Ready(m));
     match at.name {
-        "model_call_limit" => {
-            let exit = match args.get("exit_behavior") {
-                Some(v) => match v.choice(&["end", "error"])? {
-                    "error" => ModelCallExit::Error,
-                    _ => ModelCallExit::End,
-                },
-                None => ModelCallExit::End,
-            };
-            let m = ModelCallLimit::new(opt_limit("thread_limit")?, opt_limit("run_limit")?, exit)
-                .map_err(|e| at.config(e))?;
-            ready(Arc::new(m))
-        }
-        "tool_call_limit" => {
-            let exit = match args.get("exit_behavior") {
-                Some(v) => match v.choice(&["continue", "error", "end"])? {
-                    "error" => ToolCallExit::Error,
-                    "end" => ToolCallExit::End,
-                    _ => ToolCallExit::Continue,
-                },
-                None => ToolCallExit::Continue,
-            };
-            let tool = match args.get("tool_name") {
-                Some(v) if !v.is_null() => Some(v.string()?),
-                _ => None,
-            };
-            let m = ToolCallLimit::new(
-                tool,
-                opt_limit("thread_limit")?,
-                opt_limit("run_limit")?,
-                exit,
-            )
-            .map_err(|e| at.config(e))?;
-            ready(Arc::new(m))
-        }
         "model_retry" => {
             let retry_on = match args.get("retry_on") {
                 None => DEFAULT_RETRY_ON.to_vec(),
@@ -285,7 +218,7 @@ pub(crate) fn read(
                     .iter()
                     .map(|k| {
                         model_kind(k).ok_or_else(|| {
-                            v.invalid(
+                            v.refuse(
                                 &format!("{k:?} is not a model error kind"),
                                 &format!("a list of {}", MODEL_KINDS.join(", ")),
                             )
@@ -315,7 +248,7 @@ pub(crate) fn read(
                         "failed" => Ok(ToolFailureKind::Failed),
                         "invalid_arguments" => Ok(ToolFailureKind::InvalidArguments),
                         "unknown" => Ok(ToolFailureKind::Unknown),
-                        _ => Err(v.invalid(
+                        _ => Err(v.refuse(
                             &format!("{k:?} is not a tool failure kind"),
                             &format!("a list of {}", kinds.join(", ")),
                         )),
@@ -334,14 +267,6 @@ pub(crate) fn read(
                 .map_err(|e| at.config(e))?;
             ready(Arc::new(m))
         }
-        "tool_error" => {
-            let template = match args.get("on_error") {
-                Some(v) => v.string()?,
-                None => DEFAULT_TEMPLATE.into(),
-            };
-            let tools = args.get("tools").map(|v| v.strings()).transpose()?;
-            ready(Arc::new(ToolErrorHandler::template(template, tools)))
-        }
         "model_fallback" => match args.get("models") {
             Some(list) => fallback_models(&list),
             None => Err(at.config(ConfigError::new(
@@ -353,63 +278,13 @@ pub(crate) fn read(
             ))),
         },
         "context_editing" => context_editing(at, &args),
-        "pii" => {
-            let Some(pii_type) = args.get("pii_type") else {
-                return Err(at.config(ConfigError::new(
-                    "pii",
-                    "pii_type",
-                    "(missing)",
-                    "is required",
-                    "email, credit_card, ip, mac_address, url, or a name with a `detector` regex",
-                )));
-            };
-            let pii_type = pii_type.string()?;
-            let strategy = match args.get("strategy") {
-                None => Strategy::Redact,
-                Some(v) => match v.choice(&["block", "redact", "mask", "hash"])? {
-                    "block" => Strategy::Block,
-                    "mask" => Strategy::Mask,
-                    "hash" => Strategy::Hash,
-                    _ => Strategy::Redact,
-                },
-            };
-            let mut m = match args.get("detector") {
-                Some(v) if !v.is_null() => Pii::regex(&pii_type, &v.string()?, strategy),
-                _ => Pii::builtin(&pii_type, strategy),
-            }
-            .map_err(|e| at.config(e))?;
-            for (key, set) in [
-                (
-                    "apply_to_input",
-                    Pii::apply_to_input as fn(Pii, bool) -> Pii,
-                ),
-                ("apply_to_output", Pii::apply_to_output),
-                ("apply_to_tool_results", Pii::apply_to_tool_results),
-            ] {
-                if let Some(v) = args.get(key) {
-                    m = set(m, v.bool()?);
-                }
-            }
-            ready(Arc::new(m))
-        }
-        "todo_list" => {
-            let prompt = match args.get("system_prompt") {
-                Some(v) => v.string()?,
-                None => DEFAULT_SYSTEM_PROMPT.into(),
-            };
-            let description = match args.get("tool_description") {
-                Some(v) => v.string()?,
-                None => DEFAULT_TOOL_DESCRIPTION.into(),
-            };
-            ready(Arc::new(TodoList::new(prompt, description)))
-        }
-        "model_refusal" => ready(Arc::new(ModelRefusal)),
         "recall" => {
             let mut settings = keel_recall::RecallSettings::default();
             let whole = |key: &str, max: u64| -> Result<Option<usize>, StackError> {
-                args.get(key)
+                Ok(args
+                    .get(key)
                     .map(|v| v.count(max).map(|n| n as usize))
-                    .transpose()
+                    .transpose()?)
             };
             if let Some(n) = whole("max_excerpts", u64::MAX >> 1)? {
                 settings.max_excerpts = n;
@@ -467,10 +342,8 @@ pub(crate) fn read(
             for (tool, _, node) in on.map()? {
                 let v = At::new(format!("{}.{tool}", on.key), node);
                 match &node.value {
-                    keel_summarization::yaml::Yaml::Bool(true) => {
-                        list.push((tool.clone(), InterruptOn::all()))
-                    }
-                    keel_summarization::yaml::Yaml::Bool(false) => {}
+                    Yaml::Bool(true) => list.push((tool.clone(), InterruptOn::all())),
+                    Yaml::Bool(false) => {}
                     _ => {
                         let fields = v.map()?;
                         known_keys(&v.key, fields, &["allowed_decisions", "description"])?;
@@ -491,7 +364,7 @@ pub(crate) fn read(
                                     "reject" => DecisionType::Reject,
                                     "respond" => DecisionType::Respond,
                                     _ => {
-                                        return Err(f.invalid(
+                                        return Err(f.refuse(
                                             &format!("{d:?} is not a decision"),
                                             "a list of approve, edit, reject, respond",
                                         ));
@@ -532,7 +405,7 @@ pub(crate) fn read(
             let on_parsing_failure = match args.get("on_parsing_failure") {
                 None => OnParsingFailure::Error,
                 Some(v) => match &v.node.value {
-                    keel_summarization::yaml::Yaml::Seq(_) => OnParsingFailure::Tools(v.strings()?),
+                    Yaml::Seq(_) => OnParsingFailure::Tools(v.strings()?),
                     _ => match v.choice(&["error", "none", "all"])? {
                         "none" => OnParsingFailure::None,
                         "all" => OnParsingFailure::All,
@@ -597,7 +470,7 @@ pub(crate) fn read(
                 };
                 let model = get("model").ok_or_else(|| {
                     At::new(prefix.clone(), node)
-                        .invalid("has no model", "{model: NAME, criteria: TEXT}")
+                        .refuse("has no model", "{model: NAME, criteria: TEXT}")
                 })?;
                 let criteria = match get("criteria") {
                     Some(c) => c.string()?,
@@ -614,23 +487,24 @@ pub(crate) fn read(
                 classifier: (classifier.string()?, classifier.node.line),
             })
         }
-        _ => Err(StackError::UnknownKey {
+        _ => Err(keel_config::UnknownKey {
             key: prefix,
             suggestion: None,
             line: at.line,
-        }),
+        }
+        .into()),
     }
 }
 
 fn fallback_models(list: &At<'_>) -> Result<Entry, StackError> {
-    let keel_summarization::yaml::Yaml::Seq(items) = &list.node.value else {
-        return Err(list.invalid(
+    let Yaml::Seq(items) = &list.node.value else {
+        return Err(list.refuse(
             "is not a list of model names",
             "a list of one or more model names",
         ));
     };
     if items.is_empty() {
-        return Err(list.invalid("no fallback model", "a list of one or more model names"));
+        return Err(list.refuse("no fallback model", "a list of one or more model names"));
     }
     let mut names = Vec::new();
     for (i, n) in items.iter().enumerate() {
@@ -642,7 +516,7 @@ fn fallback_models(list: &At<'_>) -> Result<Entry, StackError> {
 fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackError> {
     if let Some(v) = args.get("token_count_method") {
         v.choice(&["approximate"]).map_err(|_| {
-            v.invalid(
+            v.refuse(
                 "is not supported: Keel chat models do not count tokens",
                 "approximate (LangChain's count_tokens_approximately)",
             )
@@ -651,8 +525,8 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
     let Some(edits) = args.get("edits") else {
         return Ok(Entry::Ready(Arc::new(ContextEditing::default())));
     };
-    let keel_summarization::yaml::Yaml::Seq(items) = &edits.node.value else {
-        return Err(edits.invalid("is not a list", "a list of `clear_tool_uses: {...}` edits"));
+    let Yaml::Seq(items) = &edits.node.value else {
+        return Err(edits.refuse("is not a list", "a list of `clear_tool_uses: {...}` edits"));
     };
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -660,15 +534,16 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
         let entries = At::new(key.clone(), item).map()?;
         let [(kind, kind_line, settings)] = entries else {
             return Err(
-                At::new(key, item).invalid("is not a one-key mapping", "`clear_tool_uses: {...}`")
+                At::new(key, item).refuse("is not a one-key mapping", "`clear_tool_uses: {...}`")
             );
         };
         if kind != "clear_tool_uses" {
-            return Err(StackError::UnknownKey {
+            return Err(keel_config::UnknownKey {
                 key: format!("{key}.{kind}"),
                 suggestion: Some("clear_tool_uses".into()),
                 line: *kind_line,
-            });
+            }
+            .into());
         }
         let prefix = format!("{key}.clear_tool_uses");
         let fields = At::new(prefix.clone(), settings).map()?;
@@ -700,47 +575,6 @@ fn context_editing(at: &EntryAt<'_>, args: &Args<'_>) -> Result<Entry, StackErro
         out.push(edit);
     }
     Ok(Entry::Ready(Arc::new(ContextEditing::new(out))))
-}
-
-/// The `summarization` entry: its lines, cut out of the file with every other line
-/// blanked, so keel-summarization's loader reports the file's own line numbers.
-fn summarization(
-    at: &EntryAt<'_>,
-    node: &Node,
-    text: &str,
-    end_line: u64,
-) -> Result<Entry, StackError> {
-    let start = at.line;
-    let mut section = String::with_capacity(text.len());
-    for (i, line) in text.lines().enumerate() {
-        let n = i as u64 + 1;
-        if n == start {
-            // Blank up to and including `summarization:` (keeping the columns).
-            let cut = line
-                .find("summarization")
-                .and_then(|k| line[k..].find(':').map(|c| k + c + 1))
-                .unwrap_or(0);
-            section.push_str(&" ".repeat(line[..cut].chars().count()));
-            section.push_str(&line[cut..]);
-        } else if n > start && n <= end_line {
-            section.push_str(line);
-        }
-        section.push('\n');
-    }
-    let loaded = SummarizationConfig::from_yaml_str(&section).map_err(|source| {
-        StackError::Summarization {
-            index: at.index,
-            source: Box::new(source),
-        }
-    })?;
-    let mut config = loaded.config;
-    // Listing it in a stack is asking for it: only an explicit `enabled: false` turns
-    // it off (DeerFlow's default of false is for its shared config.yaml).
-    let explicit = matches!(&node.value, keel_summarization::yaml::Yaml::Map(e) if e.iter().any(|(k, _, _)| k == "enabled"));
-    if !explicit {
-        config.enabled = true;
-    }
-    Ok(Entry::Summarization(Box::new(config)))
 }
 
 fn resolve(
@@ -857,21 +691,6 @@ pub(crate) fn build(
                     source: Box::new(source),
                 }
             })?;
-            Ok(Some(Arc::new(m)))
-        }
-        Entry::Summarization(config) => {
-            if !config.enabled {
-                return Ok(None);
-            }
-            let registry = models.clone();
-            let m = SummarizationMiddleware::builder((**config).clone())
-                .model_registry(move |n: &str| registry.resolve(n))
-                .build()
-                .map_err(|source| StackError::SummarizationBuild {
-                    index,
-                    line,
-                    source: Box::new(source),
-                })?;
             Ok(Some(Arc::new(m)))
         }
     }

@@ -17,11 +17,16 @@
 //!
 //! Each `middleware` entry is a one-key mapping from LangChain's class name in snake
 //! case without `_middleware` to that class's constructor arguments under LangChain's
-//! names (see [`entries::NAMES`] and `docs/middleware.md`); `summarization` takes
-//! DeerFlow's schema and is loaded by keel-summarization. Every error names the key,
+//! names (see [`entries::NAMES`] and `docs/middleware.md`). Every error names the key,
 //! the value, what is allowed and the line. Model names (the `model` key, fallback
 //! models, a summary `model_name`) are resolved by the application through a
 //! [`ModelRegistry`], so one file serves `keel run`, tests and a server.
+//!
+//! The entries a file may hold are a [`StackLoader`]'s registry: [`Stack::from_yaml_str`]
+//! knows the built-in ones; an application adds its own [`StackEntry`] kinds with
+//! [`StackLoader::with`]. `summarization` (DeerFlow's schema) is keel-summarization's
+//! entry, `keel_summarization::stack::SummarizationEntry`; `keel::stack_loader()` and
+//! `keel run` register it, and `keel serve` adds `session_memory` too.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -45,43 +50,41 @@
 //! ```
 
 pub mod entries;
-mod error;
-mod value;
+mod loader;
+pub(crate) mod value;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use keel_agent::{Agent, AgentBuilder};
+use keel_config::yaml::{self, Yaml};
 use keel_core::middleware::Middleware;
 use keel_core::model::ChatModel;
-use keel_summarization::yaml::{self, Node, Yaml};
 
-pub use error::StackError;
-pub use keel_summarization::middleware::ModelRegistry;
+pub use keel_config::stack::{BuildContext, CheckedEntry, EntrySource, StackEntry, StackError};
+pub use keel_core::model::ModelRegistry;
+pub use loader::{LoadedEntry, StackLoader};
 
-use entries::{Entry, EntryAt, NAMES};
-use value::{At, known_keys, nearest};
+use value::{At, Refuse, known_keys};
 
-/// The largest stack file read: 1 MiB.
-pub const MAX_STACK_BYTES: u64 = 1024 * 1024;
+pub use keel_config::MAX_STACK_BYTES;
 
-/// One middleware entry of a stack file.
-#[derive(Clone)]
-pub struct StackEntry {
-    /// Its name in the file (`pii`).
-    pub name: String,
-    /// The line of its name.
-    pub line: u64,
-    entry: Entry,
-}
-
-impl std::fmt::Debug for StackEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StackEntry")
-            .field("name", &self.name)
-            .field("line", &self.line)
-            .finish_non_exhaustive()
-    }
+/// The text of a stack file of at most [`MAX_STACK_BYTES`], read once.
+pub fn read_stack_file(path: &Path) -> Result<String, StackError> {
+    use keel_config::ReadError;
+    let io = |message: &str| StackError::Io {
+        path: path.display().to_string(),
+        message: message.to_owned(),
+    };
+    keel_config::read_capped(path, MAX_STACK_BYTES).map_err(|e| match e {
+        ReadError::Directory => io("it is a directory; name a YAML file"),
+        ReadError::Io(message) => io(&message),
+        ReadError::NotUtf8 => io("it is not UTF-8 text"),
+        ReadError::TooLarge => StackError::TooLarge {
+            path: path.display().to_string(),
+            cap: MAX_STACK_BYTES,
+        },
+    })
 }
 
 /// A loaded stack file. See the [module docs](self).
@@ -92,104 +95,37 @@ pub struct Stack {
     /// The `system_prompt` key.
     pub system_prompt: Option<String>,
     /// The `middleware` list, outermost first.
-    pub middleware: Vec<StackEntry>,
+    pub middleware: Vec<LoadedEntry>,
+    /// The `mcp_servers` list as parsed (with its lines), left to the application:
+    /// `keel_mcp::servers_from_node` reads it without parsing the file again.
+    pub mcp_servers: Option<yaml::Node>,
     /// The line of the `model` key (0 when absent).
     model_line: u64,
 }
 
 impl Stack {
-    /// Reads and checks a stack file of at most [`MAX_STACK_BYTES`].
+    /// Reads and checks a stack file of at most [`MAX_STACK_BYTES`] with the built-in
+    /// entries.
     pub fn from_yaml_file(path: impl AsRef<Path>) -> Result<Stack, StackError> {
-        use std::io::Read as _;
-        let path = path.as_ref();
-        let io = |message: String| StackError::Io {
-            path: path.display().to_string(),
-            message,
-        };
-        if path.is_dir() {
-            return Err(io("it is a directory; name a YAML file".into()));
-        }
-        let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_STACK_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io(e.to_string()))?;
-        if bytes.len() as u64 > MAX_STACK_BYTES {
-            return Err(StackError::TooLarge {
-                path: path.display().to_string(),
-                cap: MAX_STACK_BYTES,
-            });
-        }
-        let text = String::from_utf8(bytes).map_err(|_| io("it is not UTF-8 text".into()))?;
-        Self::from_yaml_str(&text)
+        StackLoader::builtin().load_file(path)
     }
 
-    /// Parses and checks a stack document.
+    /// Parses and checks a stack document with the built-in entries.
     pub fn from_yaml_str(text: &str) -> Result<Stack, StackError> {
-        let root =
-            yaml::parse(text).map_err(|(message, line)| StackError::Syntax { message, line })?;
-        let top = match &root.value {
-            Yaml::Map(entries) => entries.as_slice(),
-            Yaml::Null => &[],
-            _ => {
-                return Err(At::new("(document)", &root).invalid(
-                    "is not a mapping",
-                    "a mapping with `model`, `system_prompt` and `middleware`",
-                ));
-            }
-        };
-        known_keys(
-            "(document)",
-            top,
-            &["model", "system_prompt", "middleware", "mcp_servers"],
-        )
-        .map_err(|e| match e {
-            StackError::UnknownKey {
-                key,
-                suggestion,
-                line,
-            } => StackError::UnknownKey {
-                key: key.trim_start_matches("(document).").to_owned(),
-                suggestion,
-                line,
-            },
-            other => other,
-        })?;
-        let mut stack = Stack::default();
-        for (i, (key, _, node)) in top.iter().enumerate() {
-            let v = At::new(key.clone(), node);
-            match key.as_str() {
-                "model" => {
-                    stack.model = (!v.is_null()).then(|| v.string()).transpose()?;
-                    stack.model_line = node.line;
-                }
-                "system_prompt" => {
-                    stack.system_prompt = (!v.is_null()).then(|| v.string()).transpose()?
-                }
-                // Tools, not middleware: read by the application with
-                // `keel_mcp::servers_from_yaml`, which checks every key of it.
-                "mcp_servers" => {}
-                _ => {
-                    // The line before the next top-level key ends the list.
-                    let after = top
-                        .get(i + 1)
-                        .map_or(u64::MAX, |(_, line, _)| line.saturating_sub(1));
-                    stack.middleware = read_list(&v, text, after)?;
-                }
-            }
-        }
-        Ok(stack)
+        StackLoader::builtin().load_str(text)
     }
+}
 
-    /// The middleware, built with the application's models (outermost first). A
-    /// `summarization` entry with `enabled: false` builds nothing.
+impl Stack {
+    /// The middleware, built with the application's models (outermost first). An entry
+    /// its settings turn off (`summarization` with `enabled: false`) builds nothing.
     pub fn middleware(
         &self,
         models: Arc<dyn ModelRegistry>,
     ) -> Result<Vec<Arc<dyn Middleware>>, StackError> {
         let mut out = Vec::new();
         for (index, e) in self.middleware.iter().enumerate() {
-            if let Some(m) = entries::build(&e.entry, index, &e.name, e.line, &models)? {
+            if let Some(m) = e.build(index, &models)? {
                 out.push(m);
             }
         }
@@ -202,13 +138,14 @@ impl Stack {
     /// naming the line.
     pub fn builder(&self, models: Arc<dyn ModelRegistry>) -> Result<AgentBuilder, StackError> {
         let Some(name) = &self.model else {
-            return Err(StackError::Invalid {
-                key: "model".into(),
-                value: "(missing)".into(),
-                problem: "the stack names no model".into(),
-                allowed: "a model name the application resolves".into(),
-                line: 1,
-            });
+            return Err(keel_config::ConfigError::at(
+                "model",
+                "(missing)",
+                "the stack names no model",
+                "a model name the application resolves",
+                1,
+            )
+            .into());
         };
         let model = models
             .resolve(name)
@@ -238,60 +175,50 @@ impl Stack {
     }
 }
 
-fn read_list(list: &At<'_>, text: &str, last_line: u64) -> Result<Vec<StackEntry>, StackError> {
-    let items: &[Node] = match &list.node.value {
-        Yaml::Seq(items) => items,
-        Yaml::Null => &[],
-        _ => {
-            return Err(list.invalid(
-                "is not a list",
-                "a list of one-key mappings, outermost first",
-            ));
-        }
-    };
-    // Each entry's name line, to know where each entry's text ends.
-    let mut heads = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let at = At::new(format!("middleware[{index}]"), item);
-        let Yaml::Map(map) = &item.value else {
-            return Err(at.invalid(
-                "is not a one-key mapping",
-                "`- name: {settings}`, e.g. `- pii: {pii_type: email}`",
-            ));
-        };
-        let [(name, line, settings)] = map.as_slice() else {
-            return Err(at.invalid(
-                "is not a one-key mapping (one middleware per list item)",
-                "`- name: {settings}`, e.g. `- pii: {pii_type: email}`",
-            ));
-        };
-        if !NAMES.contains(&name.as_str()) {
-            return Err(StackError::UnknownKey {
-                key: format!("middleware[{index}].{name}"),
-                suggestion: nearest(name, NAMES),
-                line: *line,
-            });
-        }
-        heads.push((name, *line, settings));
+impl StackLoader {
+    /// Reads and checks a stack file of at most [`MAX_STACK_BYTES`].
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<Stack, StackError> {
+        self.load_str(&read_stack_file(path.as_ref())?)
     }
-    let mut out = Vec::new();
-    for (index, (name, line, settings)) in heads.iter().enumerate() {
-        let end = heads
-            .get(index + 1)
-            .map_or(last_line, |(_, next, _)| next.saturating_sub(1));
-        let at = EntryAt {
-            index,
-            name,
-            line: *line,
+
+    /// Parses and checks a stack document.
+    pub fn load_str(&self, text: &str) -> Result<Stack, StackError> {
+        let root =
+            yaml::parse(text).map_err(|(message, line)| StackError::Syntax { message, line })?;
+        let top = match &root.value {
+            Yaml::Map(entries) => entries.as_slice(),
+            Yaml::Null => &[],
+            _ => {
+                return Err(At::new("(document)", &root).refuse(
+                    "is not a mapping",
+                    "a mapping with `model`, `system_prompt` and `middleware`",
+                ));
+            }
         };
-        let entry = entries::read(&at, settings, text, end)?;
-        out.push(StackEntry {
-            name: (*name).clone(),
-            line: *line,
-            entry,
-        });
+        known_keys(
+            "",
+            top,
+            &["model", "system_prompt", "middleware", "mcp_servers"],
+        )?;
+        let mut stack = Stack::default();
+        for (key, _, node) in top {
+            let v = At::new(key.clone(), node);
+            match key.as_str() {
+                "model" => {
+                    stack.model = (!v.is_null()).then(|| v.string()).transpose()?;
+                    stack.model_line = node.line;
+                }
+                "system_prompt" => {
+                    stack.system_prompt = (!v.is_null()).then(|| v.string()).transpose()?
+                }
+                // Tools, not middleware: read by the application with
+                // `keel_mcp::servers_from_node`, which checks every key of it.
+                "mcp_servers" => stack.mcp_servers = Some(node.clone()),
+                _ => stack.middleware = self.read_list(node)?,
+            }
+        }
+        Ok(stack)
     }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,139 +1,74 @@
-//! Reading typed values out of the line-aware YAML tree, with errors naming the key,
-//! the value, the allowed range and the line.
+//! The shared typed reads (keel-config), as the stack loader uses them.
 
-use keel_summarization::yaml::{Node, Yaml};
+pub(crate) use keel_config::{At, known_keys, nearest};
 
-use super::error::StackError;
+use keel_config::stack::StackError;
 
-/// One value and the key path it sits at.
-pub(crate) struct At<'a> {
-    pub key: String,
-    pub node: &'a Node,
+/// [`At::invalid`] as a stack error.
+pub(crate) trait Refuse {
+    /// The value refused: `problem`, and what is `allowed`, at its line.
+    fn refuse(&self, problem: &str, allowed: &str) -> StackError;
 }
 
-impl<'a> At<'a> {
-    pub fn new(key: impl Into<String>, node: &'a Node) -> Self {
-        At {
-            key: key.into(),
-            node,
-        }
+impl Refuse for At<'_> {
+    fn refuse(&self, problem: &str, allowed: &str) -> StackError {
+        self.invalid(problem, allowed).into()
+    }
+}
+
+use std::sync::Arc;
+
+use keel_config::stack::{BuildContext, CheckedEntry, EntrySource};
+use keel_config::yaml::Node;
+use keel_core::middleware::Middleware;
+
+/// One entry's settings mapping, its keys checked against what the entry knows: what a
+/// middleware folder's entry reads its settings from.
+pub(crate) struct Settings<'a> {
+    index: usize,
+    name: &'a str,
+    line: u64,
+    entries: &'a [(String, u64, Node)],
+}
+
+impl<'a> Settings<'a> {
+    /// The settings of `source`, refusing a key not in `known`.
+    pub fn read(source: &EntrySource<'a>, known: &[&str]) -> Result<Self, StackError> {
+        let prefix = format!("middleware[{}].{}", source.index, source.name);
+        let entries = At::new(prefix.clone(), source.node).map()?;
+        known_keys(&prefix, entries, known)?;
+        Ok(Settings {
+            index: source.index,
+            name: source.name,
+            line: source.line,
+            entries,
+        })
     }
 
-    pub fn invalid(&self, problem: &str, allowed: &str) -> StackError {
-        StackError::Invalid {
-            key: self.key.clone(),
-            value: self.node.value.show(),
-            problem: problem.into(),
-            allowed: allowed.into(),
-            line: self.node.line,
-        }
-    }
-
-    pub fn is_null(&self) -> bool {
-        matches!(self.node.value, Yaml::Null)
-    }
-
-    pub fn string(&self) -> Result<String, StackError> {
-        match &self.node.value {
-            Yaml::Str(s) => Ok(s.clone()),
-            _ => Err(self.invalid("is not a string", "a string")),
-        }
-    }
-
-    pub fn bool(&self) -> Result<bool, StackError> {
-        match self.node.value {
-            Yaml::Bool(b) => Ok(b),
-            _ => Err(self.invalid("is not true or false", "true or false")),
-        }
-    }
-
-    /// A whole number in `[0, max]`.
-    pub fn count(&self, max: u64) -> Result<u64, StackError> {
-        let allowed = format!("a whole number in [0, {max}]");
-        match self.node.value {
-            Yaml::Int(i) if (0..=i128::from(max)).contains(&i) => Ok(i as u64),
-            Yaml::Int(_) => Err(self.invalid("is out of range", &allowed)),
-            _ => Err(self.invalid("is not a whole number", &allowed)),
-        }
-    }
-
-    /// A whole number in `[0, max]`, or null for none.
-    pub fn opt_count(&self, max: u64) -> Result<Option<u64>, StackError> {
-        if self.is_null() {
-            return Ok(None);
-        }
-        self.count(max).map(Some)
-    }
-
-    /// A finite number (whole or not).
-    pub fn number(&self) -> Result<f64, StackError> {
-        match self.node.value {
-            Yaml::Int(i) => Ok(i as f64),
-            Yaml::Float(f) if f.is_finite() => Ok(f),
-            _ => Err(self.invalid("is not a finite number", "a number")),
-        }
-    }
-
-    /// One of `choices`.
-    pub fn choice(&self, choices: &[&'static str]) -> Result<&'static str, StackError> {
-        let allowed = choices.join(", ");
-        let Yaml::Str(s) = &self.node.value else {
-            return Err(self.invalid("is not a string", &format!("one of {allowed}")));
-        };
-        choices
+    /// The value of `key`, when given.
+    pub fn get(&self, key: &str) -> Option<At<'a>> {
+        self.entries
             .iter()
-            .find(|c| **c == s.as_str())
-            .copied()
-            .ok_or_else(|| self.invalid("is not a known value", &format!("one of {allowed}")))
+            .find(|(k, _, _)| k == key)
+            .map(|(_, _, n)| At::new(format!("middleware[{}].{}.{key}", self.index, self.name), n))
     }
 
-    /// A list of strings (a single string counts as a list of one).
-    pub fn strings(&self) -> Result<Vec<String>, StackError> {
-        match &self.node.value {
-            Yaml::Str(s) => Ok(vec![s.clone()]),
-            Yaml::Seq(items) => items
-                .iter()
-                .enumerate()
-                .map(|(i, n)| At::new(format!("{}[{i}]", self.key), n).string())
-                .collect(),
-            _ => Err(self.invalid("is not a list of strings", "a list of strings")),
-        }
-    }
-
-    /// The entries of a mapping (null reads as an empty mapping).
-    pub fn map(&self) -> Result<&'a [(String, u64, Node)], StackError> {
-        match &self.node.value {
-            Yaml::Map(entries) => Ok(entries),
-            Yaml::Null => Ok(&[]),
-            _ => Err(self.invalid("is not a mapping", "a mapping of settings")),
+    /// The middleware's own check refused a setting: the error with the entry's
+    /// position and line.
+    pub fn refused(&self, source: keel_config::ConfigError) -> StackError {
+        StackError::Middleware {
+            index: self.index,
+            line: self.line,
+            source: Box::new(source),
         }
     }
 }
 
-/// Checks that every key of `entries` is in `known`, suggesting the nearest.
-pub(crate) fn known_keys(
-    prefix: &str,
-    entries: &[(String, u64, Node)],
-    known: &[&str],
-) -> Result<(), StackError> {
-    for (key, line, _) in entries {
-        if !known.contains(&key.as_str()) {
-            return Err(StackError::UnknownKey {
-                key: format!("{prefix}.{key}"),
-                suggestion: nearest(key, known),
-                line: *line,
-            });
-        }
-    }
-    Ok(())
-}
+/// An entry built at read time: it needs no model.
+pub(crate) struct Ready(pub Arc<dyn Middleware>);
 
-/// The known name closest to `name`, when close enough to be a typo.
-pub(crate) fn nearest(name: &str, known: &[&str]) -> Option<String> {
-    known
-        .iter()
-        .map(|k| (strsim::jaro_winkler(name, k), *k))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, k)| k.to_owned())
+impl CheckedEntry for Ready {
+    fn build(&self, _: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError> {
+        Ok(Some(self.0.clone()))
+    }
 }

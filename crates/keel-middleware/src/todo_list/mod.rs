@@ -32,6 +32,8 @@ use serde_json::{Value, json};
 
 use crate::common::last_ai_index;
 use crate::events;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// The state key holding the plan.
 pub const TODOS_KEY: &str = "todos";
@@ -294,6 +296,32 @@ impl Middleware for TodoList {
                 ),
             }),
         }
+    }
+}
+
+/// The `todo_list` entry of a stack file: LangChain's constructor arguments, read
+/// here with the middleware they build.
+pub(crate) struct Entry;
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "todo_list"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let args = Settings::read(source, &["system_prompt", "tool_description"])?;
+        let prompt = match args.get("system_prompt") {
+            Some(v) => v.string()?,
+            None => DEFAULT_SYSTEM_PROMPT.into(),
+        };
+        let description = match args.get("tool_description") {
+            Some(v) => v.string()?,
+            None => DEFAULT_TOOL_DESCRIPTION.into(),
+        };
+        Ok(Arc::new(Ready(Arc::new(TodoList::new(
+            prompt,
+            description,
+        )))))
     }
 }
 

@@ -12,6 +12,8 @@
 //!
 //! Blocked calls count toward the run (they were attempted), not toward the thread.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::{Message, ToolCall};
@@ -22,6 +24,9 @@ use serde_json::{Value, json};
 use crate::common::{last_ai_index, run_count, run_count_value, thread_count};
 use crate::error::ConfigError;
 use crate::events;
+use crate::stack::entries::MAX_LIMIT;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// What happens to calls over a limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -242,6 +247,45 @@ impl Middleware for ToolCallLimit {
                 })
             }
         }
+    }
+}
+
+/// The `tool_call_limit` entry of a stack file: LangChain's constructor arguments, read
+/// and checked here with the middleware they build.
+pub(crate) struct Entry;
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "tool_call_limit"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let args = Settings::read(
+            source,
+            &["tool_name", "thread_limit", "run_limit", "exit_behavior"],
+        )?;
+        let limit = |key: &str| -> Result<Option<u64>, StackError> {
+            Ok(args
+                .get(key)
+                .map(|v| v.opt_count(MAX_LIMIT))
+                .transpose()?
+                .flatten())
+        };
+        let exit = match args.get("exit_behavior") {
+            Some(v) => match v.choice(&["continue", "error", "end"])? {
+                "error" => ToolCallExit::Error,
+                "end" => ToolCallExit::End,
+                _ => ToolCallExit::Continue,
+            },
+            None => ToolCallExit::Continue,
+        };
+        let tool = match args.get("tool_name") {
+            Some(v) if !v.is_null() => Some(v.string()?),
+            _ => None,
+        };
+        let m = ToolCallLimit::new(tool, limit("thread_limit")?, limit("run_limit")?, exit)
+            .map_err(|e| args.refused(e))?;
+        Ok(Arc::new(Ready(Arc::new(m))))
     }
 }
 

@@ -18,6 +18,8 @@ use serde_json::json;
 
 use crate::common::selects;
 use crate::events;
+use crate::stack::value::{Ready, Settings};
+use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 
 /// Makes the result text from a failure, or `None` to let it through.
 pub type OnToolError = Arc<dyn Fn(&ToolError, &ToolCallRequest) -> Option<String> + Send + Sync>;
@@ -99,6 +101,28 @@ impl Middleware for ToolErrorHandler {
             json!({"tool": request.call.name}),
         );
         Ok(Message::tool_error(request.call.id.clone(), text).with_name(request.call.name.clone()))
+    }
+}
+
+/// The `tool_error` entry of a stack file: LangChain's constructor arguments, read
+/// and checked here with the middleware they build.
+pub(crate) struct Entry;
+
+impl StackEntry for Entry {
+    fn name(&self) -> &'static str {
+        "tool_error"
+    }
+
+    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
+        let args = Settings::read(source, &["on_error", "tools"])?;
+        let template = match args.get("on_error") {
+            Some(v) => v.string()?,
+            None => DEFAULT_TEMPLATE.into(),
+        };
+        let tools = args.get("tools").map(|v| v.strings()).transpose()?;
+        Ok(Arc::new(Ready(Arc::new(ToolErrorHandler::template(
+            template, tools,
+        )))))
     }
 }
 

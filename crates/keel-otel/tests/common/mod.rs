@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_core::message::{Content, Message, MessageBody, ToolCall, Usage};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
-use keel_middleware::stack::{ModelRegistry, Stack};
+use keel_middleware::stack::{ModelRegistry, StackLoader};
 use keel_otel::Telemetry;
+use keel_summarization::stack::SummarizationEntry;
 use keel_testkit::{FnTool, ScriptedModel};
 use opentelemetry::Value;
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
@@ -96,7 +97,10 @@ pub fn run_once() -> Exported {
         let m = shared.clone();
         Arc::new(move |_: &str| Some(m.clone()))
     };
-    let stack = Stack::from_yaml_str(STACK).unwrap();
+    let stack = StackLoader::builtin()
+        .with(SummarizationEntry)
+        .load_str(STACK)
+        .unwrap();
     let agent = stack
         .agent_builder(shared, models)
         .unwrap()

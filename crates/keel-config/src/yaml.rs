@@ -1,7 +1,7 @@
 //! A YAML value tree that remembers the line of every node, so configuration errors
-//! can point at the offending line even when the YAML itself is valid. Public so that
-//! other configuration files (keel-middleware's stack file) parse the same way, with
-//! the same limits and error wording.
+//! can point at the offending line even when the YAML itself is valid. Every Keel
+//! configuration file (summarization.yaml, the stack file, keel.yaml) parses the same
+//! way, with the same limits and error wording.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
