@@ -23,17 +23,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use futures::StreamExt;
-use keel::agent::Agent;
 use keel::agent::offline::OfflineModel;
-use keel::memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
 use keel::model::ChatChunk;
-use keel::storage::Store;
-use keel::store::SessionScope;
-use keel::summarization::config::SummarizationConfig;
-use keel::summarization::middleware::SummarizationMiddleware;
-use keel::{ChatModel, Content, Message, StreamEvent, StreamMode, Tool, ToolError, ToolSpec};
+use keel::prelude::*;
 use serde_json::{Value, json};
 
 /// Turns of the conversation.
@@ -208,39 +201,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 2. The model.
     let (model, online) = model()?;
-    let profile = model.profile().clone();
 
-    // 3. Session memory on SQLite: a rolling summary with pinned keys per session.
+    // 3. Session memory: a rolling summary with pinned keys per session, kept in the
+    // agent's store (SQLite here).
     let store =
         Arc::new(Store::connect(&format!("sqlite://{}?mode=rwc", db_path.display())).await?);
     let mut settings =
-        SessionMemorySettings::for_scope(SessionScope::new("yaml-agent", "ada", "", ""))
+        SessionMemorySettings::for_scope(SessionScope::flow("yaml-agent").user("ada"))
             .with_pinned_keys(["project_id", "cluster"]);
     // Recent messages sent verbatim, and older ones folded 10 at a time. The window holds
     // more tokens than the YAML's trigger, so summarization compacts it as it fills.
     settings.n_messages = 40;
     settings.fold_batch = 10;
-    let memory = SessionMemoryMiddleware::builder(settings)
-        .store(store.clone())
-        .fold_engine(if online {
-            FoldEngine::Model
-        } else {
-            FoldEngine::Extractive
-        })
-        .build()?;
-    let summarization = SummarizationMiddleware::builder(config)
-        .model_profile(profile.clone())
-        .build()?;
+    let memory = SessionMemoryMiddleware::builder(settings).fold_engine(if online {
+        FoldEngine::Model
+    } else {
+        FoldEngine::Extractive
+    });
 
-    // 4. The agent: session memory outermost, so summarization compacts what it sends.
+    // 4. The agent: one store for checkpoints and session memory, the model's profile
+    // for summarization's triggers (both handed to the middleware as the agent is
+    // built); session memory outermost, so summarization compacts what it sends.
     let agent = Agent::builder()
         .model(model)
         .system_prompt("You are a support assistant for Northwind's data platform.")
         .tool(LookupTicket::new())
-        .middleware(memory)
-        .middleware(summarization)
-        .checkpointer(store.clone())
+        .store(store.clone())
+        .layer(memory)
+        .layer(SummarizationMiddleware::builder(config))
         .build()?;
+    let profile = agent.model_profile().clone();
 
     println!(
         "model: {} ({}), config: {}, database: {}\n",

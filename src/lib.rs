@@ -103,3 +103,9 @@ pub mod prelude {
     #[cfg(feature = "summarization")]
     pub use keel_summarization::middleware::SummarizationMiddleware;
 }
+
+// The README's examples are compiled and run as doc tests here, through the facade and
+// its prelude as a user writes them, so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use keel_core::access::check_stack;
+use keel_core::layer::{AgentFacts, AgentStore, Layer};
 use keel_core::message::Message;
 use keel_core::middleware::{Middleware, check_hooks};
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
@@ -28,6 +29,12 @@ impl Agent {
     }
 }
 
+/// A middleware of the stack: built, or a [`Layer`] built with the agent.
+enum Entry {
+    Built(Arc<dyn Middleware>),
+    Layer(Box<dyn Layer>),
+}
+
 /// Builds an [`Agent`]. Middleware are listed outermost first, so the order in code is
 /// the order in which `before_*` hooks run (and the nesting of `wrap_*` hooks).
 #[derive(Default)]
@@ -36,8 +43,9 @@ pub struct AgentBuilder {
     tools: Vec<Arc<dyn Tool>>,
     toolsets: Vec<Arc<dyn Toolset>>,
     system: Option<Message>,
-    middleware: Vec<Arc<dyn Middleware>>,
+    middleware: Vec<Entry>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
+    store: Option<Arc<dyn AgentStore>>,
     recursion_limit: Option<usize>,
     multitask: MultitaskStrategy,
     settings: ModelSettings,
@@ -94,7 +102,24 @@ impl AgentBuilder {
 
     /// Appends a shared middleware.
     pub fn middleware_shared(mut self, middleware: Arc<dyn Middleware>) -> Self {
-        self.middleware.push(middleware);
+        self.middleware.push(Entry::Built(middleware));
+        self
+    }
+
+    /// Appends a middleware built when the agent is, from what the agent knows (its
+    /// model's profile, its [`store`](Self::store)): the builders of summarization and
+    /// session memory are layers, so the profile and the store are given once, here.
+    pub fn layer(mut self, layer: impl Layer + 'static) -> Self {
+        self.middleware.push(Entry::Layer(Box::new(layer)));
+        self
+    }
+
+    /// The agent's one store: its checkpoints, and the chat history, session memory and
+    /// cached summaries of the middleware added as [layers](Self::layer) that keep
+    /// them. Sets the [checkpointer](Self::checkpointer) too.
+    pub fn store<S: AgentStore + 'static>(mut self, store: Arc<S>) -> Self {
+        self.checkpointer = Some(store.clone());
+        self.store = Some(store);
         self
     }
 
@@ -130,8 +155,19 @@ impl AgentBuilder {
     }
 
     /// Checks the configuration and builds the agent.
-    pub fn build(self) -> Result<Agent, BuildError> {
+    pub fn build(mut self) -> Result<Agent, BuildError> {
         let model = self.model.ok_or(BuildError::MissingModel)?;
+        let facts = AgentFacts {
+            model_profile: model.profile().clone(),
+            store: self.store.take(),
+        };
+        let middleware: Vec<Arc<dyn Middleware>> = std::mem::take(&mut self.middleware)
+            .into_iter()
+            .map(|entry| match entry {
+                Entry::Built(m) => Ok(m),
+                Entry::Layer(layer) => layer.layer(&facts),
+            })
+            .collect::<Result<_, _>>()?;
         let recursion_limit = self.recursion_limit.unwrap_or(DEFAULT_RECURSION_LIMIT);
         if recursion_limit == 0 {
             return Err(BuildError::InvalidRecursionLimit {
@@ -140,7 +176,7 @@ impl AgentBuilder {
         }
 
         let mut seen: HashMap<&str, usize> = HashMap::new();
-        for (i, m) in self.middleware.iter().enumerate() {
+        for (i, m) in middleware.iter().enumerate() {
             // The pipeline trusts hooks(): a hook left out of it would never run.
             check_hooks(m.as_ref())?;
             if let Some(first) = seen.insert(m.name(), i) {
@@ -154,7 +190,7 @@ impl AgentBuilder {
 
         // Declared state keys and jumps, across the stack: a conflict fails here, naming
         // the middleware, instead of mid-run.
-        check_stack(&self.middleware)?;
+        check_stack(&middleware)?;
 
         let mut tools = HashMap::new();
         for t in &self.tools {
@@ -171,7 +207,7 @@ impl AgentBuilder {
             .collect::<Vec<_>>()
             .join(", ");
 
-        let pipeline = Pipeline::new(&self.middleware);
+        let pipeline = Pipeline::new(&middleware);
         Ok(Agent::from_inner(Inner {
             model,
             tools,
@@ -182,7 +218,7 @@ impl AgentBuilder {
             settings: self.settings,
             tool_choice: self.tool_choice,
             pipeline,
-            middleware: self.middleware,
+            middleware,
             checkpointer: self
                 .checkpointer
                 .unwrap_or_else(|| Arc::new(InMemoryCheckpointer::new())),

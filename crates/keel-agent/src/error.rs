@@ -40,6 +40,10 @@ pub enum BuildError {
     /// `keel_core::access::check_stack`).
     #[error(transparent)]
     Stack(#[from] StackError),
+    /// A middleware added as a layer (`AgentBuilder::layer`) could not be built with
+    /// what the agent knows.
+    #[error(transparent)]
+    Layer(#[from] keel_core::layer::LayerError),
     /// The recursion limit must allow at least one model call.
     #[error(
         "recursion_limit = {value} is out of range: it must be at least 1 (model calls per run)"

@@ -36,6 +36,7 @@ pub mod checkpoint_log;
 pub mod dangling;
 pub mod hash;
 pub mod interrupt;
+pub mod layer;
 pub mod message;
 pub mod middleware;
 pub mod model;

@@ -152,6 +152,31 @@ impl SessionMemoryBuilder {
     }
 }
 
+/// Built with the agent (keel-agent's `AgentBuilder::layer`): a builder given no
+/// store of its own keeps its history and summaries in the agent's store.
+impl keel_core::layer::Layer for SessionMemoryBuilder {
+    fn layer(
+        self: Box<Self>,
+        agent: &keel_core::layer::AgentFacts,
+    ) -> Result<Arc<dyn keel_core::middleware::Middleware>, keel_core::layer::LayerError> {
+        let mut builder = *self;
+        if builder.stores.is_none()
+            && let Some(store) = &agent.store
+        {
+            let history: Arc<dyn ChatHistoryStore> = store.clone();
+            let states: Arc<dyn SessionMemoryStore> = store.clone();
+            builder = builder.stores(history, states);
+        }
+        builder
+            .build()
+            .map(|m| Arc::new(m) as Arc<dyn keel_core::middleware::Middleware>)
+            .map_err(|e| keel_core::layer::LayerError {
+                middleware: "SessionMemoryMiddleware".into(),
+                message: e.to_string(),
+            })
+    }
+}
+
 /// Where the current turn starts: the first of the latest run of consecutive user
 /// messages (summary messages excluded); 0 when there is none.
 pub fn turn_start(messages: &[Message]) -> usize {

@@ -523,3 +523,28 @@ async fn a_fork_starts_the_session_again_from_the_fork_point() {
         "{state:?}"
     );
 }
+
+#[tokio::test]
+async fn as_a_layer_session_memory_keeps_its_history_in_the_agents_one_store() {
+    use keel_core::store::Checkpointer;
+    let store = Arc::new(MemoryStore::new());
+    let scope = SessionScope::flow("flow-layer").user("ada");
+    let model = agent_model();
+    // The store is given once, to the agent; the memory builder has none of its own.
+    let agent = Agent::builder()
+        .model(model.clone())
+        .store(store.clone())
+        .layer(SessionMemoryMiddleware::builder(settings(scope, 4)))
+        .build()
+        .unwrap();
+    agent
+        .invoke("t1", vec![Message::human("question 1")])
+        .await
+        .unwrap();
+    let stored = SessionScope::flow("flow-layer").user("ada").session("t1");
+    let history = store.last_n(&stored, 10).await.unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[0].message.text(), "question 1");
+    // The same store holds the thread's checkpoints.
+    assert!(store.latest("t1").await.unwrap().is_some());
+}

@@ -955,6 +955,29 @@ impl Middleware for SummarizationMiddleware {
     }
 }
 
+/// Built with the agent (keel-agent's `AgentBuilder::layer`): a builder given no
+/// [`model_profile`](SummarizationMiddlewareBuilder::model_profile) checks its triggers
+/// against the agent's model, so a fraction of an unknown context window fails when
+/// the agent is built.
+impl keel_core::layer::Layer for SummarizationMiddlewareBuilder {
+    fn layer(
+        self: Box<Self>,
+        agent: &keel_core::layer::AgentFacts,
+    ) -> Result<Arc<dyn keel_core::middleware::Middleware>, keel_core::layer::LayerError> {
+        let mut builder = *self;
+        if builder.profile.is_none() {
+            builder.profile = Some(agent.model_profile.clone());
+        }
+        builder
+            .build()
+            .map(|m| Arc::new(m) as Arc<dyn keel_core::middleware::Middleware>)
+            .map_err(|e| keel_core::layer::LayerError {
+                middleware: "SummarizationMiddleware".into(),
+                message: e.to_string(),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,3 +271,39 @@ async fn the_model_can_ask_for_a_compaction_with_the_compact_conversation_tool()
     assert_eq!(last.messages[0].name(), Some("summary"));
     assert_eq!(model.internal_calls(), 1);
 }
+
+#[tokio::test]
+async fn as_a_layer_summarization_checks_its_triggers_against_the_agents_model() {
+    use keel_core::model::ModelProfile;
+    use keel_summarization::config::ContextSize;
+    let fraction = || {
+        config()
+            .trigger(ContextSize::Fraction(0.8))
+            .build()
+            .unwrap()
+    };
+    // The agent's model has no known context window: a fraction cannot be resolved, and
+    // the agent fails to build, naming the setting (no profile was given to the builder).
+    let unknown = ScriptedModel::from_fn(|_| Ok(Message::ai("hi")));
+    let err = Agent::builder()
+        .model(Arc::new(unknown))
+        .layer(middleware(fraction()))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, keel_agent::BuildError::Layer(_)), "{err}");
+    assert!(err.to_string().contains("trigger[0].value"), "{err}");
+    // With a known window it builds, and runs.
+    let mut profile = ModelProfile::new("m", "scripted");
+    profile.max_input_tokens = Some(100_000);
+    let known = ScriptedModel::from_fn(|_| Ok(Message::ai("hi"))).with_profile(profile);
+    let agent = Agent::builder()
+        .model(Arc::new(known))
+        .layer(middleware(fraction()))
+        .build()
+        .unwrap();
+    assert_eq!(agent.middleware_names(), ["SummarizationMiddleware"]);
+    agent
+        .invoke("t", vec![Message::human("hello")])
+        .await
+        .unwrap();
+}
