@@ -26,6 +26,9 @@ pub use keel_core::*;
 /// The agent loop (`keel-agent`).
 #[cfg(feature = "agent")]
 pub use keel_agent as agent;
+/// The stack check the agent's builder runs (`keel-agent`; before, keel-core's).
+#[cfg(feature = "agent")]
+pub use keel_agent::{StackError, check_stack};
 /// Tools from MCP servers, stdio or streamable HTTP (`keel-mcp`).
 #[cfg(feature = "mcp")]
 pub use keel_mcp as mcp;

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use keel_core::access::check_stack;
 use keel_core::layer::{AgentFacts, AgentStore, Layer};
 use keel_core::message::Message;
 use keel_core::middleware::{Middleware, check_hooks};
@@ -17,6 +16,7 @@ use crate::error::BuildError;
 use crate::multitask::MultitaskStrategy;
 use crate::pipeline::Pipeline;
 use crate::run::Inner;
+use crate::stack::check_stack;
 
 /// Model calls a run may make before it fails with
 /// [`AgentError::RecursionLimit`](crate::AgentError::RecursionLimit).

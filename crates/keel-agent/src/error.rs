@@ -1,6 +1,6 @@
 //! What can go wrong building or running an agent.
 
-use keel_core::access::StackError;
+use crate::stack::StackError;
 use keel_core::middleware::{JumpTarget, MiddlewareError, UndeclaredHooks};
 use keel_core::model::ModelError;
 use keel_core::state::StateError;
@@ -37,7 +37,7 @@ pub enum BuildError {
     #[error(transparent)]
     UndeclaredHooks(#[from] UndeclaredHooks),
     /// The middlewares' declared state keys or jumps conflict (see
-    /// `keel_core::access::check_stack`).
+    /// [`check_stack`](crate::check_stack)).
     #[error(transparent)]
     Stack(#[from] StackError),
     /// A middleware added as a layer (`AgentBuilder::layer`) could not be built with

@@ -78,6 +78,7 @@ mod output;
 mod pipeline;
 mod resume;
 mod run;
+mod stack;
 mod stream;
 
 pub use agent::{Agent, Compaction};
@@ -87,6 +88,7 @@ pub use error::{AgentError, BuildError};
 pub use multitask::MultitaskStrategy;
 pub use output::RunOutput;
 pub use pipeline::{INPUT_NODE, MODEL_NODE, ROLLBACK_NODE, TOOLS_NODE};
+pub use stack::{StackError, check_stack};
 pub use stream::AgentStream;
 
 // The middleware guide's examples are compiled and run as doc tests here, so the

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use keel_agent::StackError;
 use keel_agent::{Agent, BuildError};
-use keel_core::access::{StackError, StateAccess};
+use keel_core::access::StateAccess;
 use keel_core::message::{Message, ToolCall};
 use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};

@@ -53,7 +53,7 @@ pub mod transcript;
 #[cfg(test)]
 mod test_util;
 
-pub use access::{StackError, StateAccess, check_stack};
+pub use access::StateAccess;
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,

@@ -456,7 +456,7 @@ pub trait Middleware: Send + Sync {
     }
 
     /// The named state values this middleware reads and writes, checked for the whole
-    /// stack when the agent is built ([`check_stack`](crate::access::check_stack)). The
+    /// stack when the agent is built (keel-agent's `check_stack`). The
     /// default declares nothing.
     fn state_access(&self) -> crate::access::StateAccess {
         crate::access::StateAccess::default()
