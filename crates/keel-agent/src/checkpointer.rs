@@ -36,6 +36,22 @@ impl Default for InMemoryCheckpointer {
 }
 
 impl InMemoryCheckpointer {
+    /// What `read` gives of thread `thread_id`'s checkpoint log (the default, empty, for
+    /// a thread without one), without touching its place in the LRU: every checkpoint
+    /// reader's one path to the log.
+    fn read_log<T: Default>(
+        &self,
+        thread_id: &str,
+        read: impl FnOnce(&CheckpointLog) -> T,
+    ) -> Result<T, StoreError> {
+        Ok(self
+            .threads
+            .lock()
+            .peek(thread_id)
+            .map(read)
+            .unwrap_or_default())
+    }
+
     /// A checkpointer keeping [`DEFAULT_KEEP_CHECKPOINTS`] checkpoints per thread and
     /// [`DEFAULT_MAX_THREADS`] threads.
     pub fn new() -> Self {
@@ -84,12 +100,7 @@ impl Checkpointer for InMemoryCheckpointer {
     }
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(self
-            .threads
-            .lock()
-            .peek(thread_id)
-            .map(CheckpointLog::history)
-            .unwrap_or_default())
+        self.read_log(thread_id, CheckpointLog::history)
     }
 
     async fn history_page(
@@ -98,12 +109,7 @@ impl Checkpointer for InMemoryCheckpointer {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(self
-            .threads
-            .lock()
-            .peek(thread_id)
-            .map(|log| log.history_page(before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.history_page(before, limit))
     }
 
     async fn checkpoint_at(
@@ -111,11 +117,7 @@ impl Checkpointer for InMemoryCheckpointer {
         thread_id: &str,
         seq: u64,
     ) -> Result<Option<Checkpoint>, StoreError> {
-        Ok(self
-            .threads
-            .lock()
-            .peek(thread_id)
-            .and_then(|log| log.checkpoint_at(seq)))
+        self.read_log(thread_id, |log| log.checkpoint_at(seq))
     }
 
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
@@ -149,12 +151,7 @@ impl Checkpointer for InMemoryCheckpointer {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(self
-            .threads
-            .lock()
-            .peek(thread_id)
-            .map(|log| log.branch_page(tip, before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.branch_page(tip, before, limit))
     }
 
     async fn tree_page(
@@ -163,12 +160,7 @@ impl Checkpointer for InMemoryCheckpointer {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        Ok(self
-            .threads
-            .lock()
-            .peek(thread_id)
-            .map(|log| log.tree_page(before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.tree_page(before, limit))
     }
 
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {

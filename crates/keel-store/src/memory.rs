@@ -71,6 +71,23 @@ impl std::fmt::Debug for MemoryStore {
 }
 
 impl MemoryStore {
+    /// What `read` gives of thread `thread_id`'s checkpoint log (the default, empty, for
+    /// a thread without one): every checkpoint reader's one path to the log.
+    fn read_log<T: Default>(
+        &self,
+        thread_id: &str,
+        read: impl FnOnce(&CheckpointLog) -> T,
+    ) -> Result<T, StoreError> {
+        check::text("thread_id", thread_id)?;
+        Ok(self
+            .inner
+            .lock()
+            .checkpoints
+            .get(thread_id)
+            .map(read)
+            .unwrap_or_default())
+    }
+
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -126,22 +143,11 @@ impl Checkpointer for MemoryStore {
     }
 
     async fn latest(&self, thread_id: &str) -> Result<Option<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .and_then(CheckpointLog::latest))
+        self.read_log(thread_id, CheckpointLog::latest)
     }
 
     async fn history(&self, thread_id: &str) -> Result<Vec<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .map(CheckpointLog::history)
-            .unwrap_or_default())
+        self.read_log(thread_id, CheckpointLog::history)
     }
 
     async fn history_page(
@@ -150,13 +156,7 @@ impl Checkpointer for MemoryStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .map(|log| log.history_page(before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.history_page(before, limit))
     }
 
     async fn checkpoint_at(
@@ -164,12 +164,7 @@ impl Checkpointer for MemoryStore {
         thread_id: &str,
         seq: u64,
     ) -> Result<Option<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .and_then(|log| log.checkpoint_at(seq)))
+        self.read_log(thread_id, |log| log.checkpoint_at(seq))
     }
 
     async fn delete_thread(&self, thread_id: &str) -> Result<u64, StoreError> {
@@ -206,13 +201,7 @@ impl Checkpointer for MemoryStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .map(|log| log.branch_page(tip, before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.branch_page(tip, before, limit))
     }
 
     async fn tree_page(
@@ -221,13 +210,7 @@ impl Checkpointer for MemoryStore {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        check::text("thread_id", thread_id)?;
-        let inner = self.inner.lock();
-        Ok(inner
-            .checkpoints
-            .get(thread_id)
-            .map(|log| log.tree_page(before, limit))
-            .unwrap_or_default())
+        self.read_log(thread_id, |log| log.tree_page(before, limit))
     }
 
     async fn copy_thread(&self, from: &str, to: &str) -> Result<u64, StoreError> {
