@@ -4,7 +4,7 @@
 
 use keel_core::interrupt::{Pause, Resumable};
 use keel_core::state::{AgentState, StateUpdate};
-use keel_core::store::{Checkpoint, CheckpointWrite, PutOutcome};
+use keel_core::store::{CheckpointWrite, PutOutcome};
 use serde_json::Value;
 
 use crate::agent::Agent;
@@ -46,14 +46,8 @@ impl Agent {
                 source,
             }
         })?;
-        self.put_on_head(
-            thread_id,
-            &head,
-            "resume",
-            &format!("{name}.resume"),
-            update,
-        )
-        .await
+        self.put_on_head(thread_id, head, "resume", &format!("{name}.resume"), update)
+            .await
     }
 
     /// Ends the thread's pause without running anything (LangGraph's
@@ -72,7 +66,7 @@ impl Agent {
             })?;
         self.put_on_head(
             thread_id,
-            &head,
+            head,
             run_id,
             &format!("{name}.resolve"),
             update.clone(),
@@ -81,11 +75,11 @@ impl Agent {
         Ok(update)
     }
 
-    /// The pausing middleware, the head and its state, when the thread is paused.
+    /// The pausing middleware, the head's seq and its state, when the thread is paused.
     async fn paused(
         &self,
         thread_id: &str,
-    ) -> Result<(&str, &dyn Resumable, Checkpoint, AgentState), AgentError> {
+    ) -> Result<(&str, &dyn Resumable, u64, AgentState), AgentError> {
         let not_paused = || AgentError::NotPaused {
             thread_id: thread_id.to_owned(),
         };
@@ -97,10 +91,7 @@ impl Agent {
         Ok((name, resumable, head, state))
     }
 
-    async fn head_state(
-        &self,
-        thread_id: &str,
-    ) -> Result<Option<(Checkpoint, AgentState)>, AgentError> {
+    async fn head_state(&self, thread_id: &str) -> Result<Option<(u64, AgentState)>, AgentError> {
         let head = self
             .inner
             .checkpointer
@@ -110,27 +101,29 @@ impl Agent {
                 thread_id: thread_id.to_owned(),
                 source,
             })?;
+        // The checkpoint's messages and values move into the state: nothing is copied.
         Ok(head.map(|cp| {
             let state = AgentState {
-                messages: std::sync::Arc::new(cp.messages.clone()),
-                values: cp.values.clone(),
+                messages: std::sync::Arc::new(cp.messages),
+                values: cp.values,
                 lineage: Default::default(),
             };
-            (cp, state)
+            (cp.seq, state)
         }))
     }
 
-    /// Writes `update` as step `node` after `head`, if that is still the thread's head.
+    /// Writes `update` as step `node` after checkpoint `head`, if that is still the
+    /// thread's head.
     async fn put_on_head(
         &self,
         thread_id: &str,
-        head: &Checkpoint,
+        head: u64,
         run_id: &str,
         node: &str,
         update: StateUpdate,
     ) -> Result<(), AgentError> {
         let write = CheckpointWrite {
-            parent: Some(head.seq),
+            parent: Some(head),
             run_id: run_id.to_owned(),
             node: node.to_owned(),
             update,
@@ -149,7 +142,7 @@ impl Agent {
             PutOutcome::Saved { .. } => Ok(()),
             PutOutcome::Conflict { head: now } => Err(AgentError::Conflict {
                 thread_id: thread_id.to_owned(),
-                parent: Some(head.seq),
+                parent: Some(head),
                 head: now,
             }),
         }
