@@ -17,7 +17,12 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 /// What a run does when it arrives while another run of the same agent is active on
 /// the same thread (LangGraph Agent Server's multitask strategies,
 /// <https://langchain-ai.github.io/langgraph/cloud/concepts/double_texting/>).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+///
+/// The one strategy type: `keel serve` reads the protocol's `multitask_strategy` into it
+/// and stores it with each run record (serialized by variant name).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum MultitaskStrategy {
     /// The new run fails at once with
     /// [`AgentError::Rejected`](crate::AgentError::Rejected); the active run goes on.
@@ -51,6 +56,30 @@ impl MultitaskStrategy {
             MultitaskStrategy::Interrupt => "interrupt",
             MultitaskStrategy::Rollback => "rollback",
         }
+    }
+}
+
+impl MultitaskStrategy {
+    /// Reads LangGraph's name (`reject`, `enqueue`, `interrupt`, `rollback`); the error
+    /// names the value and the allowed names.
+    pub fn parse(s: &str) -> Result<MultitaskStrategy, String> {
+        match s {
+            "reject" => Ok(MultitaskStrategy::Reject),
+            "interrupt" => Ok(MultitaskStrategy::Interrupt),
+            "rollback" => Ok(MultitaskStrategy::Rollback),
+            "enqueue" => Ok(MultitaskStrategy::Enqueue),
+            other => Err(format!(
+                "multitask_strategy {other:?} is not one of reject, interrupt, rollback, enqueue"
+            )),
+        }
+    }
+}
+
+impl std::str::FromStr for MultitaskStrategy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MultitaskStrategy::parse(s)
     }
 }
 

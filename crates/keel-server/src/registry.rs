@@ -82,43 +82,9 @@ impl ThreadStatus {
 }
 
 /// What to do when a run is created on a thread that is already running one (the
-/// protocol's `multitask_strategy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Strategy {
-    /// Refuse the new run (409).
-    Reject,
-    /// Cancel the current run (its checkpoints stay), then start the new one.
-    Interrupt,
-    /// Cancel the current run and restore the thread to its state before that run.
-    Rollback,
-    /// Run the new one after the ones ahead of it.
-    Enqueue,
-}
-
-impl Strategy {
-    /// The protocol's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Reject => "reject",
-            Strategy::Interrupt => "interrupt",
-            Strategy::Rollback => "rollback",
-            Strategy::Enqueue => "enqueue",
-        }
-    }
-
-    /// Reads the protocol's name.
-    pub fn parse(s: &str) -> Result<Strategy, String> {
-        match s {
-            "reject" => Ok(Strategy::Reject),
-            "interrupt" => Ok(Strategy::Interrupt),
-            "rollback" => Ok(Strategy::Rollback),
-            "enqueue" => Ok(Strategy::Enqueue),
-            other => Err(format!(
-                "multitask_strategy {other:?} is not one of reject, interrupt, rollback, enqueue"
-            )),
-        }
-    }
-}
+/// protocol's `multitask_strategy`): the agent's own strategy type, so the server and
+/// an embedded agent name and store the same four strategies one way.
+pub use keel_agent::MultitaskStrategy as Strategy;
 
 /// A thread's record.
 #[derive(Clone, Debug, Serialize, Deserialize)]

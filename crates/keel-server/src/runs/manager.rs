@@ -144,6 +144,9 @@ pub struct LiveRun {
     /// Its events.
     pub log: EventLog,
     cancel: watch::Sender<Option<CancelAction>>,
+    /// The status its clients were told when it ended (`None` while it runs); held
+    /// while the end is written, so a run ends once.
+    ended: tokio::sync::Mutex<Option<&'static str>>,
 }
 
 impl LiveRun {
@@ -382,6 +385,7 @@ impl RunManager {
             modes: run.modes,
             log: EventLog::new(self.limits.max_log_bytes),
             cancel: watch::Sender::new(None),
+            ended: tokio::sync::Mutex::new(None),
         });
         let now = now_ms();
         let record = RunRecord {
@@ -524,9 +528,10 @@ impl RunManager {
 
     /// Stops every run executing or queued here, as a server that stops must: each is
     /// cancelled (recorded as interrupted); one that has not recorded its end within
-    /// `grace` is recorded as failed, as a restart's recovery would. Returns how many
+    /// `grace` is recorded as failed, as a restart's recovery would, and its subscribers
+    /// get its `end` event. Returns how many
     /// runs were stopped.
-    pub async fn shutdown(&self, grace: Duration) -> usize {
+    pub async fn shutdown(self: &Arc<Self>, grace: Duration) -> usize {
         let open: Vec<Arc<LiveRun>> = {
             let state = self.state.lock();
             state
@@ -545,16 +550,11 @@ impl RunManager {
         }
         if tokio::time::timeout(grace, self.wait_idle()).await.is_err() {
             for live in open.iter().filter(|live| !live.log.is_closed()) {
-                self.log_err(
-                    self.registry
-                        .set_run_status(
-                            &live.thread_id,
-                            &live.run_id,
-                            RunStatus::Error,
-                            Some("the server stopped before the run ended".into()),
-                        )
-                        .await,
+                let failed = Final::Status(
+                    RunStatus::Error,
+                    Some("the server stopped before the run ended".into()),
                 );
+                self.conclude(live, failed, |_| None).await;
                 self.log_err(
                     self.registry
                         .set_thread_status(&live.thread_id, ThreadStatus::Idle)

@@ -37,8 +37,7 @@ impl RunManager {
     }
 
     pub(super) async fn close_unstarted(self: &Arc<Self>, live: &LiveRun, action: CancelAction) {
-        let status = self.finalize(live, cancel_final(action)).await;
-        self.end(live, status);
+        self.conclude(live, cancel_final(action), |_| None).await;
     }
 
     /// On a shared database, asks the process running `run_id` to cancel it (it reads

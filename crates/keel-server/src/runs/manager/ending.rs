@@ -1,22 +1,58 @@
-//! How a run ends: its final status written (retried, then reconciled in the
-//! background), the thread's status, and the finished log kept for late subscribers.
+//! A run's life as one state machine: `pending` (written when it is created),
+//! [`begin`](RunManager::begin) (`running`), and [`conclude`](RunManager::conclude),
+//! the one way a run of this process ends: its final status written (retried, then
+//! reconciled in the background), the thread's status when it was the thread's last
+//! run, then the `end` event carrying that status and the log kept for late
+//! subscribers, in that order and once.
 
 use super::*;
 
 impl RunManager {
-    /// Ends a run of this process once its final status is written
-    /// ([`finalize`](Self::finalize)): the `end` event with that status, the log closed,
-    /// and the log kept for late subscribers. The one place a run of this process ends.
-    pub(super) fn end(&self, live: &LiveRun, status: &str) {
+    /// The run starts executing: its record reads `running`.
+    pub(super) async fn begin(&self, live: &LiveRun) {
+        self.log_err(
+            self.registry
+                .set_run_status(&live.thread_id, &live.run_id, RunStatus::Running, None)
+                .await,
+        );
+    }
+
+    /// Ends a run of this process: writes `ending` ([`finalize`](Self::finalize)),
+    /// asks `then` (given the status its clients are told) for the thread's status to
+    /// write, when the run was the thread's last, and pushes the `end` event with that
+    /// status. A run that already ended (the server stopped it) is not written again:
+    /// `then` still runs, with the status told then. Returns the status told.
+    pub(super) async fn conclude(
+        self: &Arc<Self>,
+        live: &LiveRun,
+        ending: Final,
+        then: impl FnOnce(&'static str) -> Option<ThreadStatus>,
+    ) -> &'static str {
+        let mut ended = live.ended.lock().await;
+        if let Some(status) = *ended {
+            if let Some(thread) = then(status) {
+                self.write_thread_status(&live.thread_id, thread).await;
+            }
+            return status;
+        }
+        let status = self.finalize(live, ending).await;
+        // The thread's status is written before the `end` event: a client that reads
+        // the thread once its stream ended (or its join returned) sees it idle,
+        // interrupted or failed, never still busy.
+        if let Some(thread) = then(status) {
+            self.write_thread_status(&live.thread_id, thread).await;
+        }
         close_log(live, Some(status));
         self.retire(&live.run_id);
+        *ended = Some(status);
+        status
     }
 
     /// Writes how a run ended, retrying as [`RunLimits`] says. Returns the status its
     /// clients are told: the one written, or `error` when the write kept failing (the run
     /// then reads as `error` here, an `error` event says why, and the write goes on in
     /// the background).
-    pub(super) async fn finalize(self: &Arc<Self>, live: &LiveRun, ending: Final) -> &'static str {
+    async fn finalize(self: &Arc<Self>, live: &LiveRun, ending: Final) -> &'static str {
         let intended = match &ending {
             Final::Status(status, _) => status.as_str(),
             Final::Delete => RunStatus::Interrupted.as_str(),

@@ -16,22 +16,43 @@ impl RunManager {
         let ending = self
             .execute(&live, (input, from), resume, &mut cancel)
             .await;
-        let mut paused = false;
-        let status = match ending {
+        let (ending, paused) = self.settle(&live, ending);
+        let mut next = None;
+        self.conclude(&live, ending, |status| {
+            next = self.dequeue(&live.thread_id);
+            next.is_none().then(|| {
+                if status == "error" {
+                    ThreadStatus::Error
+                } else if paused {
+                    ThreadStatus::Interrupted
+                } else {
+                    ThreadStatus::Idle
+                }
+            })
+        })
+        .await;
+        if let Some(next) = next {
+            self.spawn(next);
+        }
+    }
+
+    /// What an execution's outcome makes of the run's record, and whether it leaves
+    /// the thread paused; a success's last events are pushed here, an error's event too.
+    fn settle(&self, live: &LiveRun, ending: Ending) -> (Final, bool) {
+        match ending {
             Ending::Done(Ok(output)) => {
-                paused = output
+                let paused = output
                     .state
                     .values
                     .get(INTERRUPT_KEY)
                     .is_some_and(|v| !v.is_null());
                 let values = state_to_values(&output.state);
                 let mut out = Vec::new();
-                Translator::new(live.modes, self.context(&live)).finish(values, &mut out);
+                Translator::new(live.modes, self.context(live)).finish(values, &mut out);
                 for (mode, event, data) in out {
                     push_mode(&live.log, event, &data, mode);
                 }
-                self.finalize(&live, Final::Status(RunStatus::Success, None))
-                    .await
+                (Final::Status(RunStatus::Success, None), paused)
             }
             Ending::Done(Err(error)) => {
                 let message = error.to_string();
@@ -41,52 +62,33 @@ impl RunManager {
                     "error",
                     &json!({"error": error_name(&error), "message": message}),
                 );
-                self.finalize(&live, Final::Status(RunStatus::Error, Some(message)))
-                    .await
+                (Final::Status(RunStatus::Error, Some(message)), false)
             }
-            Ending::Cancelled(action) => {
-                // As langgraph-api does, a run stopped with action `interrupt` leaves its
-                // thread `interrupted` (a rolled-back one leaves it as it was before).
-                paused = action == CancelAction::Interrupt;
-                self.finalize(&live, cancel_final(action)).await
-            }
-        };
-        let next = {
-            let mut state = self.state.lock();
-            let next = match state.slots.get_mut(&live.thread_id) {
-                Some(slot) => {
-                    slot.active = None;
-                    let next = slot.queue.pop_front();
-                    if let Some(next) = &next {
-                        slot.active = Some(next.live.clone());
-                    }
-                    next
+            // As langgraph-api does, a run stopped with action `interrupt` leaves its
+            // thread `interrupted` (a rolled-back one leaves it as it was before).
+            Ending::Cancelled(action) => (cancel_final(action), action == CancelAction::Interrupt),
+        }
+    }
+
+    /// The thread's active run ended: the next queued run becomes active (returned, for
+    /// the caller to start), or the thread leaves this process's slots.
+    fn dequeue(&self, thread_id: &str) -> Option<Queued> {
+        let mut state = self.state.lock();
+        let next = match state.slots.get_mut(thread_id) {
+            Some(slot) => {
+                slot.active = None;
+                let next = slot.queue.pop_front();
+                if let Some(next) = &next {
+                    slot.active = Some(next.live.clone());
                 }
-                None => None,
-            };
-            if next.is_none() {
-                state.slots.remove(&live.thread_id);
+                next
             }
-            next
+            None => None,
         };
-        // The thread's status is written before the `end` event: a client that reads
-        // the thread once its stream ended (or its join returned) sees it idle,
-        // interrupted or failed, never still busy.
         if next.is_none() {
-            let thread_status = if status == "error" {
-                ThreadStatus::Error
-            } else if paused {
-                ThreadStatus::Interrupted
-            } else {
-                ThreadStatus::Idle
-            };
-            self.write_thread_status(&live.thread_id, thread_status)
-                .await;
+            state.slots.remove(thread_id);
         }
-        self.end(live.as_ref(), status);
-        if let Some(next) = next {
-            self.spawn(next);
-        }
+        next
     }
 
     pub(super) fn context(&self, live: &LiveRun) -> RunContext {
@@ -126,11 +128,7 @@ impl RunManager {
             },
             action = wait_cancel(cancel) => return Ending::Cancelled(action),
         };
-        self.log_err(
-            self.registry
-                .set_run_status(&live.thread_id, &live.run_id, RunStatus::Running, None)
-                .await,
-        );
+        self.begin(live).await;
         push_json(
             &live.log,
             "metadata",

@@ -39,6 +39,7 @@ impl RunManager {
             modes: ModeSet::from_json(record.kwargs.get("stream_mode")).unwrap_or_default(),
             log: EventLog::new(self.limits.max_log_bytes),
             cancel: watch::Sender::new(None),
+            ended: tokio::sync::Mutex::new(None),
         });
         self.state
             .lock()
