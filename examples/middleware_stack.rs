@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use keel::builtin::stack::ModelRegistry;
-use keel::core::message::Message;
-use keel::core::model::{ChatModel, ModelError, ModelErrorKind};
-use keel::core::stream::{StreamEvent, StreamMode};
+use keel::message::Message;
+use keel::model::{ChatModel, ModelError, ModelErrorKind};
+use keel::stream::{StreamEvent, StreamMode};
 use keel_testkit::{FnTool, ScriptedModel};
 use serde_json::Value;
 

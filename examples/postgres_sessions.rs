@@ -24,7 +24,7 @@ use futures::StreamExt;
 use keel::agent::Agent;
 use keel::agent::offline::OfflineModel;
 use keel::memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings};
-use keel::storage::Store;
+use keel::sql::Store;
 use keel::store::{SessionMemoryStore, SessionScope};
 use keel::{Message, StreamEvent, StreamMode};
 

@@ -29,7 +29,7 @@ use std::time::Instant;
 use keel::Message;
 use keel::agent::{Agent, InMemoryCheckpointer};
 use keel::memory::{SessionMemoryMiddleware, SessionMemorySettings};
-use keel::storage::Store;
+use keel::sql::Store;
 use keel::store::{ChatHistoryStore, Checkpointer, SessionScope};
 use keel::summarization::cache::SummaryCache;
 use keel::summarization::config::SummarizationConfig;

@@ -20,8 +20,13 @@
 //! assert_eq!(m.role(), keel::Role::User);
 //! ```
 
-pub use keel_core as core;
 pub use keel_core::*;
+
+/// The same items as the crate root (`keel::message::Message` is
+/// `keel::core::message::Message`); kept so code written against it still builds. Use
+/// the root paths.
+#[doc(hidden)]
+pub use keel_core as core;
 
 /// The agent loop (`keel-agent`).
 #[cfg(feature = "agent")]
@@ -61,8 +66,14 @@ pub use keel_openai as openai;
 /// Recall of the exact evidence: quoted excerpts of older messages (`keel-recall`).
 #[cfg(feature = "recall")]
 pub use keel_recall as recall;
-/// SQLite and PostgreSQL storage (`keel-store`).
+/// The SQL stores: SQLite and PostgreSQL implementations of [`store`]'s traits, and
+/// [`sql::Store`], which opens either from a URL (`keel-store`). The traits they
+/// implement are in [`store`].
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use keel_store as sql;
+/// The former name of [`sql`], kept so code written against it still builds.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[doc(hidden)]
 pub use keel_store as storage;
 /// Transient summarization (`keel-summarization`).
 #[cfg(feature = "summarization")]

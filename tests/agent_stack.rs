@@ -15,7 +15,7 @@ use futures::StreamExt;
 use keel::agent::Agent;
 use keel::memory::{SessionMemoryMiddleware, SessionMemorySettings};
 use keel::model::ChatChunk;
-use keel::storage::Store;
+use keel::sql::Store;
 use keel::store::{SessionMemoryStore, SessionScope};
 use keel::summarization::config::SummarizationConfig;
 use keel::summarization::middleware::SummarizationMiddleware;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use keel::agent::Agent;
 use keel::memory::{SessionMemoryMiddleware, SessionMemorySettings};
-use keel::storage::Store;
+use keel::sql::Store;
 use keel::store::{ChatHistoryStore, Checkpointer, SessionMemoryStore, SessionScope, SummaryStore};
 use keel::summarization::cache::SummaryCache;
 use keel::summarization::config::SummarizationConfig;
