@@ -125,8 +125,22 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
     };
     let runs_handle = state.manager.clone();
     let mcp = crate::mcp::service(state.clone(), options.max_body_bytes);
+    let mut api = thread_routes()
+        .merge(run_routes())
+        .route_service(crate::mcp::MCP_PATH, mcp);
 
-    let mut api = Router::new()
+    if options.page {
+        api = api
+            .route("/", get(page::index))
+            .route("/static/app.js", get(page::script))
+            .route("/static/app.css", get(page::style));
+    }
+    (layered(api, state, &options), runs_handle)
+}
+
+/// The assistants' and threads' routes (state, history, streams, commands).
+fn thread_routes() -> Router<AppState> {
+    Router::new()
         .route("/ok", get(system::ok))
         .route("/info", get(system::info))
         .route("/assistants/search", post(assistants::search))
@@ -162,6 +176,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
             "/threads/{thread_id}/history",
             get(threads::history_get).post(threads::history_post),
         )
+}
+
+/// The runs' routes (on a thread and stateless) and the Store API's.
+fn run_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/threads/{thread_id}/runs",
             get(runs::list).post(runs::create),
@@ -198,13 +217,11 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
         )
         .route("/store/items/search", post(store::search))
         .route("/store/namespaces", post(store::namespaces))
-        .route_service(crate::mcp::MCP_PATH, mcp);
-    if options.page {
-        api = api
-            .route("/", get(page::index))
-            .route("/static/app.js", get(page::script))
-            .route("/static/app.css", get(page::style));
-    }
+}
+
+/// The routes with their fallbacks, state and layers: authentication, the body limit,
+/// CORS and the origin guard, outermost last.
+fn layered(api: Router<AppState>, state: AppState, options: &ServerOptions) -> Router {
     let limit = options.max_body_bytes;
     let origins = OriginGuard::new(options.origins.clone(), options.api_keys.enabled());
     let cors_origins = origins.clone();
@@ -242,7 +259,7 @@ pub fn router_parts(agent: Agent, options: ServerOptions) -> (Router, Arc<RunMan
                 ]),
         )
         .layer(axum::middleware::from_fn_with_state(origins, guard));
-    (api, runs_handle)
+    api
 }
 
 /// The model's name and provider.

@@ -154,33 +154,44 @@ fn command_of(
         Some(goto) => matches!(goto_of(goto)?, Goto::Model),
         None => false,
     };
-    // Messages would be lost: LangGraph ignores input beside a command, and clients send
-    // `{}` there, so empty input passes and anything else is refused.
-    let no_input = |what: &str| {
-        if has_input(input) {
-            return Err(ApiError::Invalid(format!(
-                "input beside command: a command run takes no input (LangGraph ignores it); send the messages in {what}"
-            )));
-        }
-        Ok(())
-    };
     if goto_model {
         if resume.is_some() {
             return Err(ApiError::Invalid(
                 "send command.resume or command.goto, not both".into(),
             ));
         }
-        no_input("command.update or in a run of their own")?;
+        no_input(input, "command.update or in a run of their own")?;
         if stateless {
             return Err(ApiError::Invalid(
                 "command.goto \"model\" needs a thread: send input for a stateless run".into(),
             ));
         }
     }
-    // `{update: {messages: [...]}}`, alone or with `goto: "__end__"`: messages written
-    // without running anything.
-    let update = match fields.get("update") {
-        None | Some(Value::Null) => None,
+    if let Some(messages) = update_of(fields)? {
+        return update_command(messages, resume.is_some(), goto_model, input, stateless);
+    }
+    if goto_model {
+        return Ok(Commanded::Model(Vec::new()));
+    }
+    review_command(app, resume, goto, input, stateless)
+}
+
+/// Messages would be lost: LangGraph ignores input beside a command, and clients send
+/// `{}` there, so empty input passes and anything else is refused (`what` says where
+/// the messages belong).
+fn no_input(input: &Option<Value>, what: &str) -> Result<(), ApiError> {
+    if has_input(input) {
+        return Err(ApiError::Invalid(format!(
+            "input beside command: a command run takes no input (LangGraph ignores it); send the messages in {what}"
+        )));
+    }
+    Ok(())
+}
+
+/// The messages of `command.update` (`{messages: [...]}`), or `None` without one.
+fn update_of(fields: &Map<String, Value>) -> Result<Option<Vec<Message>>, ApiError> {
+    match fields.get("update") {
+        None | Some(Value::Null) => Ok(None),
         Some(Value::Object(update)) => {
             if let Some(key) = update.keys().find(|k| k.as_str() != "messages") {
                 return Err(ApiError::Invalid(format!(
@@ -192,43 +203,57 @@ fn command_of(
                 Some(value) => messages_from_input(value, "command.update.messages")
                     .map_err(ApiError::Invalid)?,
             };
-            Some(messages)
+            Ok(Some(messages))
         }
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "command.update must be an object like {{\"messages\": [...]}}, not {}",
-                kind(other)
-            )));
-        }
-    };
-    if let Some(messages) = update {
-        if resume.is_some() {
-            return Err(ApiError::Invalid(
-                "send command.update or command.resume, not both".into(),
-            ));
-        }
-        if goto_model {
-            // LangGraph's `Command(update=..., goto="model")`: the messages, then a model
-            // call, which is a run with the messages as its input.
-            return Ok(Commanded::Model(messages));
-        }
-        no_input("command.update or in a run of their own")?;
-        if messages.is_empty() {
-            return Err(ApiError::Invalid(
-                "command.update.messages is empty: there is nothing to update".into(),
-            ));
-        }
-        if stateless {
-            return Err(ApiError::Invalid(
-                "command.update needs a thread: send the messages as input for a stateless run"
-                    .into(),
-            ));
-        }
-        return Ok(Commanded::Review(RunCommand::Update(messages)));
+        Some(other) => Err(ApiError::Invalid(format!(
+            "command.update must be an object like {{\"messages\": [...]}}, not {}",
+            kind(other)
+        ))),
+    }
+}
+
+/// `{update: {messages: [...]}}`, alone or with `goto: "__end__"`: messages written
+/// without running anything; with `goto: "model"`, LangGraph's
+/// `Command(update=..., goto="model")`: the messages, then a model call, which is a run
+/// with the messages as its input.
+fn update_command(
+    messages: Vec<Message>,
+    resume: bool,
+    goto_model: bool,
+    input: &Option<Value>,
+    stateless: bool,
+) -> Result<Commanded, ApiError> {
+    if resume {
+        return Err(ApiError::Invalid(
+            "send command.update or command.resume, not both".into(),
+        ));
     }
     if goto_model {
-        return Ok(Commanded::Model(Vec::new()));
+        return Ok(Commanded::Model(messages));
     }
+    no_input(input, "command.update or in a run of their own")?;
+    if messages.is_empty() {
+        return Err(ApiError::Invalid(
+            "command.update.messages is empty: there is nothing to update".into(),
+        ));
+    }
+    if stateless {
+        return Err(ApiError::Invalid(
+            "command.update needs a thread: send the messages as input for a stateless run".into(),
+        ));
+    }
+    Ok(Commanded::Review(RunCommand::Update(messages)))
+}
+
+/// `{resume: ...}` or `{goto: "__end__"}` (LangGraph's `Command(goto=END)`): the answer
+/// to the thread's pending interrupt, or the end of its review.
+fn review_command(
+    app: &AppState,
+    resume: Option<&Value>,
+    goto: Option<&Value>,
+    input: &Option<Value>,
+    stateless: bool,
+) -> Result<Commanded, ApiError> {
     let answer = match (resume, goto) {
         (Some(_), Some(_)) => {
             return Err(ApiError::Invalid(
@@ -240,11 +265,10 @@ fn command_of(
                 "command needs resume (the answer to the thread's pending interrupt) or goto \"__end__\"".into(),
             ));
         }
-        // LangGraph's `Command(goto=END)` (goto "model" returned above).
         (None, Some(_)) => None,
         (Some(value), None) => Some(value),
     };
-    no_input("a run of their own")?;
+    no_input(input, "a run of their own")?;
     let what = if answer.is_some() {
         "command.resume"
     } else {
@@ -372,41 +396,9 @@ fn check_input_count(value: &Value, limit: usize) -> Result<(), ApiError> {
     }
 }
 
-fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
-    let assistant = body
-        .assistant_id
-        .ok_or_else(|| ApiError::Invalid("assistant_id is required".into()))?;
-    // langgraph-api answers 422 to an assistant_id that is neither a UUID nor a graph
-    // id, and 404 to a UUID no assistant has.
-    if !assistants::matches(app.manager.assistant(), &assistant)
-        && uuid::Uuid::parse_str(&assistant).is_err()
-    {
-        return Err(ApiError::Invalid(format!(
-            "invalid assistant {assistant:?}: neither an assistant UUID nor the graph {:?}",
-            app.manager.assistant().graph_id
-        )));
-    }
-    if !assistants::matches(app.manager.assistant(), &assistant) {
-        return Err(ApiError::NotFound {
-            what: "Assistant",
-            id: assistant,
-        });
-    }
-    for (field, value) in [
-        ("interrupt_before", &body.interrupt_before),
-        ("interrupt_after", &body.interrupt_after),
-    ] {
-        if present(value) {
-            return Err(ApiError::Invalid(format!(
-                "{field} is not supported: a Keel agent interrupts through middleware"
-            )));
-        }
-    }
-    if present(&body.webhook) {
-        return Err(ApiError::Invalid(
-            "webhook is not supported by this server".into(),
-        ));
-    }
+fn parse(app: &AppState, mut body: RunBody, stateless: bool) -> Result<Parsed, ApiError> {
+    check_assistant(app, body.assistant_id.clone())?;
+    refuse_unsupported(&body)?;
     let from_checkpoint = checkpoint_of(&body.checkpoint, &body.checkpoint_id)?;
     if from_checkpoint.is_some() && stateless {
         return Err(ApiError::Invalid(
@@ -426,36 +418,13 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             Commanded::Model(messages) => (None, Some(messages)),
         },
     };
-    let input = match &body.input {
+    let input = match goto_model.clone() {
         // The model call's messages, the command's update.
-        _ if goto_model.is_some() => goto_model.clone().unwrap_or_default(),
-        None | Some(Value::Null) => Vec::new(),
-        // Ignored beside a command (nothing in it, checked above).
-        Some(_) if resume.is_some() => Vec::new(),
-        Some(Value::Object(fields)) => {
-            let mut messages = Vec::new();
-            for (key, value) in fields {
-                if key == "messages" {
-                    check_input_count(value, app.max_input_messages)?;
-                    messages =
-                        messages_from_input(value, "input.messages").map_err(ApiError::Invalid)?;
-                } else {
-                    return Err(ApiError::Invalid(format!(
-                        "input.{key}: this agent's state takes only messages"
-                    )));
-                }
-            }
-            messages
-        }
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "input must be an object like {{\"messages\": [...]}}, not {}",
-                kind(other)
-            )));
-        }
+        Some(messages) => messages,
+        None => input_of(app, &body.input, resume.is_some())?,
     };
     let modes = ModeSet::from_json(body.stream_mode.as_ref()).map_err(ApiError::Invalid)?;
-    let metadata = match body.metadata {
+    let metadata = match body.metadata.take() {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m,
         Some(other) => {
@@ -469,34 +438,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         None => Strategy::Enqueue,
         Some(s) => Strategy::parse(s).map_err(ApiError::Invalid)?,
     };
-    let cancel_on_disconnect = match body.on_disconnect.as_deref() {
-        None | Some("continue") => false,
-        Some("cancel") => true,
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "on_disconnect {other:?} is not cancel or continue"
-            )));
-        }
-    };
-    let create_thread = match body.if_not_exists.as_deref() {
-        None | Some("reject") => false,
-        Some("create") => true,
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "if_not_exists {other:?} is not create or reject"
-            )));
-        }
-    };
-    let delete_on_completion = match body.on_completion.as_deref() {
-        None => stateless,
-        Some("delete") => true,
-        Some("keep") => false,
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "on_completion {other:?} is not delete or keep"
-            )));
-        }
-    };
+    let choices = Choices::of(&body, stateless)?;
     let kwargs = json!({
         "input": body.input,
         "command": body.command,
@@ -504,7 +446,7 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
         "context": body.context.unwrap_or_else(|| json!({})),
         "stream_mode": modes.names(),
         "multitask_strategy": strategy.as_str(),
-        "on_disconnect": if cancel_on_disconnect { "cancel" } else { "continue" },
+        "on_disconnect": if choices.cancel_on_disconnect { "cancel" } else { "continue" },
     });
     Ok(Parsed {
         from_checkpoint,
@@ -517,11 +459,122 @@ fn parse(app: &AppState, body: RunBody, stateless: bool) -> Result<Parsed, ApiEr
             strategy,
             kwargs,
         },
-        cancel_on_disconnect,
-        create_thread,
-        delete_on_completion: delete_on_completion && stateless,
+        cancel_on_disconnect: choices.cancel_on_disconnect,
+        create_thread: choices.create_thread,
+        delete_on_completion: choices.delete_on_completion && stateless,
         goto_model: goto_model.is_some(),
     })
+}
+
+/// The run's `assistant_id` names this server's assistant. As langgraph-api does, one
+/// that is neither a UUID nor the graph id is a 422, and a UUID no assistant has a 404.
+fn check_assistant(app: &AppState, assistant: Option<String>) -> Result<(), ApiError> {
+    let assistant =
+        assistant.ok_or_else(|| ApiError::Invalid("assistant_id is required".into()))?;
+    if assistants::matches(app.manager.assistant(), &assistant) {
+        return Ok(());
+    }
+    if uuid::Uuid::parse_str(&assistant).is_err() {
+        return Err(ApiError::Invalid(format!(
+            "invalid assistant {assistant:?}: neither an assistant UUID nor the graph {:?}",
+            app.manager.assistant().graph_id
+        )));
+    }
+    Err(ApiError::NotFound {
+        what: "Assistant",
+        id: assistant,
+    })
+}
+
+/// Fields langgraph-api takes that a Keel server refuses rather than ignore.
+fn refuse_unsupported(body: &RunBody) -> Result<(), ApiError> {
+    for (field, value) in [
+        ("interrupt_before", &body.interrupt_before),
+        ("interrupt_after", &body.interrupt_after),
+    ] {
+        if present(value) {
+            return Err(ApiError::Invalid(format!(
+                "{field} is not supported: a Keel agent interrupts through middleware"
+            )));
+        }
+    }
+    if present(&body.webhook) {
+        return Err(ApiError::Invalid(
+            "webhook is not supported by this server".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The messages of a run's `input` (`{messages: [...]}`); empty without input, and
+/// beside a command (which carries nothing there, checked before).
+fn input_of(
+    app: &AppState,
+    input: &Option<Value>,
+    command: bool,
+) -> Result<Vec<Message>, ApiError> {
+    match input {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(_) if command => Ok(Vec::new()),
+        Some(Value::Object(fields)) => {
+            let mut messages = Vec::new();
+            for (key, value) in fields {
+                if key == "messages" {
+                    check_input_count(value, app.max_input_messages)?;
+                    messages =
+                        messages_from_input(value, "input.messages").map_err(ApiError::Invalid)?;
+                } else {
+                    return Err(ApiError::Invalid(format!(
+                        "input.{key}: this agent's state takes only messages"
+                    )));
+                }
+            }
+            Ok(messages)
+        }
+        Some(other) => Err(ApiError::Invalid(format!(
+            "input must be an object like {{\"messages\": [...]}}, not {}",
+            kind(other)
+        ))),
+    }
+}
+
+/// A run's three lifecycle choices, read from their protocol names.
+struct Choices {
+    /// `on_disconnect: cancel`.
+    cancel_on_disconnect: bool,
+    /// `if_not_exists: create`.
+    create_thread: bool,
+    /// `on_completion: delete` (the default of a stateless run).
+    delete_on_completion: bool,
+}
+
+impl Choices {
+    fn of(body: &RunBody, stateless: bool) -> Result<Choices, ApiError> {
+        let refuse = |field: &str, value: &str, allowed: &str| {
+            ApiError::Invalid(format!("{field} {value:?} is not {allowed}"))
+        };
+        let cancel_on_disconnect = match body.on_disconnect.as_deref() {
+            None | Some("continue") => false,
+            Some("cancel") => true,
+            Some(other) => return Err(refuse("on_disconnect", other, "cancel or continue")),
+        };
+        let create_thread = match body.if_not_exists.as_deref() {
+            None | Some("reject") => false,
+            Some("create") => true,
+            Some(other) => return Err(refuse("if_not_exists", other, "create or reject")),
+        };
+        let delete_on_completion = match body.on_completion.as_deref() {
+            None => stateless,
+            Some("delete") => true,
+            Some("keep") => false,
+            Some(other) => return Err(refuse("on_completion", other, "delete or keep")),
+        };
+        Ok(Choices {
+            cancel_on_disconnect,
+            create_thread,
+            delete_on_completion,
+        })
+    }
 }
 
 /// Validates the request, resolves (or creates) the thread, and starts the run. For a
