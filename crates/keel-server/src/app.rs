@@ -226,40 +226,38 @@ fn layered(api: Router<AppState>, state: AppState, options: &ServerOptions) -> R
     let origins = OriginGuard::new(options.origins.clone(), options.api_keys.enabled());
     let cors_origins = origins.clone();
     // Unknown paths and methods answer as Starlette does for the Agent Server.
-    let api = api
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({"detail": "Not Found"})),
-            )
-        })
-        .method_not_allowed_fallback(|| async {
-            (
-                StatusCode::METHOD_NOT_ALLOWED,
-                axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
-            )
-        })
-        .with_state(state)
-        .layer(axum::middleware::from_fn_with_state(
-            options.api_keys.clone(),
-            authenticate,
-        ))
-        .layer(axum::Extension(BodyLimit(limit)))
-        .layer(
-            CorsLayer::new()
-                .allow_origin(AllowOrigin::predicate(move |origin, _| {
-                    origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
-                }))
-                .allow_methods(Any)
-                .allow_headers(Any)
-                .expose_headers([
-                    header::CONTENT_LOCATION,
-                    header::LOCATION,
-                    HeaderName::from_static("x-pagination-next"),
-                ]),
+    api.fallback(|| async {
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({"detail": "Not Found"})),
         )
-        .layer(axum::middleware::from_fn_with_state(origins, guard));
-    api
+    })
+    .method_not_allowed_fallback(|| async {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            axum::Json(serde_json::json!({"detail": "Method Not Allowed"})),
+        )
+    })
+    .with_state(state)
+    .layer(axum::middleware::from_fn_with_state(
+        options.api_keys.clone(),
+        authenticate,
+    ))
+    .layer(axum::Extension(BodyLimit(limit)))
+    .layer(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                origin.to_str().is_ok_and(|o| cors_origins.allows_origin(o))
+            }))
+            .allow_methods(Any)
+            .allow_headers(Any)
+            .expose_headers([
+                header::CONTENT_LOCATION,
+                header::LOCATION,
+                HeaderName::from_static("x-pagination-next"),
+            ]),
+    )
+    .layer(axum::middleware::from_fn_with_state(origins, guard))
 }
 
 /// The model's name and provider.
