@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use keel_core::message::MessageBody;
 use keel_core::model::ChatChunk;
-use keel_core::state::{INTERRUPT_KEY, MessageOp};
+use keel_core::state::{AgentState, INTERRUPT_KEY, MessageOp, StateUpdate};
 use keel_core::stream::StreamEvent;
 use serde_json::{Map, Value, json};
 
@@ -173,105 +173,15 @@ impl Translator {
             StreamEvent::Values { state } if self.modes.has(WireMode::Values) => {
                 out.push((Some(WireMode::Values), "values", state_to_values(state)));
             }
-            StreamEvent::Updates { node, update } => {
-                self.step += 1;
-                let lc = update_to_lc(update);
-                if self.modes.has(WireMode::Messages) || self.modes.has(WireMode::MessagesTuple) {
-                    for op in &update.messages {
-                        let MessageOp::Upsert { message } = op else {
-                            continue;
-                        };
-                        let from_model = matches!(message.body(), MessageBody::Ai(_));
-                        // Only what a node produced: the model's answer and tool results.
-                        if !(node == "model" && from_model || node == "tools") {
-                            continue;
-                        }
-                        let whole = message_to_lc(message);
-                        if self.modes.has(WireMode::Messages) {
-                            out.push((
-                                Some(WireMode::Messages),
-                                "messages/complete",
-                                json!([whole.clone()]),
-                            ));
-                        }
-                        if self.modes.has(WireMode::MessagesTuple) && !(from_model && self.streamed)
-                        {
-                            out.push((
-                                Some(WireMode::MessagesTuple),
-                                "messages",
-                                json!([whole, self.metadata(node)]),
-                            ));
-                        }
-                    }
-                }
-                if node == "model" {
-                    self.streamed = false;
-                    self.partial.clear();
-                }
-                if self.modes.has(WireMode::Events) {
-                    out.push(self.event("on_chain_end", node, node, json!({ "output": lc })));
-                }
-                let interrupt = update.values.get(INTERRUPT_KEY).and_then(interrupts_to_lg);
-                if self.modes.has(WireMode::Updates) {
-                    // A node that only paused the run has nothing else to report.
-                    if interrupt.is_none() || lc.as_object().is_some_and(|o| !o.is_empty()) {
-                        let mut data = Map::new();
-                        data.insert(node.clone(), lc);
-                        out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
-                    }
-                    if let Some(list) = interrupt {
-                        out.push((
-                            Some(WireMode::Updates),
-                            "updates",
-                            json!({ INTERRUPT_KEY: list }),
-                        ));
-                    }
-                }
-            }
+            StreamEvent::Updates { node, update } => self.update(node, update, out),
             StreamEvent::Messages {
                 chunk,
                 node,
                 call_index,
                 message_id,
             } => self.chunk(chunk, node, *call_index, message_id, out),
-            StreamEvent::TaskStart { node, input } => {
-                let id = keel_core::message::new_id();
-                self.tasks.insert(node.clone(), id.clone());
-                // The tools node's input is the calls it runs, as LangGraph's `tools` task.
-                let input = if node == "tools" {
-                    let calls = input
-                        .messages
-                        .iter()
-                        .rev()
-                        .find(|m| m.is_ai())
-                        .map(|m| m.tool_calls().iter().map(tool_call_to_lc).collect())
-                        .unwrap_or_default();
-                    Value::Array(calls)
-                } else {
-                    state_to_values(input)
-                };
-                let payload = json!({
-                    "id": id, "name": node, "input": input,
-                    "triggers": [format!("branch:to:{node}")],
-                });
-                self.graph_event("task", payload, out);
-            }
-            StreamEvent::TaskEnd { node, update } => {
-                let id = self
-                    .tasks
-                    .remove(node)
-                    .unwrap_or_else(keel_core::message::new_id);
-                let interrupts = update
-                    .values
-                    .get(INTERRUPT_KEY)
-                    .and_then(interrupts_to_lg)
-                    .unwrap_or_else(|| json!([]));
-                let payload = json!({
-                    "id": id, "name": node, "error": null,
-                    "result": update_to_lc(update), "interrupts": interrupts,
-                });
-                self.graph_event("task_result", payload, out);
-            }
+            StreamEvent::TaskStart { node, input } => self.task_start(node, input, out),
+            StreamEvent::TaskEnd { node, update } => self.task_end(node, update, out),
             StreamEvent::Checkpoint {
                 seq,
                 parent,
@@ -294,6 +204,106 @@ impl Translator {
             // A mode this server does not translate yet.
             _ => {}
         }
+    }
+
+    /// A node's update: its messages (`messages`, `messages-tuple`), its `updates`
+    /// event (and the pause, when it paused the run), and its `on_chain_end`.
+    fn update(&mut self, node: &str, update: &StateUpdate, out: &mut Vec<Out>) {
+        self.step += 1;
+        let lc = update_to_lc(update);
+        if self.modes.has(WireMode::Messages) || self.modes.has(WireMode::MessagesTuple) {
+            for op in &update.messages {
+                let MessageOp::Upsert { message } = op else {
+                    continue;
+                };
+                let from_model = matches!(message.body(), MessageBody::Ai(_));
+                // Only what a node produced: the model's answer and tool results.
+                if !(node == "model" && from_model || node == "tools") {
+                    continue;
+                }
+                let whole = message_to_lc(message);
+                if self.modes.has(WireMode::Messages) {
+                    out.push((
+                        Some(WireMode::Messages),
+                        "messages/complete",
+                        json!([whole.clone()]),
+                    ));
+                }
+                if self.modes.has(WireMode::MessagesTuple) && !(from_model && self.streamed) {
+                    out.push((
+                        Some(WireMode::MessagesTuple),
+                        "messages",
+                        json!([whole, self.metadata(node)]),
+                    ));
+                }
+            }
+        }
+        if node == "model" {
+            self.streamed = false;
+            self.partial.clear();
+        }
+        if self.modes.has(WireMode::Events) {
+            out.push(self.event("on_chain_end", node, node, json!({ "output": lc })));
+        }
+        let interrupt = update.values.get(INTERRUPT_KEY).and_then(interrupts_to_lg);
+        if self.modes.has(WireMode::Updates) {
+            // A node that only paused the run has nothing else to report.
+            if interrupt.is_none() || lc.as_object().is_some_and(|o| !o.is_empty()) {
+                let mut data = Map::new();
+                data.insert(node.to_owned(), lc);
+                out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
+            }
+            if let Some(list) = interrupt {
+                out.push((
+                    Some(WireMode::Updates),
+                    "updates",
+                    json!({ INTERRUPT_KEY: list }),
+                ));
+            }
+        }
+    }
+
+    /// A node starts: its `task` (the tools node's input is the calls it runs, as
+    /// LangGraph's `tools` task).
+    fn task_start(&mut self, node: &str, input: &AgentState, out: &mut Vec<Out>) {
+        let id = keel_core::message::new_id();
+        self.tasks.insert(node.to_owned(), id.clone());
+        // The tools node's input is the calls it runs, as LangGraph's `tools` task.
+        let input = if node == "tools" {
+            let calls = input
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.is_ai())
+                .map(|m| m.tool_calls().iter().map(tool_call_to_lc).collect())
+                .unwrap_or_default();
+            Value::Array(calls)
+        } else {
+            state_to_values(input)
+        };
+        let payload = json!({
+            "id": id, "name": node, "input": input,
+            "triggers": [format!("branch:to:{node}")],
+        });
+        self.graph_event("task", payload, out);
+    }
+
+    /// A node ends: its `task_result`, with the update it made and any pause.
+    fn task_end(&mut self, node: &str, update: &StateUpdate, out: &mut Vec<Out>) {
+        let id = self
+            .tasks
+            .remove(node)
+            .unwrap_or_else(keel_core::message::new_id);
+        let interrupts = update
+            .values
+            .get(INTERRUPT_KEY)
+            .and_then(interrupts_to_lg)
+            .unwrap_or_else(|| json!([]));
+        let payload = json!({
+            "id": id, "name": node, "error": null,
+            "result": update_to_lc(update), "interrupts": interrupts,
+        });
+        self.graph_event("task_result", payload, out);
     }
 
     /// A `tasks` event, and its `debug` form (`task` or `task_result`).
@@ -406,40 +416,7 @@ impl Translator {
                 id: call_id,
                 name,
                 args,
-            } => {
-                lc["tool_call_chunks"] = json!([{
-                    "name": name, "args": args, "id": call_id, "index": index,
-                    "type": "tool_call_chunk",
-                }]);
-                // As LangChain's AIMessageChunk parses its chunks: arguments read so far
-                // make a tool call, anything else an invalid one.
-                match chunk_args(args) {
-                    Some(parsed) => {
-                        lc["tool_calls"] = json!([{
-                            "name": name.as_deref().unwrap_or(""), "args": parsed,
-                            "id": call_id, "type": "tool_call",
-                        }]);
-                    }
-                    None => {
-                        lc["invalid_tool_calls"] = json!([{
-                            "name": name, "args": args, "id": call_id, "error": null,
-                            "type": "invalid_tool_call",
-                        }]);
-                    }
-                }
-                if partial.calls.len() <= *index {
-                    partial.calls.resize(*index + 1, Default::default());
-                }
-                if let Some(slot) = partial.calls.get_mut(*index) {
-                    if let Some(call_id) = call_id {
-                        slot.0.clone_from(call_id);
-                    }
-                    if let Some(name) = name {
-                        slot.1.push_str(name);
-                    }
-                    slot.2.push_str(args);
-                }
-            }
+            } => tool_call_chunk(&mut lc, partial, *index, call_id, name, args),
             ChatChunk::Usage { usage } => {
                 let usage = usage_to_lc(usage);
                 lc["usage_metadata"] = usage.clone();
@@ -487,6 +464,51 @@ impl Translator {
             let name = self.ctx.model_name.clone();
             out.push(self.event("on_chat_model_stream", &name, node, json!({ "chunk": lc })));
         }
+    }
+}
+
+/// One tool-call chunk: its `tool_call_chunks` entry, and, as LangChain's
+/// AIMessageChunk parses its chunks, the call the arguments read so far make (or an
+/// invalid one); the call's name, id and arguments are added to the message so far.
+fn tool_call_chunk(
+    lc: &mut Value,
+    partial: &mut Partial,
+    index: usize,
+    call_id: &Option<String>,
+    name: &Option<String>,
+    args: &str,
+) {
+    lc["tool_call_chunks"] = json!([{
+        "name": name, "args": args, "id": call_id, "index": index,
+        "type": "tool_call_chunk",
+    }]);
+    // As LangChain's AIMessageChunk parses its chunks: arguments read so far
+    // make a tool call, anything else an invalid one.
+    match chunk_args(args) {
+        Some(parsed) => {
+            lc["tool_calls"] = json!([{
+                "name": name.as_deref().unwrap_or(""), "args": parsed,
+                "id": call_id, "type": "tool_call",
+            }]);
+        }
+        None => {
+            lc["invalid_tool_calls"] = json!([{
+                "name": name, "args": args, "id": call_id, "error": null,
+                "type": "invalid_tool_call",
+            }]);
+        }
+    }
+    if partial.calls.len() <= index {
+        partial.calls.resize(index + 1, Default::default());
+    }
+    if let Some(slot) = partial.calls.get_mut(index) {
+        if let Some(call_id) = call_id {
+            slot.0.clone_from(call_id);
+        }
+        if let Some(name) = name {
+            slot.1.push_str(name);
+        }
+        slot.2.push_str(args);
     }
 }
 

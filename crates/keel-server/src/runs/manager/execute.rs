@@ -109,24 +109,9 @@ impl RunManager {
         resume: Option<RunCommand>,
         cancel: &mut watch::Receiver<Option<CancelAction>>,
     ) -> Ending {
-        // Wait for a running slot, unless cancelled first.
-        let permit = tokio::select! {
-            permit = self.running.clone().acquire_owned() => permit.ok(),
-            action = wait_cancel(cancel) => return Ending::Cancelled(action),
-        };
-        // Another process sharing the database may be running this thread: wait for it.
-        let lease = tokio::select! {
-            lease = self.leases.acquire(&live.thread_id) => match lease {
-                Ok(lease) => lease,
-                Err(e) => {
-                    tracing::error!(run_id = %live.run_id, "could not lease the thread: {e}");
-                    return Ending::Done(Err(AgentError::Checkpoint {
-                        thread_id: live.thread_id.clone(),
-                        source: keel_core::store::StoreError::Backend(e.to_string()),
-                    }));
-                }
-            },
-            action = wait_cancel(cancel) => return Ending::Cancelled(action),
+        let (permit, lease) = match self.admit_to_run(live, cancel).await {
+            Ok(held) => held,
+            Err(ending) => return ending,
         };
         self.begin(live).await;
         push_json(
@@ -172,6 +157,56 @@ impl RunManager {
             }
             None => {}
         }
+        let ending = self.stream_run(live, (input, from), cancel).await;
+        drop(permit);
+        if let Ending::Cancelled(CancelAction::Rollback) = ending {
+            rollback(checkpointer.as_ref(), &live.thread_id, &live.run_id, before).await;
+        }
+        lease.release().await;
+        ending
+    }
+
+    /// Waits for a running slot, then for the thread's lease (another process sharing
+    /// the database may be running the thread), unless the run is cancelled first.
+    async fn admit_to_run(
+        &self,
+        live: &LiveRun,
+        cancel: &mut watch::Receiver<Option<CancelAction>>,
+    ) -> Result<
+        (
+            Option<tokio::sync::OwnedSemaphorePermit>,
+            crate::lease::Lease,
+        ),
+        Ending,
+    > {
+        let permit = tokio::select! {
+            permit = self.running.clone().acquire_owned() => permit.ok(),
+            action = wait_cancel(cancel) => return Err(Ending::Cancelled(action)),
+        };
+        let lease = tokio::select! {
+            lease = self.leases.acquire(&live.thread_id) => match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::error!(run_id = %live.run_id, "could not lease the thread: {e}");
+                    return Err(Ending::Done(Err(AgentError::Checkpoint {
+                        thread_id: live.thread_id.clone(),
+                        source: keel_core::store::StoreError::Backend(e.to_string()),
+                    })));
+                }
+            },
+            action = wait_cancel(cancel) => return Err(Ending::Cancelled(action)),
+        };
+        Ok((permit, lease))
+    }
+
+    /// Runs the agent on the input and pushes its events, translated, until the stream
+    /// ends or the run is cancelled.
+    async fn stream_run(
+        &self,
+        live: &LiveRun,
+        (input, from): (Vec<Message>, Option<u64>),
+        cancel: &mut watch::Receiver<Option<CancelAction>>,
+    ) -> Ending {
         let mut translator = Translator::new(live.modes, self.context(live));
         let mut out = Vec::new();
         translator.start(
@@ -194,17 +229,11 @@ impl RunManager {
                 },
             }
         };
-        let ending = match ending {
+        match ending {
             Some(ending) => ending,
             // The stream has ended, so this returns the outcome it holds.
             None => Ending::Done(stream.finish().await),
-        };
-        drop(permit);
-        if let Ending::Cancelled(CancelAction::Rollback) = ending {
-            rollback(checkpointer.as_ref(), &live.thread_id, &live.run_id, before).await;
         }
-        lease.release().await;
-        ending
     }
 
     /// Ends the thread's pause ([`Agent::resolve_pause`]) and streams what that step
