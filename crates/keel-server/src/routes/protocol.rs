@@ -284,6 +284,85 @@ async fn run_start(
     }
 }
 
+/// The one response of an `input.respond` (its `responses` list, or the params
+/// themselves) and its interrupt id, checked: no `update`/`goto`, one entry, an
+/// interrupt id, the root namespace. `Err` is
+/// the answer refusing it.
+// The refusal is the response sent, built at most once per request: boxing buys nothing.
+#[allow(clippy::result_large_err)]
+fn response_entry(
+    id: &Value,
+    params: &Map<String, Value>,
+) -> Result<(Map<String, Value>, String), Response> {
+    let invalid = |m: String| error(StatusCode::OK, id, "invalid_argument", m);
+    for key in ["update", "goto"] {
+        if params.get(key).is_some_and(|v| !v.is_null()) {
+            return Err(error(
+                StatusCode::OK,
+                id,
+                "not_supported",
+                format!(
+                    "input.respond: {key} is not supported; a Keel agent's state changes through its runs"
+                ),
+            ));
+        }
+    }
+    let mut entries: Vec<Map<String, Value>> = match params.get("responses") {
+        Some(Value::Array(list)) => {
+            let mut entries = Vec::new();
+            for entry in list {
+                match entry {
+                    Value::Object(e) => entries.push(e.clone()),
+                    _ => {
+                        return Err(invalid(
+                            "input.respond responses entries must be objects.".into(),
+                        ));
+                    }
+                }
+            }
+            entries
+        }
+        Some(_) => return Err(invalid("input.respond responses must be a list.".into())),
+        None => vec![params.clone()],
+    };
+    if entries.is_empty() {
+        return Err(invalid(
+            "input.respond requires at least one response.".into(),
+        ));
+    }
+    if entries.len() > 1 {
+        return Err(error(
+            StatusCode::OK,
+            id,
+            "no_such_interrupt",
+            "a Keel thread waits on one interrupt at a time; send one response",
+        ));
+    }
+    let entry = entries.swap_remove(0);
+    let Some(interrupt_id) = entry.get("interrupt_id").and_then(Value::as_str) else {
+        return Err(invalid("input.respond requires an interrupt_id.".into()));
+    };
+    let interrupt_id = interrupt_id.to_owned();
+    match entry.get("namespace") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(ns)) if ns.is_empty() => {}
+        Some(Value::Array(ns)) if ns.iter().all(Value::is_string) => {
+            return Err(error(
+                StatusCode::OK,
+                id,
+                "no_such_interrupt",
+                "Interrupt namespace does not match the pending interrupt: a Keel agent's interrupts are in the root namespace []",
+            ));
+        }
+        Some(_) => {
+            return Err(invalid(
+                "input.respond requires namespace to be a list of strings.".into(),
+            ));
+        }
+    }
+    Ok((entry, interrupt_id))
+}
+
 async fn input_respond(
     app: &AppState,
     owner: &Owner,
@@ -291,65 +370,11 @@ async fn input_respond(
     id: &Value,
     params: Map<String, Value>,
 ) -> Response {
-    let invalid = |m: String| error(StatusCode::OK, id, "invalid_argument", m);
-    for key in ["update", "goto"] {
-        if params.get(key).is_some_and(|v| !v.is_null()) {
-            return error(
-                StatusCode::OK,
-                id,
-                "not_supported",
-                format!(
-                    "input.respond: {key} is not supported; a Keel agent's state changes through its runs"
-                ),
-            );
-        }
-    }
-    let entries: Vec<Map<String, Value>> = match params.get("responses") {
-        Some(Value::Array(list)) => {
-            let mut entries = Vec::new();
-            for entry in list {
-                match entry {
-                    Value::Object(e) => entries.push(e.clone()),
-                    _ => {
-                        return invalid("input.respond responses entries must be objects.".into());
-                    }
-                }
-            }
-            entries
-        }
-        Some(_) => return invalid("input.respond responses must be a list.".into()),
-        None => vec![params.clone()],
+    let (entry, interrupt_id) = match response_entry(id, &params) {
+        Ok(found) => found,
+        Err(refused) => return refused,
     };
-    if entries.is_empty() {
-        return invalid("input.respond requires at least one response.".into());
-    }
-    if entries.len() > 1 {
-        return error(
-            StatusCode::OK,
-            id,
-            "no_such_interrupt",
-            "a Keel thread waits on one interrupt at a time; send one response",
-        );
-    }
-    let entry = &entries[0];
-    let Some(interrupt_id) = entry.get("interrupt_id").and_then(Value::as_str) else {
-        return invalid("input.respond requires an interrupt_id.".into());
-    };
-    match entry.get("namespace") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(ns)) if ns.is_empty() => {}
-        Some(Value::Array(ns)) if ns.iter().all(Value::is_string) => {
-            return error(
-                StatusCode::OK,
-                id,
-                "no_such_interrupt",
-                "Interrupt namespace does not match the pending interrupt: a Keel agent's interrupts are in the root namespace []",
-            );
-        }
-        Some(_) => {
-            return invalid("input.respond requires namespace to be a list of strings.".into());
-        }
-    }
+    let interrupt_id = interrupt_id.as_str();
     let pending = match find_owned(app, owner, thread_id).await {
         Ok(Some(_)) => match pending_interrupt(app, owner, thread_id).await {
             Ok(p) => p,
