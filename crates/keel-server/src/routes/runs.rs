@@ -577,26 +577,16 @@ impl Choices {
     }
 }
 
-/// Validates the request, resolves (or creates) the thread, and starts the run. For a
-/// run whose thread is deleted when it ends (stateless), also returns a sender: the
-/// thread stays until it is dropped, so the caller can read the run's values first.
-async fn start_keeping(
+/// The thread a run goes on, and the metadata it gives the run: a new thread for a
+/// stateless run, the caller's own thread, or one created under the id when the run
+/// asks (`if_not_exists: create`).
+async fn run_thread(
     app: &AppState,
     owner: &Owner,
     thread_id: Option<String>,
-    body: RunBody,
-) -> Result<
-    (
-        RunRecord,
-        Arc<LiveRun>,
-        bool,
-        Option<tokio::sync::oneshot::Sender<()>>,
-    ),
-    ApiError,
-> {
-    let stateless = thread_id.is_none();
-    let mut parsed = parse(app, body, stateless)?;
-    let (thread_id, thread_meta) = match thread_id {
+    parsed: &Parsed,
+) -> Result<(String, Map<String, Value>), ApiError> {
+    Ok(match thread_id {
         None => {
             let t = new_thread(app, owner, None, run_metadata(app)).await?;
             (t.thread_id, t.metadata)
@@ -625,7 +615,49 @@ async fn start_keeping(
             }
             None => return Err(ApiError::thread(&id)),
         },
-    };
+    })
+}
+
+/// Deletes a stateless run's thread once the run ends and the caller has read what it
+/// answers with (the returned sender dropped): everything the run stored goes with its
+/// thread, as a DELETE would do it.
+fn delete_when_done(
+    app: &AppState,
+    owner: &Owner,
+    live: &Arc<LiveRun>,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
+    let (keep_tx, kept) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        live.log.closed().await;
+        let _ = kept.await;
+        if let Err(e) = delete_thread(&app, &owner, &live.thread_id).await {
+            tracing::error!("deleting a stateless run's thread: {e}");
+        }
+    });
+    keep_tx
+}
+
+/// Validates the request, resolves (or creates) the thread, and starts the run. For a
+/// run whose thread is deleted when it ends (stateless), also returns a sender: the
+/// thread stays until it is dropped, so the caller can read the run's values first.
+async fn start_keeping(
+    app: &AppState,
+    owner: &Owner,
+    thread_id: Option<String>,
+    body: RunBody,
+) -> Result<
+    (
+        RunRecord,
+        Arc<LiveRun>,
+        bool,
+        Option<tokio::sync::oneshot::Sender<()>>,
+    ),
+    ApiError,
+> {
+    let stateless = thread_id.is_none();
+    let mut parsed = parse(app, body, stateless)?;
+    let (thread_id, thread_meta) = run_thread(app, owner, thread_id, &parsed).await?;
     // A run's metadata as langgraph-api fills it: the assistant's (`created_by`), the
     // thread's, the graph and assistant it runs, then the request's own on top.
     let mut metadata = Map::new();
@@ -656,21 +688,9 @@ async fn start_keeping(
         check_has_messages(app, &thread_id).await?;
     }
     let (record, live) = app.manager.create(&thread_id, parsed.run).await?;
-    let mut keep = None;
-    if parsed.delete_on_completion {
-        let (app, owner, live) = (app.clone(), owner.clone(), live.clone());
-        let (keep_tx, kept) = tokio::sync::oneshot::channel::<()>();
-        keep = Some(keep_tx);
-        tokio::spawn(async move {
-            live.log.closed().await;
-            // Until the caller has read what it answers with (its sender dropped).
-            let _ = kept.await;
-            // Everything the run stored goes with its thread, as a DELETE would do it.
-            if let Err(e) = delete_thread(&app, &owner, &live.thread_id).await {
-                tracing::error!("deleting a stateless run's thread: {e}");
-            }
-        });
-    }
+    let keep = parsed
+        .delete_on_completion
+        .then(|| delete_when_done(app, owner, &live));
     Ok((record, live, parsed.cancel_on_disconnect, keep))
 }
 

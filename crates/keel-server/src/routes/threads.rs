@@ -852,16 +852,7 @@ pub async fn update_state(
     use keel_core::store::{CheckpointWrite, PutOutcome};
     let thread = owned(&app, &owner, &thread_id).await?;
     let key = thread.thread_id.as_str();
-    let node = match &body.as_node {
-        None | Some(Value::Null) => UPDATE_NODE.to_owned(),
-        Some(Value::String(n)) if AS_NODES.contains(&n.as_str()) => format!("{UPDATE_NODE}:{n}"),
-        Some(other) => {
-            return Err(ApiError::Invalid(format!(
-                "as_node {other} is not a node of this agent; use one of {}",
-                AS_NODES.join(", ")
-            )));
-        }
-    };
+    let node = update_node(&body.as_node)?;
     let ops = update_ops(&body.values)?;
     let from = match crate::routes::runs::checkpoint_of(&body.checkpoint, &body.checkpoint_id)? {
         Some(id) => crate::routes::runs::fork_point(&app, key, &id).await?,
@@ -922,19 +913,38 @@ pub async fn update_state(
         Err(e) => return Err(storage(e)),
     };
     match outcome {
-        // langgraph-api's answer: the reference, its id, and the config a client runs
-        // from (the JS SDK types it as `Pick<Config, "configurable">`).
-        PutOutcome::Saved { seq } => Ok(Json(json!({
-            "checkpoint": checkpoint_ref(key, seq),
-            "checkpoint_id": checkpoint_id(seq),
-            "configurable": {
-                "thread_id": public_thread_id(key),
-                "checkpoint_ns": "",
-                "checkpoint_id": checkpoint_id(seq),
-            },
-        }))),
+        PutOutcome::Saved { seq } => Ok(Json(updated(key, seq))),
         PutOutcome::Conflict { .. } => Err(conflict()),
     }
+}
+
+/// The node an update is written as: `as_node` (one of the agent's nodes), recorded
+/// under [`UPDATE_NODE`].
+fn update_node(as_node: &Option<Value>) -> Result<String, ApiError> {
+    match as_node {
+        None | Some(Value::Null) => Ok(UPDATE_NODE.to_owned()),
+        Some(Value::String(n)) if AS_NODES.contains(&n.as_str()) => {
+            Ok(format!("{UPDATE_NODE}:{n}"))
+        }
+        Some(other) => Err(ApiError::Invalid(format!(
+            "as_node {other} is not a node of this agent; use one of {}",
+            AS_NODES.join(", ")
+        ))),
+    }
+}
+
+/// langgraph-api's answer to a state update: the reference, its id, and the config a
+/// client runs from (the JS SDK types it as `Pick<Config, "configurable">`).
+fn updated(key: &str, seq: u64) -> Value {
+    json!({
+        "checkpoint": checkpoint_ref(key, seq),
+        "checkpoint_id": checkpoint_id(seq),
+        "configurable": {
+            "thread_id": public_thread_id(key),
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id(seq),
+        },
+    })
 }
 
 /// `POST /threads/{thread_id}/compact` (Keel's own route; the Agent Server has none):
