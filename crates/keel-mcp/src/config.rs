@@ -211,81 +211,8 @@ impl McpServerConfig {
                     "`command: PROGRAM` or `url: http://HOST:PORT/PATH`",
                 ));
             }
-            (Some(command), None) => {
-                if command.trim().is_empty() {
-                    return Err(invalid(
-                        "command",
-                        command,
-                        "empty",
-                        "a program name or path",
-                    ));
-                }
-                let http_only = [
-                    ("headers", !self.headers.is_empty()),
-                    ("bearer_token_env", self.bearer_token_env.is_some()),
-                ];
-                if let Some((field, _)) = http_only.iter().find(|(_, set)| *set) {
-                    return Err(invalid(
-                        field,
-                        &"(set)",
-                        "only a streamable HTTP server (`url`) takes it",
-                        "remove it, or use `url` instead of `command`",
-                    ));
-                }
-            }
-            (None, Some(url)) => {
-                if !(url.starts_with("http://") || url.starts_with("https://"))
-                    || url.parse::<http::Uri>().is_err()
-                {
-                    return Err(invalid(
-                        "url",
-                        url,
-                        "not an HTTP URL",
-                        "http://HOST:PORT/PATH or https://...",
-                    ));
-                }
-                let stdio_only = [
-                    ("args", !self.args.is_empty()),
-                    ("env", !self.env.is_empty()),
-                    ("cwd", self.cwd.is_some()),
-                ];
-                if let Some((field, _)) = stdio_only.iter().find(|(_, set)| *set) {
-                    return Err(invalid(
-                        field,
-                        &"(set)",
-                        "only a stdio server (`command`) takes it",
-                        "remove it, or use `command` instead of `url`",
-                    ));
-                }
-                for (name, value) in &self.headers {
-                    if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                        return Err(invalid(
-                            &format!("headers.{name}"),
-                            name,
-                            "not a header name",
-                            "letters, digits and - (an HTTP token)",
-                        ));
-                    }
-                    if http::HeaderValue::from_str(value).is_err() {
-                        return Err(invalid(
-                            &format!("headers.{name}"),
-                            value,
-                            "not a header value",
-                            "visible ASCII characters and spaces",
-                        ));
-                    }
-                }
-                if let Some(var) = &self.bearer_token_env
-                    && (var.is_empty() || var.contains(['=', '\0']))
-                {
-                    return Err(invalid(
-                        "bearer_token_env",
-                        var,
-                        "not an environment variable name",
-                        "a name such as DOCS_TOKEN",
-                    ));
-                }
-            }
+            (Some(command), None) => self.validate_stdio(command, &invalid)?,
+            (None, Some(url)) => self.validate_http(url, &invalid)?,
         }
         if !(self.timeout_seconds > 0.0 && self.timeout_seconds <= MAX_TIMEOUT_SECONDS) {
             return Err(invalid(
@@ -318,11 +245,99 @@ impl McpServerConfig {
         Ok(())
     }
 
+    /// Checks a stdio server's fields: a non-empty `command`, and none of the fields
+    /// only a streamable HTTP server takes.
+    fn validate_stdio(&self, command: &str, invalid: Invalid<'_>) -> Result<(), McpConfigError> {
+        if command.trim().is_empty() {
+            return Err(invalid(
+                "command",
+                &command,
+                "empty",
+                "a program name or path",
+            ));
+        }
+        let http_only = [
+            ("headers", !self.headers.is_empty()),
+            ("bearer_token_env", self.bearer_token_env.is_some()),
+        ];
+        if let Some((field, _)) = http_only.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                field,
+                &"(set)",
+                "only a streamable HTTP server (`url`) takes it",
+                "remove it, or use `url` instead of `command`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a streamable HTTP server's fields: an HTTP `url`, none of the fields only
+    /// a stdio server takes, valid header names and values, and a bearer token's
+    /// variable name.
+    fn validate_http(&self, url: &str, invalid: Invalid<'_>) -> Result<(), McpConfigError> {
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || url.parse::<http::Uri>().is_err()
+        {
+            return Err(invalid(
+                "url",
+                &url,
+                "not an HTTP URL",
+                "http://HOST:PORT/PATH or https://...",
+            ));
+        }
+        let stdio_only = [
+            ("args", !self.args.is_empty()),
+            ("env", !self.env.is_empty()),
+            ("cwd", self.cwd.is_some()),
+        ];
+        if let Some((field, _)) = stdio_only.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                field,
+                &"(set)",
+                "only a stdio server (`command`) takes it",
+                "remove it, or use `command` instead of `url`",
+            ));
+        }
+        for (name, value) in &self.headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(invalid(
+                    &format!("headers.{name}"),
+                    name,
+                    "not a header name",
+                    "letters, digits and - (an HTTP token)",
+                ));
+            }
+            if http::HeaderValue::from_str(value).is_err() {
+                return Err(invalid(
+                    &format!("headers.{name}"),
+                    value,
+                    "not a header value",
+                    "visible ASCII characters and spaces",
+                ));
+            }
+        }
+        if let Some(var) = &self.bearer_token_env
+            && (var.is_empty() || var.contains(['=', '\0']))
+        {
+            return Err(invalid(
+                "bearer_token_env",
+                var,
+                "not an environment variable name",
+                "a name such as DOCS_TOKEN",
+            ));
+        }
+        Ok(())
+    }
+
     /// How long one call may take.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.timeout_seconds.clamp(0.001, MAX_TIMEOUT_SECONDS))
     }
 }
+
+/// Builds the error for one field of a server entry: field, value, problem, what is
+/// allowed.
+type Invalid<'a> = &'a dyn Fn(&str, &dyn std::fmt::Debug, &str, &str) -> McpConfigError;
 
 /// Letters, digits, `_` and `-`, 1 to [`MAX_TOOL_NAME_CHARS`] of them: what model
 /// providers accept in a tool name.

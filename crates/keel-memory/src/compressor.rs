@@ -191,6 +191,20 @@ struct RecentWindow {
     complete: bool,
 }
 
+/// A failed fold of `count` messages over the state at `version`: reported as an event
+/// and a warning; the turn uses the previous state.
+fn fold_failed(
+    reason: FoldFailure,
+    error: String,
+    count: usize,
+    version: u64,
+    writer: &StreamWriter,
+) -> Step {
+    FoldFailed::new(reason, error.clone(), count, version).emit(writer);
+    tracing::warn!(?reason, %error, messages = count, "session memory fold failed; the turn uses the previous state");
+    Step::Failed(reason, error, count)
+}
+
 /// The output token cap of a fold call: the word budget at two tokens a word, plus room
 /// for the pinned keys and the JSON around them. A small local model without a cap can
 /// generate past every timeout.
@@ -331,22 +345,48 @@ impl SessionCompressor {
         let state = self.states.get_state(scope).await?;
         let fetched = self.newest(scope, usual).await?;
         let mut state = state.unwrap_or_default();
-        let RecentWindow {
-            window: fetched,
-            boundary,
-            complete,
-        } = self
+        let recent = self
             .recent_window(scope, fetched, &current_ids, state.covered_until.as_ref())
             .await?;
         let models = match &self.summary_model {
             Some(m) => SummaryModels::with_fallback(m.clone(), run_model.clone()),
             None => SummaryModels::single(run_model.clone()),
         };
+        let folds = self
+            .fold_turn(scope, &mut state, &recent, &current_ids, &models, writer)
+            .await?;
+        let recent = self.unfolded(recent.window, &state);
+        let summary =
+            render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
+        Ok(TurnMemory {
+            state,
+            recent,
+            folds,
+            summary,
+        })
+    }
 
+    /// This turn's folds: up to `max_folds_per_turn`, each of a batch of at least
+    /// `fold_batch` messages before the window's boundary, moving `state` on. Stops at
+    /// the first fold that is superseded (then `state` is the winner's) or fails.
+    async fn fold_turn(
+        &self,
+        scope: &SessionScope,
+        state: &mut SessionMemoryState,
+        recent: &RecentWindow,
+        current_ids: &HashSet<&str>,
+        models: &SummaryModels,
+        writer: &StreamWriter,
+    ) -> Result<Vec<FoldOutcome>, StoreError> {
+        let RecentWindow {
+            window: fetched,
+            boundary,
+            complete,
+        } = recent;
         let mut folds = Vec::new();
         for _ in 0..self.settings.max_folds_per_turn {
             let cursor = state.covered_until.as_ref();
-            let eligible = if complete {
+            let eligible = if *complete {
                 fetched
                     .iter()
                     .filter(|m| cursor.is_none_or(|c| m.cursor() > *c))
@@ -366,7 +406,7 @@ impl SessionCompressor {
                     scope,
                     state.covered_until.as_ref(),
                     boundary.as_ref(),
-                    &current_ids,
+                    current_ids,
                     limit,
                 )
                 .await?;
@@ -374,7 +414,7 @@ impl SessionCompressor {
                 break;
             }
             // Its summary calls are `chat` spans labelled `fold`.
-            let fold = self.fold(scope, &state, &batch, &models, writer);
+            let fold = self.fold(scope, state, &batch, models, writer);
             match telemetry::with_purpose(CallPurpose::Fold, fold).await {
                 Step::Folded(next, messages) => {
                     telemetry::count(Counter::Folds, 1);
@@ -382,14 +422,14 @@ impl SessionCompressor {
                         messages,
                         version: next.version,
                     });
-                    state = next;
+                    *state = next;
                 }
                 Step::Superseded(winner, expected_version) => {
                     folds.push(FoldOutcome::Superseded {
                         expected_version,
                         winner_version: winner.version,
                     });
-                    state = winner;
+                    *state = winner;
                     break;
                 }
                 Step::Failed(reason, error, messages) => {
@@ -402,9 +442,17 @@ impl SessionCompressor {
                 }
             }
         }
+        Ok(folds)
+    }
 
-        // Everything after the (possibly moved) cursor is sent verbatim: what this turn
-        // or a winner with other settings folded is not.
+    /// The rows sent verbatim: everything in `fetched` after the (possibly moved)
+    /// cursor, since what this turn or a winner with other settings folded is not; at
+    /// most [`window_cap`] of them (the newest), made safe for a provider.
+    fn unfolded(
+        &self,
+        fetched: Vec<StoredMessage>,
+        state: &SessionMemoryState,
+    ) -> Vec<StoredMessage> {
         let mut window: Vec<StoredMessage> = fetched
             .into_iter()
             .filter(|m| state.covered_until.as_ref().is_none_or(|c| m.cursor() > *c))
@@ -418,15 +466,7 @@ impl SessionCompressor {
             );
             window.drain(..window.len() - cap);
         }
-        let recent = provider_safe_rows(window);
-        let summary =
-            render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
-        Ok(TurnMemory {
-            state,
-            recent,
-            folds,
-            summary,
-        })
+        provider_safe_rows(window)
     }
 
     /// The newest `n` stored messages of the scope, oldest first, as `last_n` reads
@@ -639,60 +679,14 @@ impl SessionCompressor {
             return Step::Failed(FoldFailure::Model, "empty batch".into(), 0);
         };
         let failed = |reason: FoldFailure, error: String| {
-            FoldFailed::new(reason, error.clone(), count, state.version).emit(writer);
-            tracing::warn!(?reason, %error, messages = count, "session memory fold failed; the turn uses the previous state");
-            Step::Failed(reason, error, count)
+            fold_failed(reason, error, count, state.version, writer)
         };
         let messages: Vec<Message> = batch.iter().map(|m| m.message.clone()).collect();
         let (parsed, model_name) = match self.engine {
-            FoldEngine::Extractive => {
-                let options = ExtractiveOptions {
-                    word_budget: self.settings.summary_word_budget,
-                    ..ExtractiveOptions::default()
-                };
-                let previous = Some(state.summary.as_str()).filter(|p| !p.trim().is_empty());
-                let capped: Vec<Message> = messages
-                    .iter()
-                    .map(|m| cap_message(m, self.settings.max_message_chars))
-                    .collect();
-                let summary = extractive::summarize(previous, &capped, &options);
-                // Pinned keys the batch states recognisably (`ticket TCK-7`, `we moved
-                // to eu-west-1`), newest wins; the ones still empty are reported, a model fills them when
-                // configured.
-                // A correction naming no key ("eu-central-1 instead") replaces a pinned
-                // value of the same shape, so the current values are passed in.
-                let current: Vec<(String, String)> = state
-                    .pinned
-                    .iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                    .collect();
-                let values =
-                    extractive::pinned_values_after(&self.settings.pinned_keys, &current, &capped);
-                let unfilled: Vec<&String> = values
-                    .missing
-                    .iter()
-                    .filter(|k| !state.pinned.contains_key(*k))
-                    .collect();
-                if !unfilled.is_empty() {
-                    tracing::info!(keys = ?unfilled, "the extractive fold found no value for these pinned keys; a summary model fills them when configured");
-                }
-                let pinned: serde_json::Map<String, serde_json::Value> = values
-                    .found
-                    .into_iter()
-                    .map(|(k, v)| (k, serde_json::Value::String(v)))
-                    .collect();
-                let output = FoldOutput {
-                    pinned: Some(pinned).filter(|p| !p.is_empty()),
-                    summary: Some(summary).filter(|s| !s.trim().is_empty()),
-                };
-                if output.summary.is_none() && previous.is_none() {
-                    return failed(
-                        FoldFailure::Model,
-                        "the extractive summarizer found nothing to keep".into(),
-                    );
-                }
-                (output, EXTRACTIVE_MODEL_NAME.to_owned())
-            }
+            FoldEngine::Extractive => match self.extractive_fold(state, &messages) {
+                Ok(output) => (output, EXTRACTIVE_MODEL_NAME.to_owned()),
+                Err(error) => return failed(FoldFailure::Model, error),
+            },
             FoldEngine::Model => {
                 let prompt = match fold_prompt(
                     &self.template,
@@ -716,7 +710,7 @@ impl SessionCompressor {
             &self.settings.pinned_keys,
             self.settings.summary_word_budget,
         );
-        let mut next = SessionMemoryState {
+        let next = SessionMemoryState {
             summary,
             pinned,
             covered_until: Some(last),
@@ -725,6 +719,77 @@ impl SessionCompressor {
             version: state.version,
             created_at_ms: state.created_at_ms,
             updated_at_ms: now_ms(),
+        };
+        self.save_fold(scope, state, next, count, model_name, writer)
+            .await
+    }
+
+    /// The extractive fold of `messages` over `state`: the summary with the previous
+    /// one folded in, and the pinned values the messages state recognisably. The error
+    /// when there is nothing to keep and no previous summary.
+    fn extractive_fold(
+        &self,
+        state: &SessionMemoryState,
+        messages: &[Message],
+    ) -> Result<FoldOutput, String> {
+        let options = ExtractiveOptions {
+            word_budget: self.settings.summary_word_budget,
+            ..ExtractiveOptions::default()
+        };
+        let previous = Some(state.summary.as_str()).filter(|p| !p.trim().is_empty());
+        let capped: Vec<Message> = messages
+            .iter()
+            .map(|m| cap_message(m, self.settings.max_message_chars))
+            .collect();
+        let summary = extractive::summarize(previous, &capped, &options);
+        // Pinned keys the batch states recognisably (`ticket TCK-7`, `we moved
+        // to eu-west-1`), newest wins; the ones still empty are reported, a model fills them when
+        // configured.
+        // A correction naming no key ("eu-central-1 instead") replaces a pinned
+        // value of the same shape, so the current values are passed in.
+        let current: Vec<(String, String)> = state
+            .pinned
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+            .collect();
+        let values = extractive::pinned_values_after(&self.settings.pinned_keys, &current, &capped);
+        let unfilled: Vec<&String> = values
+            .missing
+            .iter()
+            .filter(|k| !state.pinned.contains_key(*k))
+            .collect();
+        if !unfilled.is_empty() {
+            tracing::info!(keys = ?unfilled, "the extractive fold found no value for these pinned keys; a summary model fills them when configured");
+        }
+        let pinned: serde_json::Map<String, serde_json::Value> = values
+            .found
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::String(v)))
+            .collect();
+        let output = FoldOutput {
+            pinned: Some(pinned).filter(|p| !p.is_empty()),
+            summary: Some(summary).filter(|s| !s.trim().is_empty()),
+        };
+        if output.summary.is_none() && previous.is_none() {
+            return Err("the extractive summarizer found nothing to keep".into());
+        }
+        Ok(output)
+    }
+
+    /// Saves the folded state `next` (of `count` messages, written by `model_name`)
+    /// over `state`, and reports it: folded, superseded by a concurrent fold that saved
+    /// first, or failed.
+    async fn save_fold(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        mut next: SessionMemoryState,
+        count: usize,
+        model_name: String,
+        writer: &StreamWriter,
+    ) -> Step {
+        let failed = |reason: FoldFailure, error: String| {
+            fold_failed(reason, error, count, state.version, writer)
         };
         match self.states.save_state(scope, &next, state.version).await {
             Ok(SaveOutcome::Saved { version }) => {

@@ -333,119 +333,40 @@ impl SummaryCaller {
         if let Err(retry_in) = self.breaker.check(key) {
             return Err(SummaryCallError::CircuitOpen { retry_in });
         }
-        let deadline = self.options.deadline.map(|d| Instant::now() + d);
-        let mut attempts = 0u32;
-        let mut last_reason = String::from("no model was tried");
+        let ask = Ask {
+            key,
+            prompt,
+            check,
+            max_output_tokens,
+            schema,
+            deadline: self.options.deadline.map(|d| Instant::now() + d),
+        };
+        let mut failures = Failures {
+            attempts: 0,
+            last_reason: String::from("no model was tried"),
+            last_kind: None,
+            last_overflow: None,
+        };
         let mut reasons: Vec<String> = Vec::new();
-        let mut last_kind = None;
-        let mut last_overflow = None;
-        'models: for (model_index, model) in models.iter().enumerate() {
-            let mut prompt =
-                fit_to_window(prompt, model.profile().max_input_tokens, max_output_tokens);
-            let mut overflow_cut_used = false;
-            let mut model_attempts = 0u32;
-            let mut backoff = self.options.initial_backoff;
-            loop {
-                let timeout = match deadline {
-                    Some(d) => {
-                        let left = d.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            last_reason = format!(
-                                "the summary deadline of {}s passed ({last_reason})",
-                                self.options.deadline.unwrap_or_default().as_secs_f32()
-                            );
-                            last_kind = Some(ModelErrorKind::Timeout);
-                            break 'models;
-                        }
-                        left.min(self.options.timeout)
-                    }
-                    None => self.options.timeout,
-                };
-                model_attempts += 1;
-                attempts += 1;
-                let error = match self
-                    .attempt(
-                        model.as_ref(),
-                        &prompt,
-                        check,
-                        timeout,
-                        max_output_tokens,
-                        schema,
-                    )
-                    .await
-                {
-                    Ok(text) => {
-                        self.breaker.record_success(key);
-                        return Ok(SummaryOutput {
-                            text,
-                            model: model.profile().name.clone(),
-                            attempts,
-                            used_fallback: model_index > 0,
-                        });
-                    }
-                    Err(e) => e,
-                };
-                tracing::warn!(model = %model.profile().name, attempt = model_attempts, error = %error.message, "summary attempt failed");
-                last_reason = format!("{}: {}", model.profile().name, error.message);
-                last_kind = Some(error.kind);
-                last_overflow = None;
-                if error.kind == ModelErrorKind::ContextOverflow {
-                    let sent_chars = prompt.render().len();
-                    let figures = error.overflow.unwrap_or_default().or(OverflowFigures {
-                        sent_tokens: Some((sent_chars / CHARS_PER_TOKEN_FLOOR) as u64),
-                        window_tokens: model.profile().max_input_tokens,
-                    });
-                    let shorter = (!overflow_cut_used)
-                        .then(|| cut_after_overflow(&prompt, figures, max_output_tokens))
-                        .flatten();
-                    if let Some(shorter) = shorter {
-                        tracing::warn!(
-                            model = %model.profile().name,
-                            sent_chars,
-                            cut_chars = shorter.render().len(),
-                            "summary prompt overflowed the model's context; cutting its middle and sending it once more"
-                        );
-                        prompt = shorter;
-                        overflow_cut_used = true;
-                        continue;
-                    }
-                    last_reason = format!(
-                        "{}: the summary prompt overflows the context window ({figures}){}: {}",
-                        model.profile().name,
-                        if overflow_cut_used {
-                            " after cutting the middle of its transcript"
-                        } else {
-                            " and cannot be cut further"
-                        },
-                        error.message
-                    );
-                    last_overflow = Some(figures);
-                    break;
-                }
-                // A timed-out local server is most likely still busy with the abandoned
-                // answer: a retry would only queue behind it. Try the next model.
-                if error.kind == ModelErrorKind::Timeout {
-                    break;
-                }
-                if error.is_retryable() && model_attempts < self.options.max_attempts.max(1) {
-                    let mut wait = error
-                        .retry_after
-                        .map(|d| d.min(self.options.max_retry_after))
-                        .unwrap_or(backoff);
-                    if let Some(d) = deadline {
-                        wait = wait.min(d.saturating_duration_since(Instant::now()));
-                    }
-                    tokio::time::sleep(wait).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(8));
-                    continue;
-                }
-                break;
+        for (model_index, model) in models.iter().enumerate() {
+            match self
+                .try_model(model.as_ref(), model_index, &ask, &mut failures)
+                .await
+            {
+                ModelTry::Summarized(output) => return Ok(output),
+                // Every model's last failure is reported, not only the fallback's: a
+                // fallback that cannot summarize would otherwise hide why the summary
+                // model failed.
+                ModelTry::Failed => reasons.push(failures.last_reason.clone()),
+                ModelTry::OutOfTime => break,
             }
-            // Every model's last failure is reported, not only the fallback's: a
-            // fallback that cannot summarize would otherwise hide why the summary model
-            // failed.
-            reasons.push(last_reason.clone());
         }
+        let Failures {
+            attempts,
+            last_reason,
+            last_kind,
+            last_overflow,
+        } = failures;
         if reasons.last() != Some(&last_reason) {
             reasons.push(last_reason);
         }
@@ -456,6 +377,134 @@ impl SummaryCaller {
             kind: last_kind,
             overflow: last_overflow,
         })
+    }
+
+    /// One model's attempts: retries with backoff while the error is retryable, one
+    /// more try with the transcript's middle cut after a context overflow, none after a
+    /// timeout. A success is recorded with the breaker; every failure in `failures`.
+    async fn try_model(
+        &self,
+        model: &dyn ChatModel,
+        model_index: usize,
+        ask: &Ask<'_>,
+        failures: &mut Failures,
+    ) -> ModelTry {
+        let mut prompt = fit_to_window(
+            ask.prompt,
+            model.profile().max_input_tokens,
+            ask.max_output_tokens,
+        );
+        let mut overflow_cut_used = false;
+        let mut model_attempts = 0u32;
+        let mut backoff = self.options.initial_backoff;
+        loop {
+            let Some(timeout) = self.attempt_timeout(ask.deadline, failures) else {
+                return ModelTry::OutOfTime;
+            };
+            model_attempts += 1;
+            failures.attempts += 1;
+            let error = match self
+                .attempt(
+                    model,
+                    &prompt,
+                    ask.check,
+                    timeout,
+                    ask.max_output_tokens,
+                    ask.schema,
+                )
+                .await
+            {
+                Ok(text) => {
+                    self.breaker.record_success(ask.key);
+                    return ModelTry::Summarized(SummaryOutput {
+                        text,
+                        model: model.profile().name.clone(),
+                        attempts: failures.attempts,
+                        used_fallback: model_index > 0,
+                    });
+                }
+                Err(e) => e,
+            };
+            tracing::warn!(model = %model.profile().name, attempt = model_attempts, error = %error.message, "summary attempt failed");
+            failures.last_reason = format!("{}: {}", model.profile().name, error.message);
+            failures.last_kind = Some(error.kind);
+            failures.last_overflow = None;
+            if error.kind == ModelErrorKind::ContextOverflow {
+                let shorter = after_overflow(
+                    model,
+                    &prompt,
+                    &error,
+                    overflow_cut_used,
+                    ask.max_output_tokens,
+                    failures,
+                );
+                if let Some(shorter) = shorter {
+                    prompt = shorter;
+                    overflow_cut_used = true;
+                    continue;
+                }
+                return ModelTry::Failed;
+            }
+            // A timed-out local server is most likely still busy with the abandoned
+            // answer: a retry would only queue behind it. Try the next model.
+            if error.kind == ModelErrorKind::Timeout {
+                return ModelTry::Failed;
+            }
+            if let Some(wait) = self.retry_wait(&error, model_attempts, backoff, ask.deadline) {
+                tokio::time::sleep(wait).await;
+                backoff = (backoff * 2).min(Duration::from_secs(8));
+                continue;
+            }
+            return ModelTry::Failed;
+        }
+    }
+
+    /// How long to wait before retrying after `error` (the `model_attempts`-th attempt
+    /// of this model): the server's `retry_after` (capped) or `backoff`, never past the
+    /// deadline. `None` when the error is not retried.
+    fn retry_wait(
+        &self,
+        error: &ModelError,
+        model_attempts: u32,
+        backoff: Duration,
+        deadline: Option<Instant>,
+    ) -> Option<Duration> {
+        if !(error.is_retryable() && model_attempts < self.options.max_attempts.max(1)) {
+            return None;
+        }
+        let mut wait = error
+            .retry_after
+            .map(|d| d.min(self.options.max_retry_after))
+            .unwrap_or(backoff);
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(Instant::now()));
+        }
+        Some(wait)
+    }
+
+    /// The next attempt's timeout: the per-attempt one, capped by what is left of the
+    /// call's deadline. `None` when the deadline has passed (recorded in `failures`).
+    fn attempt_timeout(
+        &self,
+        deadline: Option<Instant>,
+        failures: &mut Failures,
+    ) -> Option<Duration> {
+        match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    failures.last_reason = format!(
+                        "the summary deadline of {}s passed ({})",
+                        self.options.deadline.unwrap_or_default().as_secs_f32(),
+                        failures.last_reason
+                    );
+                    failures.last_kind = Some(ModelErrorKind::Timeout);
+                    return None;
+                }
+                Some(left.min(self.options.timeout))
+            }
+            None => Some(self.options.timeout),
+        }
     }
 
     async fn attempt(
@@ -519,6 +568,78 @@ impl SummaryCaller {
         }
         Ok(text)
     }
+}
+
+/// What one summary call asks, shared by all its attempts.
+struct Ask<'a> {
+    /// The thread the circuit breaker counts for.
+    key: &'a str,
+    prompt: &'a SummaryPrompt,
+    check: Option<OutputCheck<'a>>,
+    max_output_tokens: Option<u32>,
+    schema: Option<&'a ResponseSchema>,
+    /// When the whole call must be over.
+    deadline: Option<Instant>,
+}
+
+/// The attempts of one summary call so far, and its last failure.
+struct Failures {
+    attempts: u32,
+    last_reason: String,
+    last_kind: Option<ModelErrorKind>,
+    last_overflow: Option<OverflowFigures>,
+}
+
+/// How one model's attempts ended.
+enum ModelTry {
+    /// It summarized.
+    Summarized(SummaryOutput),
+    /// It failed; the next model is tried.
+    Failed,
+    /// The call's deadline passed; no model is tried any more.
+    OutOfTime,
+}
+
+/// After a context overflow: the prompt with its transcript's middle cut, to send once
+/// more, or `None` (the reason and figures recorded in `failures`) when it was cut
+/// already or cannot be cut further.
+fn after_overflow(
+    model: &dyn ChatModel,
+    prompt: &SummaryPrompt,
+    error: &ModelError,
+    overflow_cut_used: bool,
+    max_output_tokens: Option<u32>,
+    failures: &mut Failures,
+) -> Option<SummaryPrompt> {
+    let sent_chars = prompt.render().len();
+    let figures = error.overflow.unwrap_or_default().or(OverflowFigures {
+        sent_tokens: Some((sent_chars / CHARS_PER_TOKEN_FLOOR) as u64),
+        window_tokens: model.profile().max_input_tokens,
+    });
+    let shorter = (!overflow_cut_used)
+        .then(|| cut_after_overflow(prompt, figures, max_output_tokens))
+        .flatten();
+    if let Some(shorter) = shorter {
+        tracing::warn!(
+            model = %model.profile().name,
+            sent_chars,
+            cut_chars = shorter.render().len(),
+            "summary prompt overflowed the model's context; cutting its middle and sending it once more"
+        );
+        return Some(shorter);
+    }
+    failures.last_reason = format!(
+        "{}: the summary prompt overflows the context window ({figures}){}: {}",
+        model.profile().name,
+        if overflow_cut_used {
+            " after cutting the middle of its transcript"
+        } else {
+            " and cannot be cut further"
+        },
+        error.message
+    );
+    failures.last_overflow = Some(figures);
+    None
 }
 
 /// `prompt`, with its middle messages cut until it fits `window` tokens minus the output

@@ -87,6 +87,49 @@ where
     usize: ColumnIndex<DB::Row>,
     for<'a> &'a str: ColumnIndex<DB::Row>,
 {
+    /// Starts a fork's branch `seq` from step `from_seq` of branch `from_branch`: the
+    /// branch gets that step's messages, and its values with the write's updates on
+    /// top. Returns the branch's first free message position and its values, encoded.
+    async fn seed_branch(
+        tx: &mut Transaction<'static, DB>,
+        thread_id: &str,
+        seq: i64,
+        from_branch: i64,
+        from_seq: i64,
+        write: &CheckpointWrite,
+    ) -> Result<(i64, String), StoreError> {
+        let (start_position,): (i64,) = sqlx::query_as(NEXT_POSITION)
+            .bind(thread_id)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(backend)?;
+        // The branch starts from `from`'s messages and values.
+        sqlx::query(ENTRY_FORK)
+            .bind(thread_id)
+            .bind(seq)
+            .bind(from_branch)
+            .bind(from_seq)
+            .execute(&mut **tx)
+            .await
+            .map_err(backend)?;
+        let prior: Vec<(String,)> = sqlx::query_as(VALUES_UPTO)
+            .bind(thread_id)
+            .bind(from_seq)
+            .bind(from_branch)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(backend)?;
+        let mut values = fold_values(&prior)?;
+        values.extend(
+            write
+                .update
+                .values
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        Ok((start_position, encode_values(&values)?))
+    }
+
     /// The answer to a write that lost the compare-and-swap, once its transaction is gone.
     async fn conflict(&self, thread_id: &str) -> Result<PutOutcome, StoreError> {
         Ok(PutOutcome::Conflict {
@@ -502,36 +545,8 @@ where
             drop(tx);
             return self.conflict(thread_id).await;
         }
-        let (start_position,): (i64,) = sqlx::query_as(NEXT_POSITION)
-            .bind(thread_id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(backend)?;
-        // The branch starts from `from`'s messages and values.
-        sqlx::query(ENTRY_FORK)
-            .bind(thread_id)
-            .bind(seq)
-            .bind(from_branch)
-            .bind(from_seq)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let prior: Vec<(String,)> = sqlx::query_as(VALUES_UPTO)
-            .bind(thread_id)
-            .bind(from_seq)
-            .bind(from_branch)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(backend)?;
-        let mut values = fold_values(&prior)?;
-        values.extend(
-            write
-                .update
-                .values
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone())),
-        );
-        let values = encode_values(&values)?;
+        let (start_position, values) =
+            Self::seed_branch(&mut tx, thread_id, seq, from_branch, from_seq, &write).await?;
         let step = NewStep {
             seq,
             run_id: &write.run_id,

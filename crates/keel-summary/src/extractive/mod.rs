@@ -452,76 +452,8 @@ pub fn summarize_refs(
         .map(grouping::parse)
         .unwrap_or_default();
     let stats = statistics(&previous_lines, messages);
-    let mut candidates: Vec<Candidate> = Vec::new();
     let mut tools: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    let mut has_goal = false;
-    for (order, mut line) in previous_lines.into_iter().enumerate() {
-        if let Some(counts) = parse_tools_line(&line.text) {
-            for (name, (ok, failed)) in counts {
-                let e = tools.entry(name).or_default();
-                e.0 += ok;
-                e.1 += failed;
-            }
-            continue;
-        }
-        // One goal: the first. A later "Goal:" line (notes of an older span made
-        // without the summary) is a statement like the others.
-        let goal = line.text.starts_with("Goal: ");
-        if goal && has_goal {
-            line.text = format!("user: {}", speech(&line.text));
-        }
-        let goal = goal && !has_goal;
-        has_goal |= goal;
-        let body = without_was(speech(&line.text)).to_owned();
-        let info = scoring::information(&body);
-        let rare = stats.rare(&body);
-        let assistant = line.text.starts_with("assistant");
-        if !goal
-            && tool_of_line(&line.text).is_none()
-            && (scoring::is_filler(&body, &info, assistant)
-                || scoring::is_narration(&body, &info)
-                || slight(&body, &info, rare))
-        {
-            continue; // an earlier summary's filler (older rules kept some) is dropped
-        }
-        let was = line
-            .text
-            .rfind(" (was ")
-            .filter(|_| line.text.ends_with(')'))
-            .map(|i| line.text[i + 6..line.text.len() - 1].to_owned());
-        let mut c = match tool_of_line(&line.text) {
-            Some((_, failed)) => {
-                let base = if failed { TOOL_FAILED } else { TOOL };
-                Candidate::new(
-                    line,
-                    &info,
-                    base + KEPT_BEFORE + Stats::bonus(rare, &info),
-                    order,
-                )
-            }
-            None => {
-                let base = if line.text.starts_with("assistant") {
-                    ASSISTANT
-                } else {
-                    USER
-                };
-                let mut c = Candidate::new(
-                    line,
-                    &info,
-                    base + KEPT_BEFORE + Stats::bonus(rare, &info),
-                    order,
-                );
-                c.subject = scoring::subject(&body);
-                c
-            }
-        };
-        c.was = was;
-        if c.was.is_some() {
-            c.score += CURRENT;
-        }
-        c.goal = goal;
-        candidates.push(c);
-    }
+    let (mut candidates, has_goal) = previous_candidates(previous_lines, &stats, &mut tools);
     let offset = candidates.len();
     // A continued span's first user message is a statement, unless the summary so far
     // has no goal (the first message was kept verbatim when that summary was made).
@@ -557,6 +489,91 @@ pub fn summarize_refs(
         return format!("- {}", first_words(&text, budget.min(per_item)));
     }
     grouping::render(&selected, budget >= HEADERS_FROM_BUDGET)
+}
+
+/// The candidates of an earlier summary's lines, and whether one of them is the goal.
+/// Its tool-count line is added to `tools` instead of becoming a candidate.
+fn previous_candidates(
+    lines: Vec<Line>,
+    stats: &Stats,
+    tools: &mut BTreeMap<String, (usize, usize)>,
+) -> (Vec<Candidate>, bool) {
+    let mut candidates: Vec<Candidate> = Vec::new();
+    let mut has_goal = false;
+    for (order, mut line) in lines.into_iter().enumerate() {
+        if let Some(counts) = parse_tools_line(&line.text) {
+            for (name, (ok, failed)) in counts {
+                let e = tools.entry(name).or_default();
+                e.0 += ok;
+                e.1 += failed;
+            }
+            continue;
+        }
+        // One goal: the first. A later "Goal:" line (notes of an older span made
+        // without the summary) is a statement like the others.
+        let goal = line.text.starts_with("Goal: ");
+        if goal && has_goal {
+            line.text = format!("user: {}", speech(&line.text));
+        }
+        let goal = goal && !has_goal;
+        has_goal |= goal;
+        candidates.extend(previous_candidate(line, goal, order, stats));
+    }
+    (candidates, has_goal)
+}
+
+/// One line of an earlier summary as a candidate, with the bonus for having been kept
+/// before (and for a current value), or `None` for filler an older summary kept.
+fn previous_candidate(line: Line, goal: bool, order: usize, stats: &Stats) -> Option<Candidate> {
+    let body = without_was(speech(&line.text)).to_owned();
+    let info = scoring::information(&body);
+    let rare = stats.rare(&body);
+    let assistant = line.text.starts_with("assistant");
+    if !goal
+        && tool_of_line(&line.text).is_none()
+        && (scoring::is_filler(&body, &info, assistant)
+            || scoring::is_narration(&body, &info)
+            || slight(&body, &info, rare))
+    {
+        return None; // an earlier summary's filler (older rules kept some) is dropped
+    }
+    let was = line
+        .text
+        .rfind(" (was ")
+        .filter(|_| line.text.ends_with(')'))
+        .map(|i| line.text[i + 6..line.text.len() - 1].to_owned());
+    let mut c = match tool_of_line(&line.text) {
+        Some((_, failed)) => {
+            let base = if failed { TOOL_FAILED } else { TOOL };
+            Candidate::new(
+                line,
+                &info,
+                base + KEPT_BEFORE + Stats::bonus(rare, &info),
+                order,
+            )
+        }
+        None => {
+            let base = if line.text.starts_with("assistant") {
+                ASSISTANT
+            } else {
+                USER
+            };
+            let mut c = Candidate::new(
+                line,
+                &info,
+                base + KEPT_BEFORE + Stats::bonus(rare, &info),
+                order,
+            );
+            c.subject = scoring::subject(&body);
+            c
+        }
+    };
+    c.was = was;
+    if c.was.is_some() {
+        c.score += CURRENT;
+    }
+    c.goal = goal;
+    Some(c)
 }
 
 /// A short remark with nothing in it ("That part looks normal.", "Same picture as
@@ -611,18 +628,7 @@ fn collect(
     out: &mut Vec<Candidate>,
     tools: &mut BTreeMap<String, (usize, usize)>,
 ) {
-    // The last human message, and whether the assistant answered it in words.
-    let last_human = messages
-        .iter()
-        .rposition(|m| m.is_human() && m.name() != Some(SUMMARY_NAME));
-    let answered = last_human.is_some_and(|h| {
-        messages[h + 1..]
-            .iter()
-            .any(|m| m.is_ai() && !m.text().trim().is_empty())
-    });
-    let last_ai_text = messages
-        .iter()
-        .rposition(|m| m.is_ai() && !m.text().trim().is_empty());
+    let last = LastTurn::of(messages);
     let mut seen_goal = has_goal;
     for (index, m) in messages.iter().enumerate() {
         if m.name() == Some(SUMMARY_NAME) {
@@ -630,63 +636,40 @@ fn collect(
         }
         let reference = grouping::reference(m.id());
         let order = offset + index * 64;
+        let source = Source {
+            reference: &reference,
+            id: m.id(),
+            per_item,
+            stats,
+        };
         match m.body() {
             MessageBody::Human(_) | MessageBody::System(_) => {
                 let text = m.text();
                 let human = m.is_human();
                 if human && !seen_goal {
                     seen_goal = true;
-                    if let Some(goal) = goal_text(&text) {
-                        let line = Line {
-                            section: Section::Goal,
-                            reference: reference.clone(),
-                            text: format!("Goal: {goal}"),
-                        };
-                        let mut c = Candidate::new(line, &Information::default(), USER, order);
-                        c.goal = true;
+                    if let Some(c) = goal_candidate(&text, &reference, order) {
                         out.push(c);
                         continue;
                     }
                 }
-                let open = human && Some(index) == last_human && !answered;
-                let speaker = if human { "user" } else { "note" };
-                for (k, sentence) in scoring::sentences(&text).into_iter().enumerate() {
-                    statement(
-                        sentence,
-                        Speaker {
-                            name: speaker,
-                            human,
-                            open,
-                        },
-                        &reference,
-                        m.id(),
-                        per_item,
-                        order + k.min(63),
-                        stats,
-                        out,
-                    );
-                }
+                let speaker = Speaker {
+                    name: if human { "user" } else { "note" },
+                    human,
+                    open: human && Some(index) == last.human && !last.answered,
+                };
+                statements(&text, speaker, &source, order, out);
             }
             MessageBody::Ai(_) => {
                 let text = m.text();
-                let open = Some(index) == last_ai_text
+                let open = Some(index) == last.ai_text
                     && !messages[index + 1..].iter().any(|m| m.is_human());
-                for (k, sentence) in scoring::sentences(&text).into_iter().enumerate() {
-                    statement(
-                        sentence,
-                        Speaker {
-                            name: "assistant",
-                            human: false,
-                            open,
-                        },
-                        &reference,
-                        m.id(),
-                        per_item,
-                        order + k.min(63),
-                        stats,
-                        out,
-                    );
-                }
+                let speaker = Speaker {
+                    name: "assistant",
+                    human: false,
+                    open,
+                };
+                statements(&text, speaker, &source, order, out);
             }
             MessageBody::Tool(t) => {
                 let (name, target) =
@@ -708,9 +691,76 @@ fn collect(
                     target: &target,
                     failed,
                 };
-                outcome(m, &call, &reference, per_item, order, stats, out);
+                outcome(m, &call, &source, order, out);
             }
         }
+    }
+}
+
+/// Where the span's last turn is: the last human message, whether the assistant
+/// answered it in words, and the last assistant message with words.
+struct LastTurn {
+    human: Option<usize>,
+    answered: bool,
+    ai_text: Option<usize>,
+}
+
+impl LastTurn {
+    /// The last turn of `messages`.
+    fn of(messages: &[&Message]) -> LastTurn {
+        let human = messages
+            .iter()
+            .rposition(|m| m.is_human() && m.name() != Some(SUMMARY_NAME));
+        let answered = human.is_some_and(|h| {
+            messages[h + 1..]
+                .iter()
+                .any(|m| m.is_ai() && !m.text().trim().is_empty())
+        });
+        let ai_text = messages
+            .iter()
+            .rposition(|m| m.is_ai() && !m.text().trim().is_empty());
+        LastTurn {
+            human,
+            answered,
+            ai_text,
+        }
+    }
+}
+
+/// The message a candidate comes from, and what its lines are judged against.
+struct Source<'a> {
+    /// The message's short reference.
+    reference: &'a Option<String>,
+    /// The message's id.
+    id: &'a str,
+    /// Maximum words of one line.
+    per_item: usize,
+    stats: &'a Stats,
+}
+
+/// The goal line of the first user message, when it has one.
+fn goal_candidate(text: &str, reference: &Option<String>, order: usize) -> Option<Candidate> {
+    let goal = goal_text(text)?;
+    let line = Line {
+        section: Section::Goal,
+        reference: reference.clone(),
+        text: format!("Goal: {goal}"),
+    };
+    let mut c = Candidate::new(line, &Information::default(), USER, order);
+    c.goal = true;
+    Some(c)
+}
+
+/// The candidates of one message's sentences, each at its own position after `order`.
+fn statements(
+    text: &str,
+    speaker: Speaker<'_>,
+    source: &Source<'_>,
+    order: usize,
+    out: &mut Vec<Candidate>,
+) {
+    for (k, sentence) in scoring::sentences(text).into_iter().enumerate() {
+        statement(sentence, speaker, source, order + k.min(63), out);
     }
 }
 
@@ -733,6 +783,7 @@ fn goal_text(text: &str) -> Option<String> {
 }
 
 /// Who says a sentence.
+#[derive(Clone, Copy)]
 struct Speaker<'a> {
     name: &'a str,
     human: bool,
@@ -741,72 +792,35 @@ struct Speaker<'a> {
 }
 
 /// One sentence of the user (or the assistant, or a system note) as a candidate.
-#[allow(clippy::too_many_arguments)] // one call site per speaker; a struct would only rename them
 fn statement(
     sentence: &str,
     speaker: Speaker<'_>,
-    reference: &Option<String>,
-    id: &str,
-    per_item: usize,
+    source: &Source<'_>,
     order: usize,
-    stats: &Stats,
     out: &mut Vec<Candidate>,
 ) {
+    let Some(judged) = judge(sentence, speaker, source.stats) else {
+        return;
+    };
     let Speaker {
         name: speaker,
         human,
         open,
     } = speaker;
-    // A pasted chat line (`[09:12] Sam: ...`) is judged by what it says.
-    let sentence = scoring::strip_chat_prefix(sentence);
-    if stats.noise(sentence) && !open {
-        return; // a report repeated with other values: a status line, not a fact
-    }
-    let sentence = scoring::compress(sentence);
-    let info = scoring::information(&sentence);
-    let rare = stats.rare(&sentence);
-    let question = sentence.ends_with('?') || sentence.ends_with('？');
-    let empty = info.is_empty() && rare < 2;
-    if empty && !(human || open) {
-        return; // an assistant sentence with nothing in it: no line, whatever it says
-    }
-    if question && !open && info.score() < 4 {
-        return;
-    }
-    if (scoring::is_filler(&sentence, &info, !human)
-        || sentence.ends_with(':')
-        || scoring::is_narration(&sentence, &info)
-        || slight(&sentence, &info, rare))
-        && !(question && open)
-    {
-        return;
-    }
-    let text = first_words(&sentence, per_item);
+    let Judged {
+        sentence,
+        info,
+        rare,
+        question,
+        empty,
+    } = judged;
+    let text = first_words(&sentence, source.per_item);
     let (section, text, base) = if question {
         if open {
             let base = if human { USER + 2 } else { 1 };
             (Section::Open, format!("{speaker} asked: {text}"), base)
         } else if info.score() >= 4 {
-            // A past question names what was looked at; half the worth of a statement.
-            let info = Information {
-                cues: 0,
-                values: info.values.clone(),
-            };
-            let mut c = Candidate::new(
-                Line {
-                    section: Section::Facts,
-                    reference: reference.clone(),
-                    text: format!("{speaker} asked: {text}"),
-                },
-                &info,
-                0,
-                order,
-            );
-            c.id = Some(id.to_owned());
-            out.push(Candidate {
-                score: c.score / 2,
-                ..c
-            });
+            out.push(past_question(speaker, &text, &info, source, order));
             return;
         } else {
             return;
@@ -820,14 +834,14 @@ fn statement(
     let mut c = Candidate::new(
         Line {
             section,
-            reference: reference.clone(),
+            reference: source.reference.clone(),
             text,
         },
         &info,
         base + Stats::bonus(rare, &info),
         order,
     );
-    c.id = Some(id.to_owned());
+    c.id = Some(source.id.to_owned());
     if info.values.is_empty() && grouping::count_words(&sentence) < 6 && rare < 2 {
         // "Needs checking.", "That's the decision.": a cue with nothing it applies to.
         c.score = base + info.score() / 2;
@@ -839,6 +853,87 @@ fn statement(
     if c.score > 0 {
         c.subject = scoring::subject(&sentence);
         out.push(c);
+    }
+}
+
+/// A sentence worth a line, as [`judge`] reads it.
+struct Judged {
+    /// The sentence without a chat prefix, compressed.
+    sentence: String,
+    info: Information,
+    /// Rare terms in it.
+    rare: u32,
+    question: bool,
+    /// No value, cue or rare terms to speak of.
+    empty: bool,
+}
+
+/// What a sentence says, or `None` when it is worth no line: a repeated report, an
+/// assistant sentence with nothing in it, a past question naming little, filler,
+/// narration, an announcement of a paste, or a slight remark (an open question is
+/// always kept).
+fn judge(sentence: &str, speaker: Speaker<'_>, stats: &Stats) -> Option<Judged> {
+    let Speaker { human, open, .. } = speaker;
+    // A pasted chat line (`[09:12] Sam: ...`) is judged by what it says.
+    let sentence = scoring::strip_chat_prefix(sentence);
+    if stats.noise(sentence) && !open {
+        return None; // a report repeated with other values: a status line, not a fact
+    }
+    let sentence = scoring::compress(sentence);
+    let info = scoring::information(&sentence);
+    let rare = stats.rare(&sentence);
+    let question = sentence.ends_with('?') || sentence.ends_with('？');
+    let empty = info.is_empty() && rare < 2;
+    if empty && !(human || open) {
+        return None; // an assistant sentence with nothing in it: no line, whatever it says
+    }
+    if question && !open && info.score() < 4 {
+        return None;
+    }
+    if (scoring::is_filler(&sentence, &info, !human)
+        || sentence.ends_with(':')
+        || scoring::is_narration(&sentence, &info)
+        || slight(&sentence, &info, rare))
+        && !(question && open)
+    {
+        return None;
+    }
+    Some(Judged {
+        sentence,
+        info,
+        rare,
+        question,
+        empty,
+    })
+}
+
+/// A past question as a fact line: it names what was looked at, so it counts its
+/// values at half the worth of a statement (no cues).
+fn past_question(
+    speaker: &str,
+    text: &str,
+    info: &Information,
+    source: &Source<'_>,
+    order: usize,
+) -> Candidate {
+    let info = Information {
+        cues: 0,
+        values: info.values.clone(),
+    };
+    let mut c = Candidate::new(
+        Line {
+            section: Section::Facts,
+            reference: source.reference.clone(),
+            text: format!("{speaker} asked: {text}"),
+        },
+        &info,
+        0,
+        order,
+    );
+    c.id = Some(source.id.to_owned());
+    Candidate {
+        score: c.score / 2,
+        ..c
     }
 }
 
@@ -856,10 +951,8 @@ struct Call<'a> {
 fn outcome(
     m: &Message,
     call: &Call<'_>,
-    reference: &Option<String>,
-    per_item: usize,
+    source: &Source<'_>,
     order: usize,
-    stats: &Stats,
     out: &mut Vec<Candidate>,
 ) {
     let text = m.text();
@@ -868,12 +961,41 @@ fn outcome(
     } else {
         format!(" {}", call.target)
     };
+    let mut best = outcome_lines(&text, call, &target, source, order);
+    if best.is_empty() && !call.failed {
+        best.extend(whole_answer(&text, call, &target, source, order));
+    }
+    if best.is_empty() && call.failed {
+        best.extend(failure_line(&text, call, &target, source, order));
+    }
+    // The best lines by score per word, then back in their order.
+    best.sort_by(|a, b| {
+        let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
+        let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
+        pb.cmp(&pa).then(a.order.cmp(&b.order))
+    });
+    best.truncate(TOOL_KEEP);
+    best.sort_by_key(|c| c.order);
+    out.extend(best);
+}
+
+/// The candidates of a tool result's lines one by one, in their order: lines of a
+/// repeated shape (a table, a log), cut lines, status reports, lines with nothing
+/// recognisable and table headers are skipped. `target` is the call's target with a
+/// leading space, or empty.
+fn outcome_lines(
+    text: &str,
+    call: &Call<'_>,
+    target: &str,
+    source: &Source<'_>,
+    order: usize,
+) -> Vec<Candidate> {
     let verb = if call.failed { "failed" } else { "returned" };
     let mut best: Vec<Candidate> = Vec::new();
     // Rows of one shape in one output are a table or a log: rows, not facts. Log
     // records are known by their opening and never hashed.
     let mut rows: HashMap<u64, u32> = HashMap::new();
-    let lines: Vec<(usize, &str, u64)> = tool_lines(&text)
+    let lines: Vec<(usize, &str, u64)> = tool_lines(text)
         .enumerate()
         .filter(|(_, l)| call.failed || !scoring::is_log_record(l))
         .map(|(k, l)| (k, l, scoring::noise_shape(l)))
@@ -895,12 +1017,12 @@ fn outcome(
                 .iter()
                 .any(|w| lower.contains(w))
         };
-        if stats.noise(line) && !error {
+        if source.stats.noise(line) && !error {
             continue;
         }
-        let shown = first_words(line, per_item.min(TOOL_WORDS));
+        let shown = first_words(line, source.per_item.min(TOOL_WORDS));
         let info = scoring::information(&shown);
-        let rare = stats.rare(&shown);
+        let rare = source.stats.rare(&shown);
         if info.is_empty() && rare < 2 && !error {
             continue;
         }
@@ -916,70 +1038,78 @@ fn outcome(
         let mut c = Candidate::new(
             Line {
                 section: Section::Done,
-                reference: reference.clone(),
+                reference: source.reference.clone(),
                 text: format!("{}{target} {verb}: {shown}", call.name),
             },
             &info,
             base + Stats::bonus(rare, &info),
             order + k.min(63),
         );
-        c.id = Some(m.id().to_owned());
+        c.id = Some(source.id.to_owned());
         best.push(c);
     }
-    if best.is_empty() && !call.failed {
-        // A short answer whose lines say nothing alone (`count / ----- / 9888605`) is
-        // read whole: with the call's target (the query) it is the finding.
-        let lines: Vec<&str> = tool_lines(&text).take(7).collect();
-        let joined = if lines.len() <= 6 {
-            lines.join(" ")
-        } else {
-            String::new()
-        };
-        if !joined.is_empty() && grouping::count_words(&joined) <= TOOL_WORDS {
-            let info = scoring::information(&joined);
-            if !info.values.is_empty() {
-                let mut c = Candidate::new(
-                    Line {
-                        section: Section::Done,
-                        reference: reference.clone(),
-                        text: format!("{}{target} returned: {joined}", call.name),
-                    },
-                    &info,
-                    TOOL + 4,
-                    order,
-                );
-                c.id = Some(m.id().to_owned());
-                best.push(c);
-            }
-        }
+    best
+}
+
+/// A short answer whose lines say nothing alone (`count / ----- / 9888605`), read
+/// whole: with the call's target (the query) it is the finding.
+fn whole_answer(
+    text: &str,
+    call: &Call<'_>,
+    target: &str,
+    source: &Source<'_>,
+    order: usize,
+) -> Option<Candidate> {
+    let lines: Vec<&str> = tool_lines(text).take(7).collect();
+    let joined = if lines.len() <= 6 {
+        lines.join(" ")
+    } else {
+        String::new()
+    };
+    if joined.is_empty() || grouping::count_words(&joined) > TOOL_WORDS {
+        return None;
     }
-    if best.is_empty() && call.failed {
-        // A failure says so even when its output says nothing recognisable.
-        if let Some(first) = tool_lines(&text).next() {
-            let shown = first_words(first, per_item.min(TOOL_WORDS));
-            let mut c = Candidate::new(
-                Line {
-                    section: Section::Done,
-                    reference: reference.clone(),
-                    text: format!("{}{target} failed: {shown}", call.name),
-                },
-                &Information::default(),
-                TOOL_FAILED,
-                order,
-            );
-            c.id = Some(m.id().to_owned());
-            best.push(c);
-        }
+    let info = scoring::information(&joined);
+    if info.values.is_empty() {
+        return None;
     }
-    // The best lines by score per word, then back in their order.
-    best.sort_by(|a, b| {
-        let pa = u64::from(a.score) * 1000 / (a.cost() + 3);
-        let pb = u64::from(b.score) * 1000 / (b.cost() + 3);
-        pb.cmp(&pa).then(a.order.cmp(&b.order))
-    });
-    best.truncate(TOOL_KEEP);
-    best.sort_by_key(|c| c.order);
-    out.extend(best);
+    let mut c = Candidate::new(
+        Line {
+            section: Section::Done,
+            reference: source.reference.clone(),
+            text: format!("{}{target} returned: {joined}", call.name),
+        },
+        &info,
+        TOOL + 4,
+        order,
+    );
+    c.id = Some(source.id.to_owned());
+    Some(c)
+}
+
+/// The first line of a failed call's output: a failure says so even when its output
+/// says nothing recognisable.
+fn failure_line(
+    text: &str,
+    call: &Call<'_>,
+    target: &str,
+    source: &Source<'_>,
+    order: usize,
+) -> Option<Candidate> {
+    let first = tool_lines(text).next()?;
+    let shown = first_words(first, source.per_item.min(TOOL_WORDS));
+    let mut c = Candidate::new(
+        Line {
+            section: Section::Done,
+            reference: source.reference.clone(),
+            text: format!("{}{target} failed: {shown}", call.name),
+        },
+        &Information::default(),
+        TOOL_FAILED,
+        order,
+    );
+    c.id = Some(source.id.to_owned());
+    Some(c)
 }
 
 /// The tool and whether it failed, for a line written by [`outcome`].
@@ -1016,16 +1146,64 @@ fn word_aligned(a: &str, b: &str) -> bool {
 /// Picks lines by score per word until the budget is spent, then puts them back in
 /// chronological order.
 fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec<Line> {
-    // A newer statement about the same subject replaces an older one; of lines with the
-    // same shape, the newest stays.
-    // Subjects are grouped by their last two words; within a group, "cache ttl" and
-    // "ledger-api cache ttl" are the same subject (one ends the other), while
-    // "ledger-api cache ttl" and "billing-gw cache ttl" are not.
-    let corrected = corrections(&mut candidates);
+    drop_stale(&mut candidates);
+    rank(&mut candidates);
+    let headers = budget >= HEADERS_FROM_BUDGET;
+    let mut used = 0usize;
+    let mut sections: BTreeSet<Section> = BTreeSet::new();
+    let mut covered: BTreeSet<String> = BTreeSet::new();
+    let mut texts: BTreeSet<String> = BTreeSet::new();
+    let mut chosen: Vec<(usize, Option<String>, Line)> = Vec::new();
+    let mut goal_taken = false;
+    for mut c in candidates {
+        if c.goal {
+            if goal_taken {
+                continue;
+            }
+            goal_taken = true;
+        }
+        if !c.cue && !c.goal && !c.values.is_empty() && c.values.iter().all(|v| covered.contains(v))
+        {
+            continue; // says nothing a kept line does not already say
+        }
+        if budget.saturating_sub(used) < 2 {
+            break;
+        }
+        let header = if headers && !sections.contains(&c.line.section) {
+            grouping::count_words(c.line.section.header())
+        } else {
+            0
+        };
+        let room = budget.saturating_sub(used + header);
+        if !fit(&mut c, room, per_item) {
+            continue;
+        }
+        if !texts.insert(without_was(speech(&c.line.text)).to_owned()) {
+            continue;
+        }
+        used += c.words + header;
+        sections.insert(c.line.section);
+        covered.extend(c.values.iter().cloned());
+        chosen.push((c.order, c.id, c.line));
+    }
+    chosen.sort_by_key(|(order, _, _)| *order);
+    with_full_references(chosen)
+}
+
+/// Removes the candidates a newer line makes stale, then scores recurring reports down.
+///
+/// A newer statement about the same subject replaces an older one; of lines with the
+/// same shape, the newest stays; a line a later correction replaces goes (see
+/// [`corrections`]). Subjects are grouped by their last two words; within a group,
+/// "cache ttl" and "ledger-api cache ttl" are the same subject (one ends the other),
+/// while "ledger-api cache ttl" and "billing-gw cache ttl" are not. The goal is never
+/// stale.
+fn drop_stale(candidates: &mut Vec<Candidate>) {
+    let corrected = corrections(candidates);
     let mut subjects: BTreeMap<&str, Vec<(&str, usize)>> = BTreeMap::new();
     let mut newest_shape: BTreeMap<u64, usize> = BTreeMap::new();
     let mut repeats: BTreeMap<u64, usize> = BTreeMap::new();
-    for c in &candidates {
+    for c in candidates.iter() {
         if c.goal {
             continue;
         }
@@ -1066,13 +1244,16 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
     // A report that recurs with other values (a status line polled again) is worth
     // less than a fact stated once: only its newest copy stays, at a quarter of its
     // score.
-    for c in &mut candidates {
+    for c in candidates.iter_mut() {
         if !c.goal && repeats.get(&c.shape).is_some_and(|n| *n >= 2) {
             c.score /= 4;
         }
     }
+}
 
-    // Goal first (the earliest), then by score per word, ties to the older line.
+/// Sorts the candidates in the order they are picked: the goal first (the earliest),
+/// then by score per word, ties to the older line.
+fn rank(candidates: &mut [Candidate]) {
     candidates.sort_by(|a, b| {
         b.goal
             .cmp(&a.goal)
@@ -1090,66 +1271,39 @@ fn select(mut candidates: Vec<Candidate>, budget: usize, per_item: usize) -> Vec
             })
             .then_with(|| a.order.cmp(&b.order))
     });
-    let headers = budget >= HEADERS_FROM_BUDGET;
-    let mut used = 0usize;
-    let mut sections: BTreeSet<Section> = BTreeSet::new();
-    let mut covered: BTreeSet<String> = BTreeSet::new();
-    let mut texts: BTreeSet<String> = BTreeSet::new();
-    let mut chosen: Vec<(usize, Option<String>, Line)> = Vec::new();
-    let mut goal_taken = false;
-    for mut c in candidates {
-        if c.goal {
-            if goal_taken {
-                continue;
-            }
-            goal_taken = true;
-        }
-        if !c.cue && !c.goal && !c.values.is_empty() && c.values.iter().all(|v| covered.contains(v))
-        {
-            continue; // says nothing a kept line does not already say
-        }
-        if budget.saturating_sub(used) < 2 {
-            break;
-        }
-        let header = if headers && !sections.contains(&c.line.section) {
-            grouping::count_words(c.line.section.header())
-        } else {
-            0
-        };
-        let room = budget.saturating_sub(used + header);
-        if c.words > room {
-            if c.goal && room >= 4 {
-                // The goal is cut rather than lost.
-                let reference = usize::from(c.line.reference.is_some());
-                let text = first_words(&c.line.text, room - reference);
-                c.line.text = text;
-                c.words = grouping::count_words(&grouping::bullet(&c.line));
-            } else {
-                continue;
-            }
-        }
-        if let Some(was) = &c.was {
-            let text = format!("{} (was {was})", without_was(&c.line.text));
-            c.words = grouping::count_words(&text) + usize::from(c.line.reference.is_some());
+}
+
+/// Fits a picked candidate into the `room` words left: the goal is cut rather than
+/// lost, a corrected value gets its `(was ...)` note. False when the line does not fit
+/// (or is longer than a line may be).
+fn fit(c: &mut Candidate, room: usize, per_item: usize) -> bool {
+    if c.words > room {
+        if c.goal && room >= 4 {
+            // The goal is cut rather than lost.
+            let reference = usize::from(c.line.reference.is_some());
+            let text = first_words(&c.line.text, room - reference);
             c.line.text = text;
-            if c.words > room {
-                continue;
-            }
+            c.words = grouping::count_words(&grouping::bullet(&c.line));
+        } else {
+            return false;
         }
-        if c.words > per_item + 4 && !c.goal {
-            continue;
-        }
-        if !texts.insert(without_was(speech(&c.line.text)).to_owned()) {
-            continue;
-        }
-        used += c.words + header;
-        sections.insert(c.line.section);
-        covered.extend(c.values.iter().cloned());
-        chosen.push((c.order, c.id, c.line));
     }
-    chosen.sort_by_key(|(order, _, _)| *order);
-    // A reference names one message: when two messages' references are the same (long
-    // ids sharing a prefix and a suffix), those lines carry the whole id.
+    if let Some(was) = &c.was {
+        let text = format!("{} (was {was})", without_was(&c.line.text));
+        c.words = grouping::count_words(&text) + usize::from(c.line.reference.is_some());
+        c.line.text = text;
+        if c.words > room {
+            return false;
+        }
+    }
+    c.words <= per_item + 4 || c.goal
+}
+
+/// The chosen lines, in their order, with whole ids where references collide.
+///
+/// A reference names one message: when two messages' references are the same (long
+/// ids sharing a prefix and a suffix), those lines carry the whole id.
+fn with_full_references(chosen: Vec<(usize, Option<String>, Line)>) -> Vec<Line> {
     let mut ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (_, id, line) in &chosen {
         if let (Some(r), Some(id)) = (&line.reference, id) {

@@ -216,20 +216,7 @@ pub fn pinned_values_after(
     messages: &[Message],
 ) -> PinnedValues {
     let mut out = PinnedValues::default();
-    let words: Vec<Vec<String>> = keys.iter().map(|k| key_words(k)).collect();
-    // `project_id` is also stated as `project PRJ-123`.
-    let short: Vec<Option<Vec<String>>> = words
-        .iter()
-        .map(|w| match w.split_last() {
-            Some((last, rest))
-                if !rest.is_empty()
-                    && matches!(last.as_str(), "id" | "name" | "number" | "code") =>
-            {
-                Some(rest.to_vec())
-            }
-            _ => None,
-        })
-        .collect();
+    let forms = KeyForms::of(keys);
     let mut values: Vec<Option<String>> = vec![None; keys.len()];
     // What each key holds before these messages.
     let mut now: Vec<Option<String>> = keys
@@ -241,10 +228,6 @@ pub fn pinned_values_after(
                 .map(|(_, v)| v.clone())
         })
         .collect();
-    let region_key: Vec<bool> = words
-        .iter()
-        .map(|w| w.iter().any(|x| x == "region"))
-        .collect();
     for m in messages {
         if !matches!(m.body(), MessageBody::Human(_) | MessageBody::Ai(_)) {
             continue;
@@ -252,24 +235,77 @@ pub fn pinned_values_after(
         if m.name() == Some(crate::SUMMARY_NAME) {
             continue;
         }
-        let text = m.text();
-        let spaced = super::scoring::cjk_spaced(&text);
+        forms.read(&m.text(), &mut now, &mut values);
+    }
+    for (key, value) in keys.iter().zip(values) {
+        match value {
+            Some(v) => out.found.push((key.clone(), v)),
+            None => out.missing.push(key.clone()),
+        }
+    }
+    out
+}
+
+/// How the pinned keys are written in prose, one entry per key.
+struct KeyForms {
+    /// The key's words (`project_id` -> `project id`).
+    words: Vec<Vec<String>>,
+    /// The key without a trailing `id`, `name`, `number` or `code`: `project_id` is
+    /// also stated as `project PRJ-123`.
+    short: Vec<Option<Vec<String>>>,
+    /// The key names a region (a region is read from an ordinary sentence too).
+    region: Vec<bool>,
+}
+
+impl KeyForms {
+    /// The forms of `keys`.
+    fn of(keys: &[String]) -> KeyForms {
+        let words: Vec<Vec<String>> = keys.iter().map(|k| key_words(k)).collect();
+        let short: Vec<Option<Vec<String>>> = words
+            .iter()
+            .map(|w| match w.split_last() {
+                Some((last, rest))
+                    if !rest.is_empty()
+                        && matches!(last.as_str(), "id" | "name" | "number" | "code") =>
+                {
+                    Some(rest.to_vec())
+                }
+                _ => None,
+            })
+            .collect();
+        let region: Vec<bool> = words
+            .iter()
+            .map(|w| w.iter().any(|x| x == "region"))
+            .collect();
+        KeyForms {
+            words,
+            short,
+            region,
+        }
+    }
+
+    /// Reads one message's `text`: a value stated for a named key, else (in a
+    /// correction) a new value of the shape the key holds, else a region for a region
+    /// key. A found value becomes the key's current (`now`) and found (`values`) one.
+    fn read(&self, text: &str, now: &mut [Option<String>], values: &mut [Option<String>]) {
+        let spaced = super::scoring::cjk_spaced(text);
         let lower = text.to_lowercase();
-        let corrects = super::corrects(&text);
+        let corrects = super::corrects(text);
         let tokens: Vec<&str> = spaced
             .split_whitespace()
             .map(clean)
             .filter(|t| is_strong_value(t))
             .collect();
         // Values stated for a named key first; a value one key claims corrects no other.
-        let explicit: Vec<Option<String>> = words
+        let explicit: Vec<Option<String>> = self
+            .words
             .iter()
             .enumerate()
             .map(|(i, w)| {
                 let mentioned = w
                     .first()
                     .is_some_and(|first| lower.contains(first.as_str()));
-                let short_form = || short[i].as_ref().and_then(|s| stated(&spaced, s));
+                let short_form = || self.short[i].as_ref().and_then(|s| stated(&spaced, s));
                 if mentioned {
                     stated(&spaced, w).or_else(short_form)
                 } else {
@@ -291,7 +327,7 @@ pub fn pinned_values_after(
                         .map(|t| (*t).to_owned())
                 });
                 corrected.or_else(|| {
-                    region_key[i]
+                    self.region[i]
                         .then(|| tokens.iter().rev().find(|t| is_region(t) && !claimed(t)))
                         .flatten()
                         .map(|t| (*t).to_owned())
@@ -303,13 +339,6 @@ pub fn pinned_values_after(
             }
         }
     }
-    for (key, value) in keys.iter().zip(values) {
-        match value {
-            Some(v) => out.found.push((key.clone(), v)),
-            None => out.missing.push(key.clone()),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -717,16 +717,8 @@ fn classify(t: &str, l: &str) -> Option<Entity> {
 
 /// The cues and values of one sentence.
 pub(crate) fn information(sentence: &str) -> Information {
-    let mut info = Information::default();
     let spaced = cjk_spaced(sentence);
     let sentence: &str = &spaced;
-    if !sentence.is_ascii() {
-        for (cue, bit) in CJK_CUES {
-            if sentence.contains(cue) {
-                info.cues |= bit;
-            }
-        }
-    }
     // ASCII lower-casing keeps every byte offset (and trimming strips no letter), so a
     // token's lower-cased form is the same byte range of `lowered`: one split serves both.
     let lowered = sentence.to_ascii_lowercase();
@@ -741,6 +733,23 @@ pub(crate) fn information(sentence: &str) -> Information {
         tokens.push(t);
         lower.push(&lowered[start..start + t.len()]);
     }
+    Information {
+        cues: sentence_cues(sentence, &lower),
+        values: sentence_values(&raw, &tokens, &lower),
+    }
+}
+
+/// The [`RULE`], [`DECISION`] and [`REQUIREMENT`] bits of a sentence (CJK spaced),
+/// from its CJK cues and its lower-cased tokens (single cue words and cue pairs).
+fn sentence_cues(sentence: &str, lower: &[&str]) -> u8 {
+    let mut cues = 0;
+    if !sentence.is_ascii() {
+        for (cue, bit) in CJK_CUES {
+            if sentence.contains(cue) {
+                cues |= bit;
+            }
+        }
+    }
     for (i, &l) in lower.iter().enumerate() {
         if l.len() < 2 || !l.as_bytes()[0].is_ascii_alphabetic() {
             continue;
@@ -754,15 +763,24 @@ pub(crate) fn information(sentence: &str) -> Information {
             class & W_PAIR != 0 && pairs.iter().any(|(a, b)| l == *a && next == *b)
         };
         if class & W_RULE != 0 || pair(RULE_PAIRS) {
-            info.cues |= RULE;
+            cues |= RULE;
         }
         if class & W_DECISION != 0 || pair(DECISION_PAIRS) {
-            info.cues |= DECISION;
+            cues |= DECISION;
         }
         if class & W_REQUIREMENT != 0 || pair(REQUIREMENT_PAIRS) {
-            info.cues |= REQUIREMENT;
+            cues |= REQUIREMENT;
         }
     }
+    cues
+}
+
+/// The values of a sentence, lower-cased, in order: classified tokens, numbers with
+/// their unit (a quantity) or named by the word before them (an identifier), and runs
+/// of capitalised words (a name). `raw` are the whitespace-split tokens, `tokens` the
+/// same trimmed, `lower` those lower-cased.
+fn sentence_values(raw: &[&str], tokens: &[&str], lower: &[&str]) -> Vec<(Entity, String)> {
+    let mut values = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
         let t = tokens[i];
@@ -771,7 +789,7 @@ pub(crate) fn information(sentence: &str) -> Information {
         if kind == Some(Entity::Number) {
             let unit = lower.get(i + 1).copied().unwrap_or("");
             if word_classes(unit) & W_UNIT != 0 {
-                info.values.push((Entity::Quantity, format!("{l} {unit}")));
+                values.push((Entity::Quantity, format!("{l} {unit}")));
                 i += 2;
                 continue;
             }
@@ -789,14 +807,13 @@ pub(crate) fn information(sentence: &str) -> Information {
                     "and" | "than" | "from" | "about" | "over" | "under" | "with"
                 )
             {
-                info.values
-                    .push((Entity::Identifier, format!("{before} {l}")));
+                values.push((Entity::Identifier, format!("{before} {l}")));
                 i += 1;
                 continue;
             }
         }
         if let Some(kind) = kind {
-            info.values.push((kind, l.to_owned()));
+            values.push((kind, l.to_owned()));
             i += 1;
             continue;
         }
@@ -815,14 +832,14 @@ pub(crate) fn information(sentence: &str) -> Information {
                 j += 1;
             }
             if j - i >= 2 {
-                info.values.push((Entity::Proper, lower[i..j].join(" ")));
+                values.push((Entity::Proper, lower[i..j].join(" ")));
                 i = j;
                 continue;
             }
         }
         i += 1;
     }
-    info
+    values
 }
 
 /// A word as filler is recognised: lower-case letters, digits and `'` only (may be empty).
