@@ -726,26 +726,7 @@ impl Mapper {
                 }
                 out.push(("values", values, None));
             }
-            "updates" => {
-                let Value::Object(nodes) = data else { return };
-                for (node, delta) in nodes {
-                    if node == keel_core::state::INTERRUPT_KEY {
-                        self.input_requested(&delta, out);
-                        continue;
-                    }
-                    if node == "model" {
-                        self.finish_message(out);
-                    }
-                    self.remember_calls(&delta);
-                    if node == "tools" {
-                        self.tools_of(&delta, out);
-                        for message in std::mem::take(&mut self.held) {
-                            whole_message(&message, "tool", out);
-                        }
-                    }
-                    out.push(("updates", json!({"node": node, "values": delta}), None));
-                }
-            }
+            "updates" => self.updates(data, out),
             "messages" => {
                 let chunk = &data[0];
                 match chunk["type"].as_str() {
@@ -780,28 +761,57 @@ impl Mapper {
                     None,
                 ));
             }
-            "end" => {
+            "end" => self.end(&data, graph, out),
+            _ => {}
+        }
+    }
+
+    /// A run's `updates` event: each node's delta (a model step closes the message it
+    /// streamed; the tools node releases the tool messages held for it), and a pause
+    /// as `input.requested`.
+    fn updates(&mut self, data: Value, out: &mut Vec<Mapped>) {
+        let Value::Object(nodes) = data else { return };
+        for (node, delta) in nodes {
+            if node == keel_core::state::INTERRUPT_KEY {
+                self.input_requested(&delta, out);
+                continue;
+            }
+            if node == "model" {
                 self.finish_message(out);
+            }
+            self.remember_calls(&delta);
+            if node == "tools" {
+                self.tools_of(&delta, out);
                 for message in std::mem::take(&mut self.held) {
                     whole_message(&message, "tool", out);
                 }
-                if !self.terminal {
-                    self.terminal = true;
-                    let phase = match data["status"].as_str() {
-                        Some("error") => "failed",
-                        Some("interrupted") => "interrupted",
-                        _ if !self.interrupts.is_empty() => "interrupted",
-                        _ => "completed",
-                    };
-                    out.push((
-                        "lifecycle",
-                        json!({"event": phase, "graph_name": graph}),
-                        None,
-                    ));
-                }
             }
-            _ => {}
+            out.push(("updates", json!({"node": node, "values": delta}), None));
         }
+    }
+
+    /// A run's `end`: what is still open or held, then the lifecycle's last phase
+    /// (unless an error already ended it).
+    fn end(&mut self, data: &Value, graph: &str, out: &mut Vec<Mapped>) {
+        self.finish_message(out);
+        for message in std::mem::take(&mut self.held) {
+            whole_message(&message, "tool", out);
+        }
+        if self.terminal {
+            return;
+        }
+        self.terminal = true;
+        let phase = match data["status"].as_str() {
+            Some("error") => "failed",
+            Some("interrupted") => "interrupted",
+            _ if !self.interrupts.is_empty() => "interrupted",
+            _ => "completed",
+        };
+        out.push((
+            "lifecycle",
+            json!({"event": phase, "graph_name": graph}),
+            None,
+        ));
     }
 
     /// Notes the tool calls of the AI messages in a state or an update.
