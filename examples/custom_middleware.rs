@@ -12,8 +12,10 @@
 //!
 //! `Temperature` and `ShowRequest` are one hook each, so they are closures
 //! (`keel::middleware::from_fn`); `LastN` is a struct implementing the `Middleware`
-//! trait, the form for a middleware with several hooks or state of its own. Both kinds
-//! mix in one stack.
+//! trait, the form for a middleware with several hooks or state of its own. Its impl
+//! block is marked `#[keel::middleware]`, which applies `#[async_trait]` and derives
+//! `hooks()` from the hooks the block defines, so the agent skips the other five. Both
+//! kinds mix in one stack.
 //!
 //! The model is `keel::agent::offline::OfflineModel`, which runs without a server; swap
 //! in `keel::openai::OpenAiConfig::from_env()?.build()?` (feature `openai`) for a real
@@ -21,25 +23,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel::agent::Agent;
 use keel::agent::offline::OfflineModel;
-use keel::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next, from_fn};
+use keel::middleware::{Middleware, ModelRequest, ModelResponse, Next, from_fn};
 use keel::{Message, ModelError};
 
 /// Keeps only the last `n` messages in what the model is sent (state keeps everything).
 struct LastN(usize);
 
-#[async_trait]
+#[keel::middleware]
 impl Middleware for LastN {
     fn name(&self) -> &str {
         "LastN"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,

@@ -28,6 +28,42 @@ pub use keel_core::*;
 #[doc(hidden)]
 pub use keel_core as core;
 
+/// Put on an `impl Middleware for X { ... }` block: writes
+/// [`hooks()`](crate::middleware::Middleware::hooks) with exactly the hooks the block
+/// defines and applies `#[async_trait]`, so the agent skips the hooks it leaves out (see
+/// [`Middleware`](crate::middleware::Middleware)). keel-core's `#[keel_core::middleware]`
+/// with this crate's paths, for an application that depends on `keel` alone.
+///
+/// ```
+/// use keel::middleware::{Middleware, ModelRequest, ModelResponse, Next};
+/// use keel::ModelError;
+///
+/// struct Quiet;
+///
+/// #[keel::middleware]
+/// impl Middleware for Quiet {
+///     fn name(&self) -> &str {
+///         "Quiet"
+///     }
+///     async fn wrap_model_call(
+///         &self,
+///         mut request: ModelRequest,
+///         next: Next<'_>,
+///     ) -> Result<ModelResponse, ModelError> {
+///         request.settings.temperature = Some(0.0);
+///         next.run(request).await
+///     }
+/// }
+///
+/// assert!(Quiet.hooks().wrap_model_call() && !Quiet.hooks().before_model());
+/// ```
+// Shadows the glob's `keel_core::middleware` in the macro namespace only: the module
+// `keel::middleware` is still keel-core's.
+pub use keel_macros::facade_middleware as middleware;
+// What `#[keel::middleware]`'s expansion names (`::keel::__private`).
+#[doc(hidden)]
+pub use keel_core::__private;
+
 /// The agent loop (`keel-agent`).
 #[cfg(feature = "agent")]
 pub use keel_agent as agent;

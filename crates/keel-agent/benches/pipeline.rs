@@ -1,8 +1,9 @@
 //! Overhead of the middleware pipeline per model call.
 //!
 //! `agent/*`: a whole one-call run (`invoke`) with no middleware vs 10 no-op middlewares,
-//! either declaring only `wrap_model_call` or leaving every hook at its default
-//! (`Hooks::ALL`, the worst case). `next/*`: the `wrap_model_call` chain alone.
+//! either implementing only `wrap_model_call` through `#[keel_core::middleware]` (the
+//! agent skips the rest) or implementing nothing without the attribute (`Hooks::ALL`:
+//! all six defaults run, the worst case). `next/*`: the `wrap_model_call` chain alone.
 //! The model is a cheap in-bench echo and the checkpointer discards, so the differences
 //! are the pipeline's own cost. `calibration/alloc_1KiB` shows how fast the machine was
 //! during the run.
@@ -23,9 +24,7 @@ use async_trait::async_trait;
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_core::middleware::{
-    Hooks, Middleware, ModelHandler, ModelRequest, ModelResponse, Next, Runtime,
-};
+use keel_core::middleware::{Middleware, ModelHandler, ModelRequest, ModelResponse, Next, Runtime};
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile, ModelSettings};
 use keel_core::state::AgentState;
 use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome, StoreError};
@@ -65,10 +64,10 @@ impl Checkpointer for Discard {
     }
 }
 
-/// A pass-through middleware declaring the given hooks.
+/// A pass-through middleware that implements no hook and keeps `Hooks::ALL` (no
+/// attribute): the agent calls all six defaults.
 struct Noop {
     name: String,
-    hooks: Hooks,
 }
 
 #[async_trait]
@@ -76,18 +75,37 @@ impl Middleware for Noop {
     fn name(&self) -> &str {
         &self.name
     }
-    fn hooks(&self) -> Hooks {
-        self.hooks
+}
+
+/// A pass-through `wrap_model_call`, the only hook the attribute declares for it.
+struct WrapNoop {
+    name: String,
+}
+
+#[keel_core::middleware]
+impl Middleware for WrapNoop {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        next.run(request).await
     }
 }
 
-fn stack(n: usize, hooks: Hooks) -> Vec<Arc<dyn Middleware>> {
+/// `n` no-op middlewares: wrapping the model call only, or with every hook.
+fn stack(n: usize, wrap_only: bool) -> Vec<Arc<dyn Middleware>> {
     (0..n)
         .map(|i| {
-            Arc::new(Noop {
-                name: format!("Noop{i}"),
-                hooks,
-            }) as Arc<dyn Middleware>
+            let name = format!("Noop{i}");
+            if wrap_only {
+                Arc::new(WrapNoop { name }) as Arc<dyn Middleware>
+            } else {
+                Arc::new(Noop { name })
+            }
         })
         .collect()
 }
@@ -102,10 +120,8 @@ fn agent(middleware: Vec<Arc<dyn Middleware>>) -> Agent {
     b.build().unwrap()
 }
 
-const WRAP_ONLY: Hooks = Hooks {
-    wrap_model_call: true,
-    ..Hooks::NONE
-};
+/// [`stack`]'s `wrap_only`.
+const WRAP_ONLY: bool = true;
 
 /// Measured in the bench thread's CPU time (`keel_testkit::cpu::ThreadCpu`; the machine
 /// is shared). The kernel refreshes that figure at scheduler ticks, so each sample must
@@ -122,7 +138,7 @@ fn bench_agent(c: &mut Cpu) {
     for (label, agent) in [
         ("bare", agent(Vec::new())),
         ("10_noop_wrap", agent(stack(10, WRAP_ONLY))),
-        ("10_noop_all_hooks", agent(stack(10, Hooks::ALL))),
+        ("10_noop_all_hooks", agent(stack(10, !WRAP_ONLY))),
     ] {
         g.bench_function(label, |b| {
             b.to_async(&rt).iter(|| async {

@@ -6,12 +6,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use futures::StreamExt;
 use keel_agent::Agent;
 use keel_core::message::{Message, ToolCall};
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
 };
 use keel_core::model::ModelError;
 use keel_core::state::{AgentState, StateUpdate};
@@ -22,16 +21,10 @@ use serde_json::json;
 /// Counts model calls in state and tells the UI before each one.
 struct CallCounter;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for CallCounter {
     fn name(&self) -> &str {
         "CallCounter"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
     }
     async fn before_model(
         &self,
@@ -52,16 +45,10 @@ impl Middleware for CallCounter {
 /// Sends the model a low temperature.
 struct Deterministic;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Deterministic {
     fn name(&self) -> &str {
         "Deterministic"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,

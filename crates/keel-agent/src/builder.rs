@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use keel_core::layer::{AgentFacts, AgentStore, Layer};
 use keel_core::message::Message;
-use keel_core::middleware::{Middleware, check_hooks};
+use keel_core::middleware::Middleware;
 use keel_core::model::{ChatModel, ModelSettings, ToolChoice};
 use keel_core::store::Checkpointer;
 use keel_core::tool::{Tool, Toolset};
@@ -177,8 +177,6 @@ impl AgentBuilder {
 
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, m) in middleware.iter().enumerate() {
-            // The pipeline trusts hooks(): a hook left out of it would never run.
-            check_hooks(m.as_ref())?;
             if let Some(first) = seen.insert(m.name(), i) {
                 return Err(BuildError::DuplicateMiddleware {
                     name: m.name().to_owned(),

@@ -1,7 +1,7 @@
 //! What can go wrong building or running an agent.
 
 use crate::stack::StackError;
-use keel_core::middleware::{JumpTarget, MiddlewareError, UndeclaredHooks};
+use keel_core::middleware::{JumpTarget, MiddlewareError};
 use keel_core::model::ModelError;
 use keel_core::state::StateError;
 use keel_core::store::StoreError;
@@ -32,10 +32,6 @@ pub enum BuildError {
         /// The shared name.
         name: String,
     },
-    /// A middleware implements a hook its `hooks()` does not declare, so the agent would
-    /// silently skip it (see `keel_core::middleware::check_hooks`).
-    #[error(transparent)]
-    UndeclaredHooks(#[from] UndeclaredHooks),
     /// The middlewares' declared state keys or jumps conflict (see
     /// [`check_stack`](crate::check_stack)).
     #[error(transparent)]

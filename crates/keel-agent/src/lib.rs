@@ -19,23 +19,19 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use async_trait::async_trait;
 //! use keel_agent::Agent;
 //! use keel_core::message::Message;
-//! use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+//! use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 //! use keel_core::model::ModelError;
 //! use keel_testkit::ScriptedModel;
 //!
 //! /// Caps the answer length of every model call.
 //! struct MaxTokens(u32);
 //!
-//! #[async_trait]
+//! #[keel_core::middleware]
 //! impl Middleware for MaxTokens {
 //!     fn name(&self) -> &str {
 //!         "MaxTokens"
-//!     }
-//!     fn hooks(&self) -> Hooks {
-//!         Hooks { wrap_model_call: true, ..Hooks::NONE }
 //!     }
 //!     async fn wrap_model_call(
 //!         &self,

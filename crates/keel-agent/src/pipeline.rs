@@ -53,10 +53,10 @@ impl NodeHook {
 
     pub(crate) fn implemented_by(self, hooks: Hooks) -> bool {
         match self {
-            NodeHook::BeforeAgent => hooks.before_agent,
-            NodeHook::BeforeModel => hooks.before_model,
-            NodeHook::AfterModel => hooks.after_model,
-            NodeHook::AfterAgent => hooks.after_agent,
+            NodeHook::BeforeAgent => hooks.before_agent(),
+            NodeHook::BeforeModel => hooks.before_model(),
+            NodeHook::AfterModel => hooks.after_model(),
+            NodeHook::AfterAgent => hooks.after_agent(),
         }
     }
 }
@@ -86,12 +86,12 @@ impl Pipeline {
             after_agent: node(NodeHook::AfterAgent, true),
             wrap_model: middleware
                 .iter()
-                .filter(|m| m.hooks().wrap_model_call)
+                .filter(|m| m.hooks().wrap_model_call())
                 .cloned()
                 .collect(),
             wrap_tool: middleware
                 .iter()
-                .filter(|m| m.hooks().wrap_tool_call)
+                .filter(|m| m.hooks().wrap_tool_call())
                 .cloned()
                 .collect(),
         }

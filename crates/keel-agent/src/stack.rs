@@ -126,8 +126,8 @@ fn check_jumps(m: &dyn Middleware) -> Result<(), StackError> {
         return Ok(());
     }
     let hooks = m.hooks();
-    let any_loop_hook = hooks.before_agent || hooks.before_model || hooks.after_model;
-    let only_end_after_agent = hooks.after_agent && targets.iter().all(|t| *t == JumpTarget::End);
+    let any_loop_hook = hooks.before_agent() || hooks.before_model() || hooks.after_model();
+    let only_end_after_agent = hooks.after_agent() && targets.iter().all(|t| *t == JumpTarget::End);
     if any_loop_hook || only_end_after_agent {
         return Ok(());
     }
@@ -140,15 +140,17 @@ fn check_jumps(m: &dyn Middleware) -> Result<(), StackError> {
 #[cfg(test)]
 mod tests {
     use async_trait::async_trait;
+    use keel_core::middleware::MiddlewareError;
+    use keel_core::middleware::{HookOutcome, ModelRequest, ModelResponse, Next, Runtime};
+    use keel_core::model::ModelError;
+    use keel_core::state::AgentState;
 
     use super::*;
-    use keel_core::middleware::Hooks;
 
+    /// Implements no hook and keeps `Hooks::ALL` (no attribute).
     struct M {
         name: &'static str,
         access: StateAccess,
-        hooks: Hooks,
-        jumps: &'static [JumpTarget],
     }
 
     #[async_trait]
@@ -156,24 +158,53 @@ mod tests {
         fn name(&self) -> &str {
             self.name
         }
-        fn hooks(&self) -> Hooks {
-            self.hooks
-        }
-        fn jump_targets(&self) -> &[JumpTarget] {
-            self.jumps
-        }
         fn state_access(&self) -> StateAccess {
             self.access.clone()
         }
     }
 
     fn m(name: &'static str, access: StateAccess) -> Arc<dyn Middleware> {
-        Arc::new(M {
-            name,
-            access,
-            hooks: Hooks::ALL,
-            jumps: &[],
-        })
+        Arc::new(M { name, access })
+    }
+
+    /// Wraps the model call only, and lists `.0` as jump targets.
+    struct Wrapper(&'static [JumpTarget]);
+
+    #[keel_core::middleware]
+    impl Middleware for Wrapper {
+        fn name(&self) -> &str {
+            "Wrapper"
+        }
+        fn jump_targets(&self) -> &[JumpTarget] {
+            self.0
+        }
+        async fn wrap_model_call(
+            &self,
+            request: ModelRequest,
+            next: Next<'_>,
+        ) -> Result<ModelResponse, ModelError> {
+            next.run(request).await
+        }
+    }
+
+    /// Implements `after_agent` only, and lists `.0` as jump targets.
+    struct Ender(&'static [JumpTarget]);
+
+    #[keel_core::middleware]
+    impl Middleware for Ender {
+        fn name(&self) -> &str {
+            "Ender"
+        }
+        fn jump_targets(&self) -> &[JumpTarget] {
+            self.0
+        }
+        async fn after_agent(
+            &self,
+            _: &AgentState,
+            _: &Runtime,
+        ) -> Result<HookOutcome, MiddlewareError> {
+            Ok(HookOutcome::proceed())
+        }
     }
 
     #[test]
@@ -210,37 +241,14 @@ mod tests {
 
     #[test]
     fn jumps_need_a_hook_that_can_take_them() {
-        let wrap_only = Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        };
-        let stack: [Arc<dyn Middleware>; 1] = [Arc::new(M {
-            name: "Wrapper",
-            access: StateAccess::default(),
-            hooks: wrap_only,
-            jumps: &[JumpTarget::End],
-        })];
+        let stack: [Arc<dyn Middleware>; 1] = [Arc::new(Wrapper(&[JumpTarget::End]))];
         assert!(matches!(
             check_stack(&stack),
             Err(StackError::UnusableJump { ref middleware, .. }) if middleware == "Wrapper"
         ));
-        let after_agent = Hooks {
-            after_agent: true,
-            ..Hooks::NONE
-        };
-        let end_only: [Arc<dyn Middleware>; 1] = [Arc::new(M {
-            name: "Ender",
-            access: StateAccess::default(),
-            hooks: after_agent,
-            jumps: &[JumpTarget::End],
-        })];
+        let end_only: [Arc<dyn Middleware>; 1] = [Arc::new(Ender(&[JumpTarget::End]))];
         assert_eq!(check_stack(&end_only), Ok(()));
-        let back: [Arc<dyn Middleware>; 1] = [Arc::new(M {
-            name: "Loops",
-            access: StateAccess::default(),
-            hooks: after_agent,
-            jumps: &[JumpTarget::Model],
-        })];
+        let back: [Arc<dyn Middleware>; 1] = [Arc::new(Ender(&[JumpTarget::Model]))];
         assert!(check_stack(&back).is_err());
     }
 }

@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_agent::StackError;
 use keel_agent::{Agent, BuildError};
 use keel_core::access::StateAccess;
 use keel_core::message::{Message, ToolCall};
-use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
 use keel_testkit::ScriptedModel;
 use serde_json::json;
@@ -17,16 +16,10 @@ use serde_json::json;
 /// Answers every pending call with a refusal, in `after_model`.
 struct AnswersCalls;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for AnswersCalls {
     fn name(&self) -> &str {
         "AnswersCalls"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            after_model: true,
-            ..Hooks::NONE
-        }
     }
     async fn after_model(
         &self,
@@ -61,22 +54,26 @@ async fn calls_answered_by_middleware_go_back_to_the_model() {
     assert_eq!(out.last_message().unwrap().text(), "understood");
 }
 
-/// Declares what it is told.
-struct Declares(&'static str, StateAccess, &'static [JumpTarget], Hooks);
+/// Declares what it is told; wraps the model call, its only hook.
+struct Declares(&'static str, StateAccess, &'static [JumpTarget]);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Declares {
     fn name(&self) -> &str {
         self.0
-    }
-    fn hooks(&self) -> Hooks {
-        self.3
     }
     fn jump_targets(&self) -> &[JumpTarget] {
         self.2
     }
     fn state_access(&self) -> StateAccess {
         self.1.clone()
+    }
+    async fn wrap_model_call(
+        &self,
+        request: keel_core::middleware::ModelRequest,
+        next: keel_core::middleware::Next<'_>,
+    ) -> Result<keel_core::middleware::ModelResponse, keel_core::model::ModelError> {
+        next.run(request).await
     }
 }
 
@@ -85,35 +82,20 @@ fn the_build_refuses_conflicting_declarations() {
     let model = Arc::new(ScriptedModel::new([]));
     let err = Agent::builder()
         .model(model.clone())
-        .middleware(Declares(
-            "A",
-            StateAccess::default().write("plan"),
-            &[],
-            Hooks::NONE,
-        ))
-        .middleware(Declares(
-            "B",
-            StateAccess::default().write("plan"),
-            &[],
-            Hooks::NONE,
-        ))
+        .middleware(Declares("A", StateAccess::default().write("plan"), &[]))
+        .middleware(Declares("B", StateAccess::default().write("plan"), &[]))
         .build()
         .unwrap_err();
     assert!(
         matches!(err, BuildError::Stack(StackError::SharedWrite { .. })),
         "{err}"
     );
-    let wrap_only = Hooks {
-        wrap_model_call: true,
-        ..Hooks::NONE
-    };
     let err = Agent::builder()
         .model(model)
         .middleware(Declares(
             "Ender",
             StateAccess::default(),
             &[JumpTarget::End],
-            wrap_only,
         ))
         .build()
         .unwrap_err();

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_agent::{Agent, InMemoryCheckpointer};
 use keel_core::message::Message;
-use keel_core::middleware::{HookOutcome, Hooks, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, MessageOp, StateUpdate};
 use keel_core::store::Checkpointer;
 use keel_testkit::ScriptedModel;
@@ -51,16 +50,10 @@ async fn a_thread_resumes_from_its_latest_checkpoint() {
 /// Clears the list before the model call (a destructive compaction).
 struct Wipe;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Wipe {
     fn name(&self) -> &str {
         "Wipe"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
     }
     async fn before_model(
         &self,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::{Log, LoggingTool, ai_calls};
+use futures::StreamExt;
 use keel_agent::{Agent, AgentError, BuildError};
 use keel_core::message::Message;
 use keel_core::middleware::{
@@ -14,6 +15,7 @@ use keel_core::middleware::{
 };
 use keel_core::model::ModelError;
 use keel_core::state::{AgentState, StateUpdate};
+use keel_core::stream::{StreamEvent, StreamMode};
 use keel_core::tool::ToolError;
 use keel_testkit::ScriptedModel;
 
@@ -150,84 +152,89 @@ async fn hook_order_matches_langchain_v1() {
     assert_eq!(out.model_steps, 2);
 }
 
-/// Declares only `before_model`, but implements three more hooks: the trap of a
-/// hand-kept `hooks()`, refused when the agent is built.
-struct OnlyBeforeModel(Log);
+/// Implements `before_model` only, without the attribute: its `hooks()` is `Hooks::ALL`.
+struct Plain(Log);
 
 #[async_trait]
-impl Middleware for OnlyBeforeModel {
+impl Middleware for Plain {
     fn name(&self) -> &str {
-        "Only"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
-    }
-    async fn before_agent(
-        &self,
-        _: &AgentState,
-        _: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.push("before_agent");
-        Ok(HookOutcome::proceed())
+        "Plain"
     }
     async fn before_model(
         &self,
         _: &AgentState,
         _: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.push("before_model");
-        Ok(HookOutcome::proceed())
-    }
-    async fn wrap_model_call(
-        &self,
-        r: ModelRequest,
-        next: Next<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        self.0.push("wrap_model_call");
-        next.run(r).await
-    }
-    async fn after_agent(
-        &self,
-        _: &AgentState,
-        _: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.push("after_agent");
+        self.0.push("Plain.before_model");
         Ok(HookOutcome::proceed())
     }
 }
 
-#[test]
-fn hooks_implemented_but_not_declared_are_a_construction_error() {
-    let err = Agent::builder()
-        .model(Arc::new(ScriptedModel::new([Message::ai("hi")])))
-        .middleware(OnlyBeforeModel(Log::default()))
-        .build()
-        .unwrap_err();
-    match err {
-        BuildError::UndeclaredHooks(e) => {
-            assert_eq!(e.middleware, "Only");
-            assert_eq!(e.hooks, ["before_agent", "wrap_model_call", "after_agent"]);
-        }
-        other => panic!("expected UndeclaredHooks, got {other:?}"),
+/// Implements `before_model` only, with the attribute: its `hooks()` is that hook.
+struct Derived(Log);
+
+#[keel_core::middleware]
+impl Middleware for Derived {
+    fn name(&self) -> &str {
+        "Derived"
     }
+    async fn before_model(
+        &self,
+        _: &AgentState,
+        _: &Runtime,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        self.0.push("Derived.before_model");
+        Ok(HookOutcome::proceed())
+    }
+}
+
+#[tokio::test]
+async fn the_attribute_skips_the_hooks_a_block_leaves_out_and_only_those() {
+    let log = Log::default();
+    assert_eq!(Plain(log.clone()).hooks(), Hooks::ALL);
+    let h = Derived(log.clone()).hooks();
+    assert!(h.before_model());
+    assert!(!h.before_agent() && !h.wrap_model_call() && !h.after_model());
+    assert!(!h.wrap_tool_call() && !h.after_agent());
+
+    let agent = Agent::builder()
+        .model(Arc::new(ScriptedModel::new([Message::ai("hi")])))
+        .middleware(Plain(log.clone()))
+        .middleware(Derived(log.clone()))
+        .build()
+        .unwrap();
+    // `tasks` mode announces every node hook the agent calls, defaults included.
+    let called: Vec<String> = agent
+        .stream("t", vec![Message::human("x")], &[StreamMode::Tasks])
+        .filter_map(|e| async move {
+            match e {
+                StreamEvent::TaskStart { node, .. } if node != "model" => Some(node),
+                _ => None,
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(
+        called,
+        [
+            "Plain.before_agent",
+            "Plain.before_model",
+            "Derived.before_model",
+            "Plain.after_model",
+            "Plain.after_agent",
+        ],
+        "without the attribute every hook is called; with it, only the one it defines"
+    );
+    assert_eq!(log.take(), ["Plain.before_model", "Derived.before_model"]);
 }
 
 /// Declares and implements `before_model` only.
 struct BeforeModelOnly(Log);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for BeforeModelOnly {
     fn name(&self) -> &str {
         "BeforeModelOnly"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
     }
     async fn before_model(
         &self,
@@ -263,17 +270,10 @@ struct Jumper {
     log: Log,
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Jumper {
     fn name(&self) -> &str {
         self.name
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            after_agent: true,
-            ..Hooks::NONE
-        }
     }
     fn jump_targets(&self) -> &[JumpTarget] {
         &self.declared
@@ -377,16 +377,10 @@ async fn undeclared_jump_is_a_clear_error() {
 #[tokio::test]
 async fn jump_to_model_from_after_model_calls_the_model_again() {
     struct Again;
-    #[async_trait]
+    #[keel_core::middleware]
     impl Middleware for Again {
         fn name(&self) -> &str {
             "Again"
-        }
-        fn hooks(&self) -> Hooks {
-            Hooks {
-                after_model: true,
-                ..Hooks::NONE
-            }
         }
         fn jump_targets(&self) -> &[JumpTarget] {
             &[JumpTarget::Model]

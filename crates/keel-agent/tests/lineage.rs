@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::ModelError;
 use keel_core::state::Lineage;
 use keel_testkit::ScriptedModel;
@@ -16,16 +15,10 @@ use parking_lot::Mutex;
 #[derive(Default)]
 struct Seen(Mutex<Vec<(Option<Lineage>, usize)>>);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Seen {
     fn name(&self) -> &str {
         "Seen"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,

@@ -7,12 +7,11 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_agent::{Agent, AgentError};
 use keel_core::access::StateAccess;
 use keel_core::interrupt::{Pause, Resumable, ResumeRefused};
 use keel_core::message::Message;
-use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, INTERRUPT_KEY, StateUpdate};
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};
@@ -22,16 +21,10 @@ struct Confirm;
 
 const CONFIRMED: &str = "confirmed";
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Confirm {
     fn name(&self) -> &str {
         "Confirm"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
     }
     fn jump_targets(&self) -> &[JumpTarget] {
         &[JumpTarget::End]

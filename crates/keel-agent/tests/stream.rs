@@ -4,13 +4,12 @@ mod common;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use common::ai_calls;
 use futures::StreamExt;
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
 };
 use keel_core::model::{ChatChunk, ModelError};
 use keel_core::state::{AgentState, StateUpdate};
@@ -21,16 +20,10 @@ use serde_json::json;
 /// Writes a custom event, then updates state, in `before_model`.
 struct Notifier;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Notifier {
     fn name(&self) -> &str {
         "Notifier"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            ..Hooks::NONE
-        }
     }
     async fn before_model(
         &self,
@@ -139,19 +132,10 @@ async fn values_mode_yields_the_state_after_each_step_and_nothing_else() {
 /// Reads state and writes nothing.
 struct Bystander;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Bystander {
     fn name(&self) -> &str {
         "Bystander"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_agent: true,
-            before_model: true,
-            after_model: true,
-            after_agent: true,
-            ..Hooks::NONE
-        }
     }
     async fn before_agent(
         &self,
@@ -201,16 +185,10 @@ async fn nodes_that_write_nothing_send_no_values() {
 /// Makes an internal call (a summary, say) on the request's model before the real one.
 struct Summarizer;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Summarizer {
     fn name(&self) -> &str {
         "Summarizer"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,

@@ -3,30 +3,21 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_trait::async_trait;
 use keel_agent::{Agent, AgentError};
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ModelError, ModelErrorKind};
 use keel_core::state::StateUpdate;
 use keel_testkit::ScriptedModel;
 use serde_json::json;
 
-const WRAP: Hooks = Hooks {
-    wrap_model_call: true,
-    ..Hooks::NONE
-};
-
 /// Calls `next` twice and keeps only the second answer.
 struct RetryOnce;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for RetryOnce {
     fn name(&self) -> &str {
         "RetryOnce"
-    }
-    fn hooks(&self) -> Hooks {
-        WRAP
     }
     async fn wrap_model_call(
         &self,
@@ -41,13 +32,10 @@ impl Middleware for RetryOnce {
 /// Inside the retry: tags each attempt's response with an update.
 struct TagAttempt(AtomicU64);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for TagAttempt {
     fn name(&self) -> &str {
         "TagAttempt"
-    }
-    fn hooks(&self) -> Hooks {
-        WRAP
     }
     async fn wrap_model_call(
         &self,
@@ -93,13 +81,10 @@ async fn retry_calls_next_twice_and_only_the_second_answer_lands() {
 /// Answers from a cache without calling `next`.
 struct Cached;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Cached {
     fn name(&self) -> &str {
         "Cached"
-    }
-    fn hooks(&self) -> Hooks {
-        WRAP
     }
     async fn wrap_model_call(
         &self,
@@ -126,13 +111,10 @@ async fn short_circuit_never_reaches_the_model() {
 /// Falls back to a second model when the first fails with a retryable error.
 struct Fallback(Arc<ScriptedModel>);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Fallback {
     fn name(&self) -> &str {
         "Fallback"
-    }
-    fn hooks(&self) -> Hooks {
-        WRAP
     }
     async fn wrap_model_call(
         &self,

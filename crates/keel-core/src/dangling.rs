@@ -37,10 +37,8 @@
 
 use std::borrow::Cow;
 
-use async_trait::async_trait;
-
 use crate::message::{Message, ToolMessage, ToolStatus};
-use crate::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use crate::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use crate::model::ModelError;
 
 /// Metadata key set to `true` on every synthetic result.
@@ -200,17 +198,10 @@ pub fn patched(messages: &[Message], pending: Pending) -> Cow<'_, [Message]> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PatchToolCallsMiddleware;
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for PatchToolCallsMiddleware {
     fn name(&self) -> &str {
         "PatchToolCallsMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

@@ -53,11 +53,30 @@ pub mod transcript;
 #[cfg(test)]
 mod test_util;
 
+/// Put on an `impl Middleware for X { ... }` block: writes
+/// [`hooks()`](middleware::Middleware::hooks) with exactly the hooks the block defines
+/// and applies `#[async_trait]`. See [`Middleware`](middleware::Middleware).
+///
+/// (The macro and the [`middleware`](mod@middleware) module share the name: a macro and
+/// a module live in different namespaces. Through the facade crate it is
+/// `#[keel::middleware]`.)
+pub use keel_macros::core_middleware as middleware;
+
+// The attribute's expansion names `::keel_core`, here too.
+extern crate self as keel_core;
+
+/// What the `middleware` attribute's expansion names; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::middleware::Hooks;
+    pub use async_trait::async_trait;
+}
+
 pub use access::StateAccess;
 pub use message::{Content, Message, MessageBody, Role, ToolCall};
 pub use middleware::{
     HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next,
-    Runtime, ToolCallRequest, ToolNext, UndeclaredHooks, check_hooks, from_fn,
+    Runtime, ToolCallRequest, ToolNext, from_fn,
 };
 pub use model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
 pub use state::{AgentState, MessageOp, StateUpdate};

@@ -395,57 +395,124 @@ pub struct MiddlewareError {
 
 /// Which hooks a middleware implements; the agent skips the others without a call.
 ///
-/// Declaring a hook you do not implement is harmless (its pass-through default runs);
-/// implementing one you do not declare is caught by [`check_hooks`].
+/// Only two kinds of value exist: [`Hooks::ALL`], the default of [`Middleware::hooks`]
+/// (always correct: every hook is called), and the exact set the
+/// [`#[keel_core::middleware]`](macro@crate::middleware) attribute derives from an impl
+/// block. Nothing else can build one, so a mask cannot leave out a hook its middleware
+/// implements. Read it with the accessors ([`Hooks::before_model`], ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hooks {
-    /// `before_agent`
-    pub before_agent: bool,
-    /// `before_model`
-    pub before_model: bool,
-    /// `wrap_model_call`
-    pub wrap_model_call: bool,
-    /// `after_model`
-    pub after_model: bool,
-    /// `wrap_tool_call`
-    pub wrap_tool_call: bool,
-    /// `after_agent`
-    pub after_agent: bool,
+    before_agent: bool,
+    before_model: bool,
+    wrap_model_call: bool,
+    after_model: bool,
+    wrap_tool_call: bool,
+    after_agent: bool,
 }
 
 impl Hooks {
-    /// Every hook (the safe default).
-    pub const ALL: Hooks = Hooks {
-        before_agent: true,
-        before_model: true,
-        wrap_model_call: true,
-        after_model: true,
-        wrap_tool_call: true,
-        after_agent: true,
-    };
-    /// No hook.
-    pub const NONE: Hooks = Hooks {
-        before_agent: false,
-        before_model: false,
-        wrap_model_call: false,
-        after_model: false,
-        wrap_tool_call: false,
-        after_agent: false,
-    };
+    /// Every hook: what a middleware without the attribute gets (correct, only slower).
+    pub const ALL: Hooks = Hooks::__implemented(true, true, true, true, true, true);
+
+    /// The hooks an impl block defines, in execution order. Only the expansion of the
+    /// `middleware` attribute calls this, with what it found in the block: a
+    /// hand-written call could leave out a hook the middleware implements, and the agent
+    /// would then never call it.
+    #[doc(hidden)]
+    pub const fn __implemented(
+        before_agent: bool,
+        before_model: bool,
+        wrap_model_call: bool,
+        after_model: bool,
+        wrap_tool_call: bool,
+        after_agent: bool,
+    ) -> Hooks {
+        Hooks {
+            before_agent,
+            before_model,
+            wrap_model_call,
+            after_model,
+            wrap_tool_call,
+            after_agent,
+        }
+    }
+
+    /// Whether the agent calls `before_agent`.
+    pub const fn before_agent(self) -> bool {
+        self.before_agent
+    }
+
+    /// Whether the agent calls `before_model`.
+    pub const fn before_model(self) -> bool {
+        self.before_model
+    }
+
+    /// Whether the agent calls `wrap_model_call`.
+    pub const fn wrap_model_call(self) -> bool {
+        self.wrap_model_call
+    }
+
+    /// Whether the agent calls `after_model`.
+    pub const fn after_model(self) -> bool {
+        self.after_model
+    }
+
+    /// Whether the agent calls `wrap_tool_call`.
+    pub const fn wrap_tool_call(self) -> bool {
+        self.wrap_tool_call
+    }
+
+    /// Whether the agent calls `after_agent`.
+    pub const fn after_agent(self) -> bool {
+        self.after_agent
+    }
 }
 
 /// A middleware: any subset of the six hooks. Every hook has a pass-through default.
+///
+/// Implement it in a block marked `#[keel_core::middleware]` (`#[keel::middleware]`
+/// through the facade crate). The attribute applies `#[async_trait]` and writes
+/// [`hooks`](Middleware::hooks) from the hooks the block defines, so the agent skips
+/// the others everywhere and never skips one the block defines:
+///
+/// ```
+/// use keel_core::middleware::{HookOutcome, Hooks, Middleware, MiddlewareError, Runtime};
+/// use keel_core::state::AgentState;
+///
+/// /// Counts the model calls of each run.
+/// struct Counter;
+///
+/// #[keel_core::middleware]
+/// impl Middleware for Counter {
+///     fn name(&self) -> &str {
+///         "Counter"
+///     }
+///     async fn before_model(
+///         &self,
+///         _state: &AgentState,
+///         runtime: &Runtime,
+///     ) -> Result<HookOutcome, MiddlewareError> {
+///         println!("model call {}", runtime.model_call_index);
+///         Ok(HookOutcome::proceed())
+///     }
+/// }
+///
+/// let hooks = Counter.hooks();
+/// assert!(hooks.before_model() && !hooks.after_model() && !hooks.wrap_model_call());
+/// ```
+///
+/// A block that writes `fn hooks` itself is refused at compile time, and so is one
+/// with `#[async_trait]` beside the attribute (it is already applied). A plain
+/// `#[async_trait]` impl also works: its `hooks()` is [`Hooks::ALL`], so every hook is
+/// called, its defaults included (correct, only slower).
 #[async_trait]
 pub trait Middleware: Send + Sync {
     /// A name unique within an agent; stream `updates` are keyed `<name>.<hook>`.
     fn name(&self) -> &str;
 
-    /// The hooks this middleware implements. Declaring fewer lets the agent skip calls;
-    /// the default, [`Hooks::ALL`], is always correct.
-    ///
-    /// A hook implemented but not declared here would never be called. That mistake
-    /// cannot reach a run: [`check_hooks`] finds it, and the agent's builder refuses such
-    /// a middleware with an error naming it and the hook.
+    /// The hooks this middleware implements; the agent calls no other. Do not write it:
+    /// the `middleware` attribute derives it from the impl block, and without the
+    /// attribute it is [`Hooks::ALL`], which is always correct.
     fn hooks(&self) -> Hooks {
         Hooks::ALL
     }
@@ -468,7 +535,6 @@ pub trait Middleware: Send + Sync {
         _state: &AgentState,
         _runtime: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
-        probe::default_ran();
         Ok(HookOutcome::proceed())
     }
 
@@ -478,7 +544,6 @@ pub trait Middleware: Send + Sync {
         _state: &AgentState,
         _runtime: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
-        probe::default_ran();
         Ok(HookOutcome::proceed())
     }
 
@@ -488,7 +553,6 @@ pub trait Middleware: Send + Sync {
         request: ModelRequest,
         next: Next<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        probe::default_ran();
         next.run(request).await
     }
 
@@ -498,7 +562,6 @@ pub trait Middleware: Send + Sync {
         _state: &AgentState,
         _runtime: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
-        probe::default_ran();
         Ok(HookOutcome::proceed())
     }
 
@@ -508,7 +571,6 @@ pub trait Middleware: Send + Sync {
         request: ToolCallRequest,
         next: ToolNext<'_>,
     ) -> Result<Message, ToolError> {
-        probe::default_ran();
         next.run(request).await
     }
 
@@ -518,7 +580,6 @@ pub trait Middleware: Send + Sync {
         _state: &AgentState,
         _runtime: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
-        probe::default_ran();
         Ok(HookOutcome::proceed())
     }
 
@@ -571,241 +632,34 @@ pub trait Middleware: Send + Sync {
     }
 }
 
-/// A middleware implements hooks that its [`Middleware::hooks`] does not declare, so an
-/// agent would silently never call them.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "middleware {middleware:?} implements {} but its hooks() does not declare {}: the agent would never call {}. Add `{}: true` to the Hooks it returns, or remove hooks() to get Hooks::ALL",
-    .hooks.join(", "),
-    if .hooks.len() == 1 { "it" } else { "them" },
-    if .hooks.len() == 1 { "it" } else { "them" },
-    .hooks.join(": true, ")
-)]
-pub struct UndeclaredHooks {
-    /// The middleware's name.
-    pub middleware: String,
-    /// The hooks it implements without declaring them, in execution order.
-    pub hooks: Vec<&'static str>,
-}
-
-/// Checks that every hook `middleware` implements is declared in its
-/// [`hooks()`](Middleware::hooks).
-///
-/// Each undeclared hook is called once with an empty request, and polled once: the
-/// trait's pass-through defaults report themselves when they run and complete at once,
-/// so any other outcome is the middleware's own code. Only undeclared hooks are called,
-/// so a correctly declared middleware runs nothing but the defaults it inherits; a
-/// middleware with the mistake runs its hook up to its first pending await, then the
-/// call is dropped. (A hook that only forwards to another middleware's default counts as
-/// a default.) `AgentBuilder::build` calls this for every middleware.
-///
-/// ```
-/// use async_trait::async_trait;
-/// use keel_core::middleware::{check_hooks, HookOutcome, Hooks, Middleware, MiddlewareError, Runtime};
-/// use keel_core::state::AgentState;
-///
-/// struct Forgetful;
-///
-/// #[async_trait]
-/// impl Middleware for Forgetful {
-///     fn name(&self) -> &str {
-///         "Forgetful"
-///     }
-///     fn hooks(&self) -> Hooks {
-///         Hooks { after_model: true, ..Hooks::NONE } // before_model is missing
-///     }
-///     async fn before_model(
-///         &self,
-///         _state: &AgentState,
-///         _runtime: &Runtime,
-///     ) -> Result<HookOutcome, MiddlewareError> {
-///         Ok(HookOutcome::proceed())
-///     }
-/// }
-///
-/// let err = check_hooks(&Forgetful).unwrap_err();
-/// assert_eq!(err.hooks, ["before_model"]);
-/// ```
-pub fn check_hooks(middleware: &dyn Middleware) -> Result<(), UndeclaredHooks> {
-    let declared = middleware.hooks();
-    let state = Arc::new(AgentState::default());
-    let runtime = Runtime::detached("keel-check-hooks");
-    let (state, runtime) = (&state, &runtime);
-    let m = middleware;
-    let mut hooks = Vec::new();
-    let mut probe = |name: &'static str, is_declared: bool, call: probe::Call<'_>| {
-        if !is_declared && !probe::is_default(call) {
-            hooks.push(name);
-        }
-    };
-    // Building a call runs nothing (async blocks are lazy); only undeclared ones are polled.
-    probe(
-        "before_agent",
-        declared.before_agent,
-        Box::pin(async move { drop(m.before_agent(state, runtime).await) }),
-    );
-    probe(
-        "before_model",
-        declared.before_model,
-        Box::pin(async move { drop(m.before_model(state, runtime).await) }),
-    );
-    probe(
-        "wrap_model_call",
-        declared.wrap_model_call,
-        Box::pin(async move {
-            let request = probe::model_request(state, runtime);
-            drop(
-                m.wrap_model_call(request, Next::new(&[], &probe::Terminal))
-                    .await,
-            )
-        }),
-    );
-    probe(
-        "after_model",
-        declared.after_model,
-        Box::pin(async move { drop(m.after_model(state, runtime).await) }),
-    );
-    probe(
-        "wrap_tool_call",
-        declared.wrap_tool_call,
-        Box::pin(async move {
-            let request = probe::tool_request(state, runtime);
-            drop(
-                m.wrap_tool_call(request, ToolNext::new(&[], &probe::Terminal))
-                    .await,
-            )
-        }),
-    );
-    probe(
-        "after_agent",
-        declared.after_agent,
-        Box::pin(async move { drop(m.after_agent(state, runtime).await) }),
-    );
-    if hooks.is_empty() {
-        return Ok(());
-    }
-    Err(UndeclaredHooks {
-        middleware: middleware.name().to_owned(),
-        hooks,
-    })
-}
-
-/// How [`check_hooks`] tells the trait's pass-through defaults from a middleware's code.
-mod probe {
-    use std::cell::Cell;
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Waker};
-
-    use async_trait::async_trait;
-
-    use super::{ModelHandler, ModelRequest, ModelResponse, Runtime, ToolCallRequest, ToolHandler};
-    use crate::message::{Message, ToolCall};
-    use crate::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
-    use crate::state::AgentState;
-    use crate::tool::ToolError;
-
-    /// One probed hook call.
-    pub(super) type Call<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
-
-    thread_local! {
-        /// Set by every default hook body when it runs.
-        static DEFAULT_RAN: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Called first thing by every default hook body (one thread-local store).
-    pub(super) fn default_ran() {
-        DEFAULT_RAN.with(|ran| ran.set(true));
-    }
-
-    /// Polls `call` once on this thread. Defaults never wait, so they finish within that
-    /// poll, on this thread, having set the flag; nothing else can run in between.
-    pub(super) fn is_default(mut call: Call<'_>) -> bool {
-        DEFAULT_RAN.with(|ran| ran.set(false));
-        let mut cx = Context::from_waker(Waker::noop());
-        let finished = matches!(call.as_mut().poll(&mut cx), Poll::Ready(()));
-        finished && DEFAULT_RAN.with(Cell::get)
-    }
-
-    /// The innermost call of a probe: fails at once, reaching no model and no tool.
-    pub(super) struct Terminal;
-
-    fn refused() -> ModelError {
-        ModelError::new(ModelErrorKind::Rejected, "hook check: no model is called")
-    }
-
-    #[async_trait]
-    impl ModelHandler for Terminal {
-        async fn call(&self, _request: ModelRequest) -> Result<ModelResponse, ModelError> {
-            Err(refused())
-        }
-    }
-
-    #[async_trait]
-    impl ToolHandler for Terminal {
-        async fn call(&self, request: ToolCallRequest) -> Result<Message, ToolError> {
-            Err(ToolError::Failed {
-                tool: request.call.name,
-                message: "hook check: no tool is called".into(),
-            })
-        }
-    }
-
-    /// A model that is never asked anything: the probe's request must name one.
-    struct Unreachable(ModelProfile);
-
-    #[async_trait]
-    impl ChatModel for Unreachable {
-        fn profile(&self) -> &ModelProfile {
-            &self.0
-        }
-        async fn invoke(&self, _request: ChatRequest<'_>) -> Result<Message, ModelError> {
-            Err(refused())
-        }
-    }
-
-    pub(super) fn tool_request(state: &Arc<AgentState>, runtime: &Runtime) -> ToolCallRequest {
-        ToolCallRequest {
-            call: ToolCall::new(
-                "keel-check-hooks",
-                "keel-check-hooks",
-                serde_json::Value::Null,
-            ),
-            tool: None,
-            state: state.clone(),
-            runtime: runtime.clone(),
-        }
-    }
-
-    pub(super) fn model_request(state: &Arc<AgentState>, runtime: &Runtime) -> ModelRequest {
-        ModelRequest {
-            messages: Arc::new(Vec::new()),
-            system: None,
-            tools: Arc::new(Vec::new()),
-            tool_choice: None,
-            settings: Default::default(),
-            model: Arc::new(Unreachable(ModelProfile::new("keel-check-hooks", "keel"))),
-            state: state.clone(),
-            runtime: runtime.clone(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Implements every hook; declares what it is told.
-    struct Everything(Hooks);
+    /// Defines `before_model` only.
+    struct OnlyBeforeModel;
 
-    #[async_trait]
+    #[keel_core::middleware]
+    impl Middleware for OnlyBeforeModel {
+        fn name(&self) -> &str {
+            "OnlyBeforeModel"
+        }
+        async fn before_model(
+            &self,
+            _: &AgentState,
+            _: &Runtime,
+        ) -> Result<HookOutcome, MiddlewareError> {
+            Ok(HookOutcome::proceed())
+        }
+    }
+
+    /// Defines all six hooks.
+    struct Everything;
+
+    #[keel_core::middleware]
     impl Middleware for Everything {
         fn name(&self) -> &str {
             "Everything"
-        }
-        fn hooks(&self) -> Hooks {
-            self.0
         }
         async fn before_agent(
             &self,
@@ -851,83 +705,57 @@ mod tests {
         }
     }
 
-    /// Implements nothing; declares what it is told.
-    struct Nothing(Hooks);
+    /// Defines `wrap_tool_call` without the attribute.
+    struct Plain;
 
     #[async_trait]
+    impl Middleware for Plain {
+        fn name(&self) -> &str {
+            "Plain"
+        }
+        async fn wrap_tool_call(
+            &self,
+            request: ToolCallRequest,
+            next: ToolNext<'_>,
+        ) -> Result<Message, ToolError> {
+            next.run(request).await
+        }
+    }
+
+    /// Defines no hook.
+    struct Nothing;
+
+    #[keel_core::middleware]
     impl Middleware for Nothing {
         fn name(&self) -> &str {
             "Nothing"
         }
-        fn hooks(&self) -> Hooks {
-            self.0
-        }
     }
 
-    /// Implements `before_model` with a hook that waits before doing anything.
-    struct Waits;
-
-    #[async_trait]
-    impl Middleware for Waits {
-        fn name(&self) -> &str {
-            "Waits"
-        }
-        fn hooks(&self) -> Hooks {
-            Hooks::NONE
-        }
-        async fn before_model(
-            &self,
-            _: &AgentState,
-            _: &Runtime,
-        ) -> Result<HookOutcome, MiddlewareError> {
-            std::future::pending::<()>().await;
-            Ok(HookOutcome::proceed())
-        }
+    fn flags(h: Hooks) -> [bool; 6] {
+        [
+            h.before_agent(),
+            h.before_model(),
+            h.wrap_model_call(),
+            h.after_model(),
+            h.wrap_tool_call(),
+            h.after_agent(),
+        ]
     }
 
     #[test]
-    fn declaring_what_is_implemented_or_more_passes() {
-        assert_eq!(check_hooks(&Everything(Hooks::ALL)), Ok(()));
-        assert_eq!(check_hooks(&Nothing(Hooks::ALL)), Ok(()));
-        assert_eq!(check_hooks(&Nothing(Hooks::NONE)), Ok(()));
-        let some = Hooks {
-            before_model: true,
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        };
-        assert_eq!(check_hooks(&Nothing(some)), Ok(()));
-    }
-
-    #[test]
-    fn every_undeclared_implemented_hook_is_named_in_order() {
-        let err = check_hooks(&Everything(Hooks::NONE)).unwrap_err();
-        assert_eq!(err.middleware, "Everything");
+    fn the_attribute_declares_exactly_the_hooks_the_block_defines() {
         assert_eq!(
-            err.hooks,
-            [
-                "before_agent",
-                "before_model",
-                "wrap_model_call",
-                "after_model",
-                "wrap_tool_call",
-                "after_agent"
-            ]
+            flags(OnlyBeforeModel.hooks()),
+            [false, true, false, false, false, false]
         );
-        let err = check_hooks(&Everything(Hooks {
-            wrap_tool_call: false,
-            ..Hooks::ALL
-        }))
-        .unwrap_err();
-        assert_eq!(err.hooks, ["wrap_tool_call"]);
+        assert_eq!(Everything.hooks(), Hooks::ALL);
+        assert_eq!(flags(Nothing.hooks()), [false; 6]);
     }
 
     #[test]
-    fn a_hook_that_waits_counts_as_implemented() {
-        let err = check_hooks(&Waits).unwrap_err();
-        assert_eq!(err.hooks, ["before_model"]);
-        assert_eq!(
-            err.to_string(),
-            "middleware \"Waits\" implements before_model but its hooks() does not declare it: the agent would never call it. Add `before_model: true` to the Hooks it returns, or remove hooks() to get Hooks::ALL"
-        );
+    fn a_middleware_without_the_attribute_gets_every_hook() {
+        assert_eq!(Plain.hooks(), Hooks::ALL);
+        assert_eq!(flags(Hooks::ALL), [true; 6]);
     }
 }

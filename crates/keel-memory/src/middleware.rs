@@ -20,10 +20,9 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
 use keel_core::message::Message;
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
 };
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind};
 use keel_core::state::AgentState;
@@ -316,19 +315,10 @@ impl SessionMemoryMiddleware {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for SessionMemoryMiddleware {
     fn name(&self) -> &str {
         NAME
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_agent: true,
-            wrap_model_call: true,
-            after_agent: true,
-            ..Hooks::NONE
-        }
     }
 
     /// A fork (a user edited or regenerated an earlier message): the thread's session

@@ -197,7 +197,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         let m = middleware(stack);
         let chain: Vec<Arc<dyn Middleware>> = m
             .iter()
-            .filter(|m| m.hooks().wrap_model_call)
+            .filter(|m| m.hooks().wrap_model_call())
             .cloned()
             .collect();
         let hooks = m.as_ref().map(|m| m.hooks());
@@ -205,7 +205,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
             b.iter(|| {
                 rt.block_on(async {
                     if let (Some(m), Some(h)) = (&m, hooks)
-                        && h.before_model
+                        && h.before_model()
                     {
                         black_box(m.before_model(&state, &runtime).await.unwrap());
                     }
@@ -215,7 +215,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
                         .unwrap();
                     black_box(response);
                     if let (Some(m), Some(h)) = (&m, hooks)
-                        && h.after_model
+                        && h.after_model()
                     {
                         black_box(m.after_model(&answered, &runtime).await.unwrap());
                     }
@@ -229,8 +229,10 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
     tool_group.sampling_mode(SamplingMode::Flat);
     for (name, stack) in STACKS {
         let m = middleware(stack);
-        let chain: Vec<Arc<dyn Middleware>> =
-            m.into_iter().filter(|m| m.hooks().wrap_tool_call).collect();
+        let chain: Vec<Arc<dyn Middleware>> = m
+            .into_iter()
+            .filter(|m| m.hooks().wrap_tool_call())
+            .collect();
         if *name != "bare" && chain.is_empty() {
             continue;
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_core::message::{HIDE_FROM_UI, Message};
-use keel_core::middleware::{FinalRequest, Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{FinalRequest, Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::ModelError;
 use keel_core::recall::{
     MemoryRecallIndex, RecallDocument, RecallHit, RecallIndex, documents, query_terms, terms,
@@ -365,17 +365,10 @@ impl FinalRequest for Finish<'_> {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for RecallMiddleware {
     fn name(&self) -> &str {
         NAME
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     /// A fork (a user edited or regenerated an earlier message): the thread's index

@@ -64,10 +64,10 @@ impl NodeHook {
     fn implemented_by(self, m: &dyn Middleware) -> bool {
         let h = m.hooks();
         match self {
-            NodeHook::BeforeAgent => h.before_agent,
-            NodeHook::BeforeModel => h.before_model,
-            NodeHook::AfterModel => h.after_model,
-            NodeHook::AfterAgent => h.after_agent,
+            NodeHook::BeforeAgent => h.before_agent(),
+            NodeHook::BeforeModel => h.before_model(),
+            NodeHook::AfterModel => h.after_model(),
+            NodeHook::AfterAgent => h.after_agent(),
         }
     }
 }
@@ -224,19 +224,6 @@ impl ReplayEngine {
         }
     }
 
-    /// [`new`](Self::new), refusing a middleware that implements a hook it does not list
-    /// in `hooks()` (the agent builder refuses the same stack: the hook would be skipped
-    /// silently).
-    pub fn checked(
-        middleware: Vec<Arc<dyn Middleware>>,
-        counter: Arc<dyn TokenCounter>,
-    ) -> Result<Self, keel_core::middleware::UndeclaredHooks> {
-        for m in &middleware {
-            keel_core::middleware::check_hooks(m.as_ref())?;
-        }
-        Ok(Self::new(middleware, counter))
-    }
-
     /// Whether [`Replay::requests`] keeps every request (default) or stays empty: the
     /// observer sees each request either way.
     pub fn with_kept_requests(mut self, keep: bool) -> Self {
@@ -364,7 +351,7 @@ impl<'a> Run<'a> {
             wrap_chain: engine
                 .middleware
                 .iter()
-                .filter(|m| m.hooks().wrap_model_call)
+                .filter(|m| m.hooks().wrap_model_call())
                 .cloned()
                 .collect(),
             model: TranscriptModel::new(engine.profile.clone()),

@@ -101,9 +101,6 @@ pub enum SetupError {
         /// The key (`trigger[0]`, `keep`).
         key: String,
     },
-    /// A middleware of the stack implements a hook it does not declare.
-    #[error(transparent)]
-    Hooks(#[from] keel_core::middleware::UndeclaredHooks),
     /// The summarization middleware could not be built from a valid configuration.
     #[error("{}: {source}", path.display())]
     Summarization {
@@ -442,7 +439,7 @@ pub async fn prepare(
     let counter =
         counter.unwrap_or_else(|| Arc::new(CachedCounter::new(ApproximateCounter::langchain())));
 
-    let engine = ReplayEngine::checked(stack, counter)?
+    let engine = ReplayEngine::new(stack, counter)
         .with_thread_id(thread_id.clone())
         .with_kept_requests(!options.discard_requests)
         .with_model_profile(profile);

@@ -440,38 +440,32 @@ async fn the_observer_sees_every_call() {
     assert_eq!(p.0, ["start 3", "1 1", "2 3", "3 5"]);
 }
 
-/// Implements `before_model` but lists only `wrap_model_call`.
-struct Forgetful;
+/// Implements `before_model` only (the attribute declares just that), counting calls.
+struct BeforeModelCount(Arc<std::sync::atomic::AtomicUsize>);
 
-#[async_trait]
-impl Middleware for Forgetful {
+#[keel_core::middleware]
+impl Middleware for BeforeModelCount {
     fn name(&self) -> &str {
-        "Forgetful"
-    }
-    fn hooks(&self) -> keel_core::middleware::Hooks {
-        keel_core::middleware::Hooks {
-            wrap_model_call: true,
-            ..keel_core::middleware::Hooks::NONE
-        }
+        "BeforeModelCount"
     }
     async fn before_model(
         &self,
         _: &AgentState,
         _: &Runtime,
     ) -> Result<HookOutcome, MiddlewareError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(HookOutcome::proceed())
     }
 }
 
-#[test]
-fn a_hook_missing_from_hooks_is_refused_as_the_agent_builder_refuses_it() {
-    let err = ReplayEngine::checked(vec![Arc::new(Forgetful)], counter())
-        .err()
-        .expect("refused");
-    let text = err.to_string();
-    assert!(
-        text.contains("Forgetful") && text.contains("before_model"),
-        "{text}"
-    );
-    assert!(ReplayEngine::checked(vec![Arc::new(NaiveWindow { keep: 2 })], counter()).is_ok());
+#[tokio::test]
+async fn the_replay_calls_the_hooks_the_attribute_declares() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let m = BeforeModelCount(calls.clone());
+    assert!(m.hooks().before_model() && !m.hooks().wrap_model_call());
+    ReplayEngine::new(vec![Arc::new(m)], counter())
+        .run(&two_turns(), &mut Progress::default())
+        .await
+        .unwrap();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 3);
 }

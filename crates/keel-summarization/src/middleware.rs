@@ -57,11 +57,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use keel_core::hash::StableHasher;
 use keel_core::message::Message;
 use keel_core::middleware::{
-    Hooks, Middleware, ModelRequest, ModelResponse, Next, ToolCallRequest, ToolNext,
+    Middleware, ModelRequest, ModelResponse, Next, ToolCallRequest, ToolNext,
 };
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::store::StoreError;
@@ -849,19 +848,10 @@ impl Compactor {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for SummarizationMiddleware {
     fn name(&self) -> &str {
         "SummarizationMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            // Answers `compact_conversation`; one name comparison per tool call otherwise.
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
 
     /// Answers the `compact_conversation` tool (`compact_tool: true`); the compaction

@@ -38,7 +38,7 @@
 //!         Ok(HookOutcome::proceed())
 //!     })
 //! });
-//! assert!(temperature.hooks().wrap_model_call && !temperature.hooks().before_model);
+//! assert!(temperature.hooks().wrap_model_call() && !temperature.hooks().before_model());
 //! assert_eq!(count.name(), "Count");
 //! ```
 //!
@@ -46,11 +46,9 @@
 //! `delete_thread_data` is still a struct implementing [`Middleware`]; both kinds mix
 //! freely in one stack.
 
-use async_trait::async_trait;
-
 use super::{
-    BoxFuture, HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, ModelRequest,
-    ModelResponse, Next, Runtime, ToolCallRequest, ToolNext,
+    BoxFuture, HookOutcome, JumpTarget, Middleware, MiddlewareError, ModelRequest, ModelResponse,
+    Next, Runtime, ToolCallRequest, ToolNext,
 };
 use crate::access::StateAccess;
 use crate::message::Message;
@@ -74,7 +72,7 @@ pub type ToolFuture<'a> = BoxFuture<'a, Result<Message, ToolError>>;
 ///
 /// let passthrough: WrapModel<_> =
 ///     wrap_model("Passthrough", |request, next| Box::pin(next.run(request)));
-/// assert!(passthrough.hooks().wrap_model_call);
+/// assert!(passthrough.hooks().wrap_model_call());
 /// ```
 pub struct WrapModel<F> {
     name: String,
@@ -99,8 +97,7 @@ pub struct WrapModel<F> {
 ///     })
 /// });
 /// let hooks = last_one.hooks();
-/// assert!(hooks.wrap_model_call && !hooks.before_model && !hooks.wrap_tool_call);
-/// assert!(keel_core::middleware::check_hooks(&last_one).is_ok());
+/// assert!(hooks.wrap_model_call() && !hooks.before_model() && !hooks.wrap_tool_call());
 /// # });
 /// ```
 pub fn wrap_model<F>(name: impl Into<String>, f: F) -> WrapModel<F>
@@ -131,19 +128,13 @@ impl<F> WrapModel<F> {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl<F> Middleware for WrapModel<F>
 where
     F: for<'a> Fn(ModelRequest, Next<'a>) -> ModelFuture<'a> + Send + Sync,
 {
     fn name(&self) -> &str {
         &self.name
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     fn state_access(&self) -> StateAccess {
         self.access.clone()
@@ -164,7 +155,7 @@ where
 ///
 /// let passthrough: WrapTool<_> =
 ///     wrap_tool("Passthrough", |request, next| Box::pin(next.run(request)));
-/// assert!(passthrough.hooks().wrap_tool_call);
+/// assert!(passthrough.hooks().wrap_tool_call());
 /// ```
 pub struct WrapTool<F> {
     name: String,
@@ -191,7 +182,7 @@ pub struct WrapTool<F> {
 ///     })
 /// });
 /// let hooks = no_shell.hooks();
-/// assert!(hooks.wrap_tool_call && !hooks.wrap_model_call);
+/// assert!(hooks.wrap_tool_call() && !hooks.wrap_model_call());
 /// ```
 pub fn wrap_tool<F>(name: impl Into<String>, f: F) -> WrapTool<F>
 where
@@ -221,19 +212,13 @@ impl<F> WrapTool<F> {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl<F> Middleware for WrapTool<F>
 where
     F: for<'a> Fn(ToolCallRequest, ToolNext<'a>) -> ToolFuture<'a> + Send + Sync,
 {
     fn name(&self) -> &str {
         &self.name
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
     fn state_access(&self) -> StateAccess {
         self.access.clone()
@@ -317,19 +302,13 @@ macro_rules! node_hook {
             }
         }
 
-        #[async_trait]
+        #[keel_core::middleware]
         impl<F> Middleware for $ty<F>
         where
             F: for<'a> Fn(&'a AgentState, &'a Runtime) -> NodeFuture<'a> + Send + Sync,
         {
             fn name(&self) -> &str {
                 &self.name
-            }
-            fn hooks(&self) -> Hooks {
-                Hooks {
-                    $hook: true,
-                    ..Hooks::NONE
-                }
             }
             fn jump_targets(&self) -> &[JumpTarget] {
                 &self.jumps
@@ -356,7 +335,7 @@ node_hook! {
     ///
     /// let m: BeforeAgent<_> =
     ///     before_agent("Noop", |_state, _runtime| Box::pin(async { Ok(HookOutcome::proceed()) }));
-    /// assert!(m.hooks().before_agent);
+    /// assert!(m.hooks().before_agent());
     /// ```
     type BeforeAgent;
     /// Middleware run once per run, before anything else, from a closure
@@ -379,7 +358,7 @@ node_hook! {
     ///     })
     /// });
     /// let hooks = greet.hooks();
-    /// assert!(hooks.before_agent && !hooks.before_model && !hooks.after_agent);
+    /// assert!(hooks.before_agent() && !hooks.before_model() && !hooks.after_agent());
     /// ```
     fn before_agent => before_agent;
 }
@@ -392,7 +371,7 @@ node_hook! {
     ///
     /// let m: BeforeModel<_> =
     ///     before_model("Noop", |_state, _runtime| Box::pin(async { Ok(HookOutcome::proceed()) }));
-    /// assert!(m.hooks().before_model);
+    /// assert!(m.hooks().before_model());
     /// ```
     type BeforeModel;
     /// Middleware run before every model call, from a closure `|state, runtime|`
@@ -413,7 +392,7 @@ node_hook! {
     ///     })
     /// })
     /// .with_jump_targets([JumpTarget::End]);
-    /// assert!(cap.hooks().before_model && !cap.hooks().after_model);
+    /// assert!(cap.hooks().before_model() && !cap.hooks().after_model());
     /// ```
     fn before_model => before_model;
 }
@@ -426,7 +405,7 @@ node_hook! {
     ///
     /// let m: AfterModel<_> =
     ///     after_model("Noop", |_state, _runtime| Box::pin(async { Ok(HookOutcome::proceed()) }));
-    /// assert!(m.hooks().after_model);
+    /// assert!(m.hooks().after_model());
     /// ```
     type AfterModel;
     /// Middleware run after every model call (in reverse order), from a closure
@@ -446,7 +425,7 @@ node_hook! {
     ///         Ok(HookOutcome::proceed())
     ///     })
     /// });
-    /// assert!(log.hooks().after_model && !log.hooks().before_model);
+    /// assert!(log.hooks().after_model() && !log.hooks().before_model());
     /// ```
     fn after_model => after_model;
 }
@@ -459,7 +438,7 @@ node_hook! {
     ///
     /// let m: AfterAgent<_> =
     ///     after_agent("Noop", |_state, _runtime| Box::pin(async { Ok(HookOutcome::proceed()) }));
-    /// assert!(m.hooks().after_agent);
+    /// assert!(m.hooks().after_agent());
     /// ```
     type AfterAgent;
     /// Middleware run once per run, at the end (in reverse order), from a closure
@@ -482,7 +461,7 @@ node_hook! {
     ///         }
     ///     })
     /// });
-    /// assert!(must_answer.hooks().after_agent && !must_answer.hooks().before_agent);
+    /// assert!(must_answer.hooks().after_agent() && !must_answer.hooks().before_agent());
     /// ```
     fn after_agent => after_agent;
 }

@@ -16,8 +16,7 @@ mod clear_tool_uses;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::ModelError;
 use keel_core::tokens::TokenCounter;
 use keel_tokens::ApproximateCounter;
@@ -68,17 +67,10 @@ impl ContextEditing {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ContextEditing {
     fn name(&self) -> &str {
         "ContextEditingMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

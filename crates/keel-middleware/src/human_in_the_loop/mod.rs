@@ -24,12 +24,11 @@
 //! Put it first in the stack: its `after_model` then runs last (after-model hooks run
 //! innermost first), so the interrupt skips no other middleware's `after_model`.
 
-use async_trait::async_trait;
 use keel_agent::{Agent, AgentError, RunOutput};
 use keel_core::access::StateAccess;
 use keel_core::interrupt::{Pause, Resumable, ResumeRefused};
 use keel_core::message::{Message, MessageBody, ToolStatus};
-use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -602,7 +601,7 @@ fn answer(call_id: &str, tool: &str, decision: &Decision) -> Option<Message> {
     Some(m)
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for HumanInTheLoop {
     fn resumable(&self) -> Option<&dyn Resumable> {
         Some(self)
@@ -610,14 +609,6 @@ impl Middleware for HumanInTheLoop {
 
     fn name(&self) -> &str {
         "HumanInTheLoopMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_agent: true,
-            after_model: true,
-            ..Hooks::NONE
-        }
     }
 
     fn jump_targets(&self) -> &[JumpTarget] {

@@ -8,9 +8,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ToolCallRequest, ToolNext};
+use keel_core::middleware::{Middleware, ToolCallRequest, ToolNext};
 use keel_core::model::{ChatModel, ChatRequest, ModelSettings};
 use keel_core::telemetry::{self, CallPurpose};
 use keel_core::tool::ToolError;
@@ -58,17 +57,10 @@ impl LlmToolEmulator {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for LlmToolEmulator {
     fn name(&self) -> &str {
         "LLMToolEmulator"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_tool_call(

@@ -13,9 +13,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ToolChoice};
 use keel_core::telemetry::{self, CallPurpose};
 use keel_core::tool::ToolSpec;
@@ -141,17 +140,10 @@ impl LlmToolSelector {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for LlmToolSelector {
     fn name(&self) -> &str {
         "LLMToolSelectorMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

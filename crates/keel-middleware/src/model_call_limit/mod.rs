@@ -11,10 +11,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::Message;
-use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
 use serde_json::{Value, json};
 
@@ -84,18 +83,10 @@ impl ModelCallLimit {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ModelCallLimit {
     fn name(&self) -> &str {
         "ModelCallLimitMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_model: true,
-            after_model: true,
-            ..Hooks::NONE
-        }
     }
 
     fn jump_targets(&self) -> &[JumpTarget] {

@@ -9,8 +9,7 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ChatModel, ModelError, ModelErrorKind};
 use serde_json::json;
 
@@ -52,17 +51,10 @@ impl ModelFallback {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ModelFallback {
     fn name(&self) -> &str {
         "ModelFallbackMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

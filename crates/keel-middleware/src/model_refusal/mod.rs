@@ -9,9 +9,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::{Content, ContentPart, Message};
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ModelError, ModelErrorKind};
 use serde_json::{Value, json};
 
@@ -68,17 +67,10 @@ pub fn refusal_message(text: &str, category: Option<&str>) -> String {
     out
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ModelRefusal {
     fn name(&self) -> &str {
         "ModelRefusalMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

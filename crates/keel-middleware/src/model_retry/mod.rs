@@ -11,9 +11,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::{ModelError, ModelErrorKind};
 use serde_json::json;
 
@@ -115,17 +114,10 @@ impl ModelRetry {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ModelRetry {
     fn name(&self) -> &str {
         "ModelRetryMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_model_call(

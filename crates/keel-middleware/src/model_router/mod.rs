@@ -10,11 +10,10 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::Message;
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
 };
 use keel_core::model::{
     ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelSettings, ToolChoice,
@@ -118,18 +117,10 @@ impl ModelRouter {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ModelRouter {
     fn name(&self) -> &str {
         "ModelRouterMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            before_agent: true,
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
 
     fn state_access(&self) -> StateAccess {

@@ -20,10 +20,9 @@ mod stream;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::{Content, ContentPart, Message, MessageBody};
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
 };
 use keel_core::model::ModelError;
 use keel_core::state::{AgentState, StateUpdate};
@@ -245,21 +244,10 @@ impl Pii {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Pii {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn hooks(&self) -> Hooks {
-        // Declared whatever the settings (the build-time hook check sees the code, not
-        // the settings); a disabled hook returns at its first line.
-        Hooks {
-            before_model: true,
-            wrap_model_call: true,
-            after_model: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn before_model(

@@ -17,11 +17,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::{Content, ContentPart, Message, TextPart, ToolCall};
 use keel_core::middleware::{
-    HookOutcome, Hooks, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
+    HookOutcome, Middleware, MiddlewareError, ModelRequest, ModelResponse, Next, Runtime,
     ToolCallRequest, ToolNext,
 };
 use keel_core::model::ModelError;
@@ -182,19 +181,10 @@ fn todo_calls(calls: &[ToolCall]) -> Vec<&ToolCall> {
     calls.iter().filter(|c| c.name == TOOL_NAME).collect()
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for TodoList {
     fn name(&self) -> &str {
         "TodoListMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            after_model: true,
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
 
     fn state_access(&self) -> StateAccess {

@@ -14,10 +14,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::access::StateAccess;
 use keel_core::message::{Message, ToolCall};
-use keel_core::middleware::{HookOutcome, Hooks, JumpTarget, Middleware, MiddlewareError, Runtime};
+use keel_core::middleware::{HookOutcome, JumpTarget, Middleware, MiddlewareError, Runtime};
 use keel_core::state::{AgentState, StateUpdate};
 use serde_json::{Value, json};
 
@@ -136,17 +135,10 @@ fn error_result(call: &ToolCall, text: &str) -> Message {
     Message::tool_error(call.id.clone(), text).with_name(call.name.clone())
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ToolCallLimit {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            after_model: true,
-            ..Hooks::NONE
-        }
     }
 
     fn jump_targets(&self) -> &[JumpTarget] {

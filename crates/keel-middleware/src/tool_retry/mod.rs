@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ToolCallRequest, ToolNext};
+use keel_core::middleware::{Middleware, ToolCallRequest, ToolNext};
 use keel_core::tool::ToolError;
 use serde_json::json;
 
@@ -142,17 +141,10 @@ impl ToolRetry {
     }
 }
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for ToolRetry {
     fn name(&self) -> &str {
         "ToolRetryMiddleware"
-    }
-
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
 
     async fn wrap_tool_call(

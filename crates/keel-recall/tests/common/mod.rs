@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_core::middleware::{Hooks, Middleware, ModelRequest, ModelResponse, Next};
+use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};
 use keel_core::model::ModelError;
 use keel_core::recall::{MemoryRecallIndex, RecallDocument, RecallHit, RecallIndex};
 use keel_core::store::{SessionScope, StoreError};
@@ -64,16 +64,10 @@ pub fn thread() -> Vec<Message> {
 /// crude compaction that leaves no summary.
 pub struct KeepLast(pub usize);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for KeepLast {
     fn name(&self) -> &str {
         "KeepLast"
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,

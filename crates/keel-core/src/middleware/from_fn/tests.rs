@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use super::*;
-use crate::middleware::probe::{model_request, tool_request};
-use crate::middleware::{ModelHandler, ToolHandler, check_hooks};
+use crate::middleware::{ModelHandler, ToolHandler};
+use crate::model::ModelProfile;
 
 /// A shared, ordered log.
 #[derive(Clone, Default)]
@@ -20,87 +20,74 @@ impl Log {
     }
 }
 
-/// Declares no hook and forwards all six to `M`: [`check_hooks`] then names exactly the
-/// hooks `M` implements (forwarding to a default counts as a default).
-struct Undeclared<M>(M);
+/// A model the requests name; the terminal answers instead, so it is never asked.
+struct Silent(ModelProfile);
 
 #[async_trait]
-impl<M: Middleware> Middleware for Undeclared<M> {
-    fn name(&self) -> &str {
-        self.0.name()
+impl crate::model::ChatModel for Silent {
+    fn profile(&self) -> &ModelProfile {
+        &self.0
     }
-    fn hooks(&self) -> Hooks {
-        Hooks::NONE
-    }
-    async fn before_agent(
-        &self,
-        s: &AgentState,
-        r: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.before_agent(s, r).await
-    }
-    async fn before_model(
-        &self,
-        s: &AgentState,
-        r: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.before_model(s, r).await
-    }
-    async fn wrap_model_call(
-        &self,
-        request: ModelRequest,
-        next: Next<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        self.0.wrap_model_call(request, next).await
-    }
-    async fn after_model(
-        &self,
-        s: &AgentState,
-        r: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.after_model(s, r).await
-    }
-    async fn wrap_tool_call(
-        &self,
-        request: ToolCallRequest,
-        next: ToolNext<'_>,
-    ) -> Result<Message, ToolError> {
-        self.0.wrap_tool_call(request, next).await
-    }
-    async fn after_agent(
-        &self,
-        s: &AgentState,
-        r: &Runtime,
-    ) -> Result<HookOutcome, MiddlewareError> {
-        self.0.after_agent(s, r).await
+    async fn invoke(&self, _: crate::model::ChatRequest<'_>) -> Result<Message, ModelError> {
+        Ok(Message::ai(""))
     }
 }
 
-/// The one hook `m` declares and the hooks it implements, which must be the same.
-/// Checking `m` itself runs none of its code (only undeclared hooks are probed).
-fn declared_and_implemented<M: Middleware>(
-    log: &Log,
-    m: M,
-) -> (Vec<&'static str>, Vec<&'static str>) {
+/// A model request with no messages, for calling hooks directly.
+fn model_request(state: &Arc<AgentState>, runtime: &Runtime) -> ModelRequest {
+    ModelRequest {
+        messages: Arc::new(Vec::new()),
+        system: None,
+        tools: Arc::new(Vec::new()),
+        tool_choice: None,
+        settings: Default::default(),
+        model: Arc::new(Silent(ModelProfile::new("silent", "test"))),
+        state: state.clone(),
+        runtime: runtime.clone(),
+    }
+}
+
+/// A call of tool "t", for calling hooks directly.
+fn tool_request(state: &Arc<AgentState>, runtime: &Runtime) -> ToolCallRequest {
+    ToolCallRequest {
+        call: crate::message::ToolCall::new("c", "t", serde_json::Value::Null),
+        tool: None,
+        state: state.clone(),
+        runtime: runtime.clone(),
+    }
+}
+
+/// The hooks `m` declares, and the hooks whose closure ran when all six were called.
+async fn declared_and_run<M: Middleware>(log: &Log, m: M) -> (Vec<&'static str>, Vec<String>) {
     let h = m.hooks();
     let declared = [
-        ("before_agent", h.before_agent),
-        ("before_model", h.before_model),
-        ("wrap_model_call", h.wrap_model_call),
-        ("after_model", h.after_model),
-        ("wrap_tool_call", h.wrap_tool_call),
-        ("after_agent", h.after_agent),
+        ("before_agent", h.before_agent()),
+        ("before_model", h.before_model()),
+        ("wrap_model_call", h.wrap_model_call()),
+        ("after_model", h.after_model()),
+        ("wrap_tool_call", h.wrap_tool_call()),
+        ("after_agent", h.after_agent()),
     ]
     .into_iter()
     .filter_map(|(name, on)| on.then_some(name))
     .collect();
     log.take();
-    assert_eq!(check_hooks(&m), Ok(()));
-    assert!(log.take().is_empty());
-    let implemented = check_hooks(&Undeclared(m))
-        .map(|()| Vec::new())
-        .unwrap_or_else(|e| e.hooks);
-    (declared, implemented)
+    let state = Arc::new(AgentState::default());
+    let runtime = Runtime::detached("t");
+    let terminal = Terminal(Log::default());
+    m.before_agent(&state, &runtime).await.unwrap();
+    m.before_model(&state, &runtime).await.unwrap();
+    let next = Next::new(&[], &terminal);
+    m.wrap_model_call(model_request(&state, &runtime), next)
+        .await
+        .unwrap();
+    m.after_model(&state, &runtime).await.unwrap();
+    let next = ToolNext::new(&[], &terminal);
+    m.wrap_tool_call(tool_request(&state, &runtime), next)
+        .await
+        .unwrap();
+    m.after_agent(&state, &runtime).await.unwrap();
+    (declared, log.take())
 }
 
 fn node(
@@ -121,16 +108,27 @@ fn node(
     }
 }
 
-#[test]
-fn each_declares_exactly_the_hook_it_implements() {
+/// A wrap closure that logs `tag` and passes the call on.
+macro_rules! logging_wrap {
+    ($ctor:ident, $log:expr, $tag:literal) => {{
+        let log = $log.clone();
+        $ctor("w", move |r, next| {
+            log.push($tag);
+            Box::pin(next.run(r))
+        })
+    }};
+}
+
+#[tokio::test]
+async fn each_declares_exactly_the_hook_its_closure_runs_at() {
     let log = Log::default();
     let cases = [
-        declared_and_implemented(&log, before_agent("a", node(&log, "a"))),
-        declared_and_implemented(&log, before_model("b", node(&log, "b"))),
-        declared_and_implemented(&log, wrap_model("c", |r, next| Box::pin(next.run(r)))),
-        declared_and_implemented(&log, after_model("d", node(&log, "d"))),
-        declared_and_implemented(&log, wrap_tool("e", |r, next| Box::pin(next.run(r)))),
-        declared_and_implemented(&log, after_agent("f", node(&log, "f"))),
+        declared_and_run(&log, before_agent("a", node(&log, "before_agent"))).await,
+        declared_and_run(&log, before_model("b", node(&log, "before_model"))).await,
+        declared_and_run(&log, logging_wrap!(wrap_model, log, "wrap_model_call")).await,
+        declared_and_run(&log, after_model("d", node(&log, "after_model"))).await,
+        declared_and_run(&log, logging_wrap!(wrap_tool, log, "wrap_tool_call")).await,
+        declared_and_run(&log, after_agent("f", node(&log, "after_agent"))).await,
     ];
     let expected = [
         "before_agent",
@@ -140,9 +138,13 @@ fn each_declares_exactly_the_hook_it_implements() {
         "wrap_tool_call",
         "after_agent",
     ];
-    for ((declared, implemented), hook) in cases.into_iter().zip(expected) {
+    for ((declared, ran), hook) in cases.into_iter().zip(expected) {
         assert_eq!(declared, [hook]);
-        assert_eq!(implemented, [hook]);
+        let ran: Vec<_> = ran
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or(""))
+            .collect();
+        assert_eq!(ran, [hook]);
     }
 }
 
@@ -160,16 +162,16 @@ async fn node_closures_run_at_their_hook_with_its_arguments() {
     for m in &stack {
         // Called as the agent calls them: the declared hook only.
         let h = m.hooks();
-        if h.before_agent {
+        if h.before_agent() {
             m.before_agent(&state, &runtime).await.unwrap();
         }
-        if h.before_model {
+        if h.before_model() {
             m.before_model(&state, &runtime).await.unwrap();
         }
-        if h.after_model {
+        if h.after_model() {
             m.after_model(&state, &runtime).await.unwrap();
         }
-        if h.after_agent {
+        if h.after_agent() {
             m.after_agent(&state, &runtime).await.unwrap();
         }
     }
@@ -228,17 +230,10 @@ async fn a_node_closures_outcome_and_jumps_are_its_own() {
 /// A struct middleware around the model call, for the mixed stacks.
 struct Struct(&'static str, Log);
 
-#[async_trait]
+#[keel_core::middleware]
 impl Middleware for Struct {
     fn name(&self) -> &str {
         self.0
-    }
-    fn hooks(&self) -> Hooks {
-        Hooks {
-            wrap_model_call: true,
-            wrap_tool_call: true,
-            ..Hooks::NONE
-        }
     }
     async fn wrap_model_call(
         &self,
