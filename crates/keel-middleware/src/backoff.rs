@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::stack::StackError;
+use crate::stack::value::Settings;
 
 /// How many times to retry and how long to wait in between.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -97,6 +99,29 @@ pub(crate) async fn wait(delay: Duration) {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+}
+
+/// Reads the backoff settings of a retry entry (`max_retries`, `backoff_factor`,
+/// `initial_delay`, `max_delay`, `jitter`), LangChain's defaults for those not given.
+/// Their ranges are checked by [`Backoff::validate`] when the middleware is built.
+pub(crate) fn read(args: &Settings<'_>) -> Result<Backoff, StackError> {
+    let mut b = Backoff::default();
+    if let Some(v) = args.get("max_retries") {
+        b.max_retries = v.count(u64::from(MAX_RETRIES))? as u32;
+    }
+    if let Some(v) = args.get("backoff_factor") {
+        b.backoff_factor = v.number()?;
+    }
+    if let Some(v) = args.get("initial_delay") {
+        b.initial_delay = v.number()?;
+    }
+    if let Some(v) = args.get("max_delay") {
+        b.max_delay = v.number()?;
+    }
+    if let Some(v) = args.get("jitter") {
+        b.jitter = v.bool()?;
+    }
+    Ok(b)
 }
 
 #[cfg(test)]

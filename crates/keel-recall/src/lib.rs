@@ -40,6 +40,8 @@
 
 pub mod middleware;
 pub mod settings;
+pub mod stack;
 
 pub use middleware::{RECALL_NAME, RECALL_PREFIX, RecallBuilder, RecallMiddleware, render};
 pub use settings::{RecallSettings, RecallSettingsError};
+pub use stack::RecallEntry;

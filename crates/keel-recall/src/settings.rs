@@ -87,6 +87,16 @@ fn check(
 }
 
 impl RecallSettings {
+    /// The settings' names, as a stack file or keel.yaml writes them.
+    pub const KEYS: [&'static str; 6] = [
+        "max_excerpts",
+        "max_tokens",
+        "min_score",
+        "max_excerpt_chars",
+        "flow_id",
+        "user_id",
+    ];
+
     /// Checks every setting against its range.
     pub fn validate(&self) -> Result<(), RecallSettingsError> {
         check("max_excerpts", self.max_excerpts, &MAX_EXCERPTS_RANGE)?;

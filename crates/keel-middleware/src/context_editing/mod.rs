@@ -12,6 +12,10 @@
 //! in the stack: clearing runs first, so the summarizer counts and summarizes the
 //! cleared request, and often need not run at all.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 mod clear_tool_uses;
 
 use std::sync::Arc;

@@ -24,6 +24,10 @@
 //! Put it first in the stack: its `after_model` then runs last (after-model hooks run
 //! innermost first), so the interrupt skips no other middleware's `after_model`.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use keel_agent::{Agent, AgentError, RunOutput};
 use keel_core::access::StateAccess;
 use keel_core::interrupt::{Pause, Resumable, ResumeRefused};

@@ -6,6 +6,10 @@
 //! rendering as LangChain shows them); its answer becomes the tool result. The call is
 //! internal: its tokens never reach the user's stream. Calls of other tools run.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::message::Message;

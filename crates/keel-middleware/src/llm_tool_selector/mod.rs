@@ -11,6 +11,10 @@
 //! candidates fail the call, as in LangChain. `always_include` tools are never offered
 //! to the selector and always kept; `max_tools` keeps the first picks.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::message::Message;

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::common::{run_count, run_count_value, thread_count};
 use crate::error::ConfigError;
 use crate::events;
-use crate::stack::entries::MAX_LIMIT;
+use crate::stack::value::MAX_LIMIT;
 use crate::stack::value::{Ready, Settings};
 use crate::stack::{CheckedEntry, EntrySource, StackEntry, StackError};
 

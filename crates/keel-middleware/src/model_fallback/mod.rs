@@ -7,6 +7,10 @@
 //! the call: Keel's counterpart of LangGraph's interrupts and other control-flow
 //! signals, which LangChain re-raises) is never swallowed: it is returned at once.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::middleware::{Middleware, ModelRequest, ModelResponse, Next};

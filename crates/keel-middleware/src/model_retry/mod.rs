@@ -9,6 +9,10 @@
 //! error. Error kinds are named as LangChain's `langchain_core.exceptions` classes, so a
 //! migrated agent's messages read the same.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::message::Message;

@@ -8,6 +8,10 @@
 //! goes to that route's model. LangChain's classifier is a `BaseDecisionModel`; Keel
 //! asks a chat model with a tool call, which any OpenAI-compatible server can answer.
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::access::StateAccess;

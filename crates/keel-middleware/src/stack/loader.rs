@@ -10,35 +10,27 @@ use keel_config::yaml::{Node, Yaml};
 use keel_core::middleware::Middleware;
 use keel_core::model::ModelRegistry;
 
-use super::entries::{self, Entry, EntryAt, NAMES};
 use super::value::{At, Refuse, nearest};
 
-/// A built-in entry (see [`NAMES`](super::entries::NAMES)).
-struct Builtin(&'static str);
-
-struct CheckedBuiltin(Entry);
-
-impl StackEntry for Builtin {
-    fn name(&self) -> &'static str {
-        self.0
-    }
-
-    fn read(&self, source: &EntrySource<'_>) -> Result<Arc<dyn CheckedEntry>, StackError> {
-        let at = EntryAt {
-            index: source.index,
-            name: source.name,
-            line: source.line,
-        };
-        let entry = entries::read(&at, source.node)?;
-        Ok(Arc::new(CheckedBuiltin(entry)))
-    }
-}
-
-impl CheckedEntry for CheckedBuiltin {
-    fn build(&self, ctx: &BuildContext<'_>) -> Result<Option<Arc<dyn Middleware>>, StackError> {
-        entries::build(&self.0, ctx.index, ctx.name, ctx.line, ctx.models)
-    }
-}
+/// The middleware names a stack file accepts (LangChain's class names in snake case,
+/// without `_middleware`), in the order [`StackLoader::builtin`] registers them.
+pub const NAMES: &[&str] = &[
+    "model_call_limit",
+    "tool_call_limit",
+    "model_retry",
+    "tool_retry",
+    "tool_error",
+    "model_fallback",
+    "context_editing",
+    "pii",
+    "todo_list",
+    "llm_tool_selector",
+    "llm_tool_emulator",
+    "model_router",
+    "model_refusal",
+    "human_in_the_loop",
+    "recall",
+];
 
 /// One middleware entry of a loaded stack file.
 #[derive(Clone)]
@@ -95,21 +87,25 @@ impl StackLoader {
         Self::default()
     }
 
-    /// A loader that knows Keel's built-in entries ([`NAMES`](super::entries::NAMES)).
+    /// A loader that knows Keel's built-in entries ([`NAMES`]), each read by its
+    /// middleware's folder (`recall` by keel-recall).
     pub fn builtin() -> Self {
-        // In the order of NAMES; an entry its middleware's folder owns is registered
-        // from there, the others are read by `entries`.
-        NAMES
-            .iter()
-            .fold(Self::empty(), |loader, name| match *name {
-                "model_call_limit" => loader.with(crate::model_call_limit::Entry),
-                "todo_list" => loader.with(crate::todo_list::Entry),
-                "tool_call_limit" => loader.with(crate::tool_call_limit::Entry),
-                "tool_error" => loader.with(crate::tool_error::Entry),
-                "pii" => loader.with(crate::pii::Entry),
-                "model_refusal" => loader.with(crate::model_refusal::Entry),
-                _ => loader.with(Builtin(name)),
-            })
+        Self::empty()
+            .with(crate::model_call_limit::Entry)
+            .with(crate::tool_call_limit::Entry)
+            .with(crate::model_retry::Entry)
+            .with(crate::tool_retry::Entry)
+            .with(crate::tool_error::Entry)
+            .with(crate::model_fallback::Entry)
+            .with(crate::context_editing::Entry)
+            .with(crate::pii::Entry)
+            .with(crate::todo_list::Entry)
+            .with(crate::llm_tool_selector::Entry)
+            .with(crate::llm_tool_emulator::Entry)
+            .with(crate::model_router::Entry)
+            .with(crate::model_refusal::Entry)
+            .with(crate::human_in_the_loop::Entry)
+            .with(keel_recall::RecallEntry)
     }
 
     /// Adds an entry kind; one of the same name is replaced.

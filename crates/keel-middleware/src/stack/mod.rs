@@ -17,7 +17,7 @@
 //!
 //! Each `middleware` entry is a one-key mapping from LangChain's class name in snake
 //! case without `_middleware` to that class's constructor arguments under LangChain's
-//! names (see [`entries::NAMES`] and `docs/middleware.md`). Every error names the key,
+//! names (see [`NAMES`] and `docs/middleware.md`). Every error names the key,
 //! the value, what is allowed and the line. Model names (the `model` key, fallback
 //! models, a summary `model_name`) are resolved by the application through a
 //! [`ModelRegistry`], so one file serves `keel run`, tests and a server.
@@ -49,7 +49,6 @@
 //! # }
 //! ```
 
-pub mod entries;
 mod loader;
 pub(crate) mod value;
 
@@ -63,7 +62,7 @@ use keel_core::model::ChatModel;
 
 pub use keel_config::stack::{BuildContext, CheckedEntry, EntrySource, StackEntry, StackError};
 pub use keel_core::model::ModelRegistry;
-pub use loader::{LoadedEntry, StackLoader};
+pub use loader::{LoadedEntry, NAMES, StackLoader};
 
 use value::{At, Refuse, known_keys};
 

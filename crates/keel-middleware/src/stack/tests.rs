@@ -203,3 +203,16 @@ fn recall_entries_load_and_name_bad_values() {
                 .contains("unknown key middleware[0].recall.max_excerpt")
     );
 }
+
+#[test]
+fn names_are_the_builtin_registry_in_order() {
+    assert_eq!(StackLoader::builtin().names(), NAMES);
+    for name in NAMES {
+        // Every built-in entry reads its own settings: an unknown one is refused by it.
+        let e = err(&format!("middleware:\n  - {name}:\n      zzz_unknown: 1\n"));
+        assert!(
+            e.contains(&format!("middleware[0].{name}.zzz_unknown")),
+            "{name}: {e}"
+        );
+    }
+}

@@ -8,6 +8,10 @@
 //! `error` returns the error to the outer layers (the agent then turns it into its own
 //! error result).
 
+mod entry;
+
+pub(crate) use entry::Entry;
+
 use std::sync::Arc;
 
 use keel_core::message::Message;
