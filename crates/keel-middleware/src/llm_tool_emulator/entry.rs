@@ -89,7 +89,11 @@ mod tests {
             Stack::from_yaml_str("middleware:\n  - llm_tool_emulator:\n\n      model: fake\n")
                 .unwrap();
         let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
-        let e = stack.middleware(none).unwrap_err().to_string();
+        let e = stack
+            .middleware(none)
+            .err()
+            .expect("the build is refused")
+            .to_string();
         assert!(
             e.starts_with(
                 "middleware[0].llm_tool_emulator.model = \"fake\" (line 4): no such model"

@@ -139,7 +139,11 @@ mod tests {
             Stack::from_yaml_str("middleware:\n  - llm_tool_selector:\n      model: tiny\n")
                 .unwrap();
         let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
-        let e = stack.middleware(none).unwrap_err().to_string();
+        let e = stack
+            .middleware(none)
+            .err()
+            .expect("the build is refused")
+            .to_string();
         assert!(
             e.starts_with(
                 "middleware[0].llm_tool_selector.model = \"tiny\" (line 3): no such model"

@@ -154,7 +154,11 @@ mod tests {
         let text = "middleware:\n  - model_router:\n      choices: {}\n      instructions: Pick.\n      classifier: c\n";
         let stack = Stack::from_yaml_str(text).unwrap();
         let none: Arc<dyn ModelRegistry> = Arc::new(|_: &str| None);
-        let e = stack.middleware(none).unwrap_err().to_string();
+        let e = stack
+            .middleware(none)
+            .err()
+            .expect("the build is refused")
+            .to_string();
         assert!(
             e.starts_with("middleware[0].model_router.classifier = \"c\" (line 5): no such model"),
             "{e}"
@@ -162,7 +166,11 @@ mod tests {
         let m: Arc<dyn keel_core::model::ChatModel> =
             Arc::new(keel_testkit::ScriptedModel::new([]));
         let any: Arc<dyn ModelRegistry> = Arc::new(move |_: &str| Some(m.clone()));
-        let e = stack.middleware(any).unwrap_err().to_string();
+        let e = stack
+            .middleware(any)
+            .err()
+            .expect("the build is refused")
+            .to_string();
         assert_eq!(
             e,
             "middleware[0].model_router.choices = {}: no route; allowed: a mapping of one or more routes: {name: {model, criteria}} (line 2)"
