@@ -81,12 +81,14 @@ pub enum KeelYamlError {
     #[error("keel.yaml: {0}")]
     Mcp(#[from] McpError),
     /// A key with a value outside what is allowed.
-    #[error("keel.yaml: {key}: {problem}")]
+    #[error("keel.yaml: {key}{}: {problem}", keel_config::at_line(*line))]
     Invalid {
         /// The key, dotted (`middleware[1].summarization`).
         key: String,
         /// What is wrong and what is allowed.
         problem: String,
+        /// The line, when the key was read from keel.yaml's line-remembering tree.
+        line: Option<u64>,
     },
 }
 
@@ -177,18 +179,23 @@ impl StackConfig {
             None | Some(Yaml::Null) => &[],
             Some(Yaml::Seq(items)) => items,
             Some(_) => {
-                return Err(invalid(
-                    "middleware",
-                    "is not a list; each entry is a one-key mapping, e.g. `- summarization: {...}`",
-                ));
+                return Err(KeelYamlError::Invalid {
+                    key: "middleware".into(),
+                    problem: "is not a list; each entry is a one-key mapping, e.g. \
+                              `- summarization: {...}`"
+                        .into(),
+                    line: stack.middleware.as_ref().map(|n| n.line),
+                });
             }
         };
         for (i, entry) in items.iter().enumerate() {
             if !matches!(&entry.value, Yaml::Map(m) if m.len() == 1) {
-                return Err(invalid(
-                    &format!("middleware[{i}]"),
-                    "each entry is a one-key mapping, e.g. `- summarization: {...}`",
-                ));
+                return Err(KeelYamlError::Invalid {
+                    key: format!("middleware[{i}]"),
+                    problem: "each entry is a one-key mapping, e.g. `- summarization: {...}`"
+                        .into(),
+                    line: Some(entry.line),
+                });
             }
         }
         Ok(stack)
@@ -487,6 +494,7 @@ fn invalid(key: &str, problem: &str) -> KeelYamlError {
     KeelYamlError::Invalid {
         key: key.to_owned(),
         problem: problem.to_owned(),
+        line: None,
     }
 }
 
@@ -523,7 +531,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_issue_15_shape_and_names_bad_keys() {
+    fn reads_the_documented_keel_yaml_shape_and_names_bad_keys() {
         let stack = StackConfig::from_yaml_str(
             "name: support\nmodel: offline\nsystem_prompt: hi\nmiddleware:\n  - summarization: {enabled: true, trigger: [{type: tokens, value: 100}]}\n",
         )
@@ -534,6 +542,19 @@ mod tests {
         assert!(err.to_string().contains("model.provider"), "{err}");
         let err = StackConfig::from_yaml_str("middleware:\n  - {a: 1, b: 2}\n").unwrap_err();
         assert!(err.to_string().contains("middleware[0]"), "{err}");
+        // Entries that are not one-key mappings are named with their line.
+        let err = StackConfig::from_yaml_str("name: s\nmiddleware:\n  - pii: {}\n  - [1, 2]\n")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "keel.yaml: middleware[1] (line 4): each entry is a one-key mapping, e.g. `- summarization: {...}`"
+        );
+        let err = StackConfig::from_yaml_str("name: s\n\nmiddleware: 5\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("keel.yaml: middleware (line 3): is not a list"),
+            "{err}"
+        );
         let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
     }
