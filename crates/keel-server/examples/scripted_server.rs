@@ -20,9 +20,9 @@ mod scripted;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
+use keel_server::Leases;
 use keel_server::config::StackConfig;
-use keel_server::lease::Leases;
 use keel_server::registry::Registry;
 use keel_server::{ServerOptions, router_with};
 use keel_store::Store;

@@ -28,7 +28,8 @@ pub struct Lease {
 
 /// A stable 64-bit key for a thread id (FNV-1a, [`keel_core::hash`]), the same in every
 /// process and release.
-pub fn lock_key(thread_id: &str) -> i64 {
+#[cfg(any(feature = "postgres", test))]
+pub(crate) fn lock_key(thread_id: &str) -> i64 {
     let hash = keel_core::hash::fnv1a(thread_id.as_bytes());
     i64::from_ne_bytes(hash.to_ne_bytes())
 }

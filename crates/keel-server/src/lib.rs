@@ -40,23 +40,26 @@
 //! With `HumanInTheLoopMiddleware` in the stack, a paused run shows as LangGraph's
 //! `__interrupt__` (in `updates`, `values` and thread state) and a run request's
 //! `command: {resume: {"decisions": [...]}}` records the decisions and continues it
-//! ([`runs::RunManager`] applies them under the thread's lease). The assistant is also a
+//! ([`RunManager`] applies them under the thread's lease). The assistant is also a
 //! tool of an MCP server at `/mcp` ([`mcp`]), for Model Context Protocol clients.
 pub mod app;
-pub mod auth;
+pub(crate) mod auth;
 pub mod config;
 pub(crate) mod error;
 pub(crate) mod extract;
-pub mod lease;
+pub(crate) mod lease;
 pub mod mcp;
 pub mod origin;
 pub mod registry;
 pub(crate) mod routes;
-pub mod runs;
+pub(crate) mod runs;
 pub mod store_api;
 pub(crate) mod time;
 pub(crate) mod wire;
 
 pub use app::{AppState, ServerOptions, router, router_parts, router_with};
+pub use auth::ApiKeys;
+pub use lease::Leases;
+pub use runs::{RunLimits, RunManager};
 pub mod serve;
 pub(crate) mod state;

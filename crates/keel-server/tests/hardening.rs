@@ -14,7 +14,7 @@ use axum::http::{Request, StatusCode, header};
 use common::{call, json};
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::origin::OriginPolicy;
 use keel_server::{ServerOptions, router, router_with};
 use keel_testkit::ScriptedModel;

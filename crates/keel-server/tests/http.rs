@@ -12,7 +12,7 @@ use axum::http::{Request, StatusCode};
 use common::{call, events, json};
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::{ServerOptions, router, router_with};
 use keel_testkit::ScriptedModel;
 use serde_json::json;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use keel_agent::Agent;
 use keel_agent::offline::OfflineModel;
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::{ServerOptions, router_with};
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::RunningService;

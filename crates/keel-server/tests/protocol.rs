@@ -17,7 +17,7 @@ use axum::http::{Request, StatusCode};
 use common::{call, json};
 use http_body_util::BodyExt;
 use keel_core::message::{Message, MessageBody, ToolCall};
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::config::StackConfig;
 use keel_server::{ServerOptions, router_with};
 use keel_store::Store;

@@ -46,7 +46,7 @@ impl ChatModel for Silent {
 /// Serves `app` on a free port of 127.0.0.1 until the sender is used.
 async fn start(
     app: axum::Router,
-    runs: Option<Arc<keel_server::runs::RunManager>>,
+    runs: Option<Arc<keel_server::RunManager>>,
     limits: ConnectionLimits,
 ) -> (SocketAddr, oneshot::Sender<()>, JoinHandle<()>) {
     let listener = bind("127.0.0.1:0").await.unwrap();

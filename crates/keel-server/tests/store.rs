@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use common::{call, json};
 use keel_agent::Agent;
 use keel_agent::offline::OfflineModel;
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::store_api::ItemStore;
 use keel_server::{ServerOptions, router_with};
 use keel_store::Store;

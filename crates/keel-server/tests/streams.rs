@@ -15,7 +15,7 @@ use common::{call, events, json};
 use http_body_util::BodyExt;
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_server::runs::RunLimits;
+use keel_server::RunLimits;
 use keel_server::{ServerOptions, router_with};
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};

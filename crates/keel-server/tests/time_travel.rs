@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::http::StatusCode;
 use keel_core::message::Message;
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::config::StackConfig;
 use keel_server::registry::Registry;
 use keel_server::{ServerOptions, router_with};

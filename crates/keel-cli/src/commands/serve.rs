@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use keel_server::auth::ApiKeys;
+use keel_server::ApiKeys;
 use keel_server::origin::OriginPolicy;
 use keel_server::serve::{ConnectionLimits, ServeOptions, run as serve};
 

@@ -298,7 +298,7 @@ enum Ending {
 
 impl RunManager {
     /// A manager running `agent`.
-    pub fn new(
+    pub(crate) fn new(
         agent: Agent,
         registry: Arc<Registry>,
         assistant: AssistantInfo,
@@ -319,34 +319,35 @@ impl RunManager {
     }
 
     /// The agent.
-    pub fn agent(&self) -> &Agent {
+    pub(crate) fn agent(&self) -> &Agent {
         &self.agent
     }
 
     /// The assistant.
-    pub fn assistant(&self) -> &AssistantInfo {
+    pub(crate) fn assistant(&self) -> &AssistantInfo {
         &self.assistant
     }
 
     /// The limits runs run under.
-    pub fn limits(&self) -> &RunLimits {
+    pub(crate) fn limits(&self) -> &RunLimits {
         &self.limits
     }
 
     /// Bytes held by the logs of the finished runs still kept (at most
     /// [`RunLimits::finished_log_bytes`]).
-    pub fn finished_log_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn finished_log_bytes(&self) -> usize {
         self.state.lock().finished_bytes
     }
 
     /// The live (or recently finished) run, if its log is still kept.
-    pub fn live(&self, run_id: &str) -> Option<Arc<LiveRun>> {
+    pub(crate) fn live(&self, run_id: &str) -> Option<Arc<LiveRun>> {
         self.state.lock().live.get(run_id).cloned()
     }
 
     /// The thread's runs whose logs are kept here (running, queued, recently finished),
     /// oldest first (run ids are time-ordered).
-    pub fn thread_runs(&self, thread_id: &str) -> Vec<Arc<LiveRun>> {
+    pub(crate) fn thread_runs(&self, thread_id: &str) -> Vec<Arc<LiveRun>> {
         let mut runs: Vec<Arc<LiveRun>> = self
             .state
             .lock()
@@ -361,7 +362,7 @@ impl RunManager {
 
     /// True while the thread has a run executing or queued here, or (on a shared
     /// database) while another process runs it.
-    pub async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {
+    pub(crate) async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {
         if self.state.lock().slots.contains_key(thread_id) {
             return Ok(true);
         }
@@ -373,7 +374,7 @@ impl RunManager {
 
     /// Creates a run on a thread (whose ownership the caller checked) and starts it, or
     /// queues it, as the thread's state and the run's strategy say.
-    pub async fn create(
+    pub(crate) async fn create(
         self: &Arc<Self>,
         thread_id: &str,
         run: NewRun,

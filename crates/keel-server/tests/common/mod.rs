@@ -88,7 +88,7 @@ pub async fn two_owner_router(
         .build_with_model(Arc::new(store), model, false)
         .unwrap();
     let options = keel_server::ServerOptions {
-        api_keys: keel_server::auth::ApiKeys::new(HashMap::from([
+        api_keys: keel_server::ApiKeys::new(HashMap::from([
             (ALICE.to_owned(), "alice".to_owned()),
             (BOB.to_owned(), "bob".to_owned()),
         ])),

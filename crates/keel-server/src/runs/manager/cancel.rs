@@ -6,7 +6,12 @@ use super::*;
 impl RunManager {
     /// Cancels a run of a thread: a running one stops at its current step, a queued one
     /// never starts. A finished run is left as it is.
-    pub async fn cancel(self: &Arc<Self>, thread_id: &str, run_id: &str, action: CancelAction) {
+    pub(crate) async fn cancel(
+        self: &Arc<Self>,
+        thread_id: &str,
+        run_id: &str,
+        action: CancelAction,
+    ) {
         // Found here: `Some(dequeued run)` or `None` once signalled; not here: `Err`.
         let found: Result<Option<Queued>, ()> = {
             let mut state = self.state.lock();

@@ -139,7 +139,7 @@ impl RunManager {
 
     /// The record as clients should see it: a run that ended here as `error` because its
     /// final status could not be written reads as `error` until the write succeeds.
-    pub fn overlay(&self, mut record: RunRecord) -> RunRecord {
+    pub(crate) fn overlay(&self, mut record: RunRecord) -> RunRecord {
         if !record.status.is_final()
             && let Some(message) = self.state.lock().unwritten.get(&record.run_id)
         {

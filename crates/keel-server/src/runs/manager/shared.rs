@@ -7,7 +7,7 @@ impl RunManager {
     /// The run, to stream or wait for: this process's, or on a shared database one that
     /// another process is running (or ran recently), followed through its copied events.
     /// `None` when its events are gone.
-    pub async fn find(self: &Arc<Self>, record: &RunRecord) -> Option<Arc<LiveRun>> {
+    pub(crate) async fn find(self: &Arc<Self>, record: &RunRecord) -> Option<Arc<LiveRun>> {
         if let Some(live) = self.live(&record.run_id) {
             return Some(live);
         }
