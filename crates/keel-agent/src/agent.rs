@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use keel_core::message::Message;
-use keel_core::state::AgentState;
-use keel_core::store::Checkpointer;
+use keel_core::state::{AgentState, COMPACTED_THROUGH};
+use keel_core::store::{Checkpointer, StoreError};
 use keel_core::stream::{StreamMode, StreamWriter};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::error::AgentError;
@@ -137,24 +138,18 @@ impl Agent {
     /// [`COMPACTED_THROUGH`]: keel_core::state::COMPACTED_THROUGH
     pub async fn compact(&self, thread_id: &str) -> Result<Compaction, AgentError> {
         use keel_core::middleware::{ModelRequest, Runtime};
-        use keel_core::state::{COMPACTED_THROUGH, StateUpdate};
-        use keel_core::store::{CheckpointWrite, PutOutcome};
         let key: Arc<str> = Arc::from(thread_id);
         let _turn = self
             .inner
             .registry
             .enter(&key, MultitaskStrategy::Enqueue)
             .await;
-        let checkpoint_error = |source| AgentError::Checkpoint {
-            thread_id: thread_id.to_owned(),
-            source,
-        };
         let Some(head) = self
             .inner
             .checkpointer
             .latest(thread_id)
             .await
-            .map_err(checkpoint_error)?
+            .map_err(|source| checkpoint_error(thread_id, source))?
         else {
             return Err(AgentError::UnknownThread {
                 thread_id: thread_id.to_owned(),
@@ -175,16 +170,37 @@ impl Agent {
             state: state.clone(),
             runtime: Runtime::detached(thread_id),
         };
+        let (reports, through) = self.compact_reports(&request).await?;
+        let checkpoint = match through {
+            Some(mark) if state.values.get(COMPACTED_THROUGH) != Some(&mark) => {
+                Some(self.record_compaction(thread_id, head.seq, mark).await?)
+            }
+            _ => None,
+        };
+        Ok(Compaction {
+            compacted: !reports.is_empty(),
+            reports,
+            checkpoint,
+        })
+    }
+
+    /// Asks every middleware to compact the thread: their reports by name, and the
+    /// first [`COMPACTED_THROUGH`] mark one reported.
+    async fn compact_reports(
+        &self,
+        request: &keel_core::middleware::ModelRequest,
+    ) -> Result<(serde_json::Map<String, Value>, Option<Value>), AgentError> {
         let mut reports = serde_json::Map::new();
         let mut through = None;
         for middleware in &self.inner.middleware {
-            let report = middleware
-                .compact_thread(&request)
-                .await
-                .map_err(|source| AgentError::Model {
-                    call_index: 0,
-                    source,
-                })?;
+            let report =
+                middleware
+                    .compact_thread(request)
+                    .await
+                    .map_err(|source| AgentError::Model {
+                        call_index: 0,
+                        source,
+                    })?;
             if let Some(report) = report {
                 if through.is_none() {
                     through = report.get(COMPACTED_THROUGH).cloned();
@@ -192,41 +208,42 @@ impl Agent {
                 reports.insert(middleware.name().to_owned(), report);
             }
         }
-        let mut checkpoint = None;
-        if let Some(mark) = through
-            && state.values.get(COMPACTED_THROUGH) != Some(&mark)
+        Ok((reports, through))
+    }
+
+    /// Records a compaction mark in a new checkpoint (node `compact`) on `parent`, the
+    /// head the compaction read: its sequence number.
+    async fn record_compaction(
+        &self,
+        thread_id: &str,
+        parent: u64,
+        mark: Value,
+    ) -> Result<u64, AgentError> {
+        use keel_core::state::StateUpdate;
+        use keel_core::store::{CheckpointWrite, PutOutcome};
+        let mut update = StateUpdate::default();
+        update.values.insert(COMPACTED_THROUGH.to_owned(), mark);
+        let write = CheckpointWrite {
+            parent: Some(parent),
+            run_id: keel_core::message::new_id(),
+            node: "compact".to_owned(),
+            update,
+            created_at_ms: crate::run::now_ms(),
+        };
+        match self
+            .inner
+            .checkpointer
+            .put(thread_id, write)
+            .await
+            .map_err(|source| checkpoint_error(thread_id, source))?
         {
-            let mut update = StateUpdate::default();
-            update.values.insert(COMPACTED_THROUGH.to_owned(), mark);
-            let write = CheckpointWrite {
-                parent: Some(head.seq),
-                run_id: keel_core::message::new_id(),
-                node: "compact".to_owned(),
-                update,
-                created_at_ms: crate::run::now_ms(),
-            };
-            match self
-                .inner
-                .checkpointer
-                .put(thread_id, write)
-                .await
-                .map_err(checkpoint_error)?
-            {
-                PutOutcome::Saved { seq } => checkpoint = Some(seq),
-                PutOutcome::Conflict { head: now } => {
-                    return Err(AgentError::Conflict {
-                        thread_id: thread_id.to_owned(),
-                        parent: Some(head.seq),
-                        head: now,
-                    });
-                }
-            }
+            PutOutcome::Saved { seq } => Ok(seq),
+            PutOutcome::Conflict { head } => Err(AgentError::Conflict {
+                thread_id: thread_id.to_owned(),
+                parent: Some(parent),
+                head,
+            }),
         }
-        Ok(Compaction {
-            compacted: !reports.is_empty(),
-            reports,
-            checkpoint,
-        })
     }
 
     /// The strategy for a run that arrives while another is active on its thread.
@@ -303,5 +320,13 @@ impl Agent {
         let run = Run::new(thread_id, StreamWriter::new(tx), modes);
         let inner = self.inner.clone();
         AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
+    }
+}
+
+/// A checkpoint store error on `thread_id`.
+fn checkpoint_error(thread_id: &str, source: StoreError) -> AgentError {
+    AgentError::Checkpoint {
+        thread_id: thread_id.to_owned(),
+        source,
     }
 }

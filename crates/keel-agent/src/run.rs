@@ -377,6 +377,24 @@ impl Run {
         rollback_to: Option<&AgentState>,
         input: &[Message],
     ) -> Result<(), AgentError> {
+        self.load_head(inner).await?;
+        if self.head.is_none() {
+            self.write_empty_first(inner).await?;
+        }
+        if self.from.is_some() {
+            self.fork_middleware_data(inner).await?;
+        }
+        // A fork leaves the head's run alone: there is nothing of it to roll back.
+        if let Some(base) = rollback_to.filter(|_| self.from.is_none()) {
+            self.roll_back_to(inner, base).await?;
+        }
+        self.base = Some(self.state.clone());
+        self.save_input(inner, input).await
+    }
+
+    /// Reads the state the run works on: the thread's head, or the checkpoint a fork
+    /// starts from (a fork from the head itself is a plain run).
+    async fn load_head(&mut self, inner: &Inner) -> Result<(), AgentError> {
         let latest = inner
             .checkpointer
             .latest(&self.thread_id)
@@ -425,63 +443,76 @@ impl Run {
             ),
             None => (Arc::new(AgentState::default()), None),
         };
-        if self.head.is_none() {
-            // A thread's first checkpoint is empty (LangGraph's step -1, before the
-            // input), so a fork from it can replace the first message.
-            let write = CheckpointWrite {
-                parent: None,
-                run_id: self.run_id.to_string(),
-                node: INPUT_NODE.to_owned(),
-                update: StateUpdate::default(),
-                created_at_ms: now_ms(),
-            };
-            match inner
-                .checkpointer
-                .put(&self.thread_id, write)
-                .await
-                .map_err(|source| self.store_error(source))?
-            {
-                PutOutcome::Saved { seq } => self.head = Some(seq),
-                PutOutcome::Conflict { head } => {
-                    return Err(AgentError::Conflict {
-                        thread_id: self.thread_id.to_string(),
-                        parent: None,
-                        head,
-                    });
-                }
-            }
-        }
-        if self.from.is_some() {
-            // A fork (time travel): middleware that keep their own copy of the history
-            // follow the fork point before any hook reads it, so the abandoned branch is
-            // never sent to the model (a regenerate writes nothing before the model
-            // call, so this cannot wait for the fork's first write).
-            for m in &inner.middleware {
-                m.fork_thread_data(&self.thread_id, &self.state.messages)
-                    .await
-                    .map_err(|source| AgentError::ForkThreadData {
-                        thread_id: self.thread_id.to_string(),
-                        middleware: m.name().to_owned(),
-                        source,
-                    })?;
-            }
-        }
-        // A fork leaves the head's run alone: there is nothing of it to roll back.
-        if let Some(base) = rollback_to.filter(|_| self.from.is_none())
-            && *base != *self.state
+        Ok(())
+    }
+
+    /// Writes a thread's first checkpoint, which is empty (LangGraph's step -1, before
+    /// the input), so a fork from it can replace the first message.
+    async fn write_empty_first(&mut self, inner: &Inner) -> Result<(), AgentError> {
+        let write = CheckpointWrite {
+            parent: None,
+            run_id: self.run_id.to_string(),
+            node: INPUT_NODE.to_owned(),
+            update: StateUpdate::default(),
+            created_at_ms: now_ms(),
+        };
+        match inner
+            .checkpointer
+            .put(&self.thread_id, write)
+            .await
+            .map_err(|source| self.store_error(source))?
         {
-            let mut update = StateUpdate {
-                messages: vec![MessageOp::RemoveAll],
-                values: base.values.clone(),
-            };
-            update.messages.extend(
-                base.messages
-                    .iter()
-                    .map(|m| MessageOp::Upsert { message: m.clone() }),
-            );
-            self.commit(inner, ROLLBACK_NODE, update, true).await?;
+            PutOutcome::Saved { seq } => self.head = Some(seq),
+            PutOutcome::Conflict { head } => {
+                return Err(AgentError::Conflict {
+                    thread_id: self.thread_id.to_string(),
+                    parent: None,
+                    head,
+                });
+            }
         }
-        self.base = Some(self.state.clone());
+        Ok(())
+    }
+
+    /// A fork (time travel): middleware that keep their own copy of the history follow
+    /// the fork point before any hook reads it, so the abandoned branch is never sent to
+    /// the model (a regenerate writes nothing before the model call, so this cannot wait
+    /// for the fork's first write).
+    async fn fork_middleware_data(&self, inner: &Inner) -> Result<(), AgentError> {
+        for m in &inner.middleware {
+            m.fork_thread_data(&self.thread_id, &self.state.messages)
+                .await
+                .map_err(|source| AgentError::ForkThreadData {
+                    thread_id: self.thread_id.to_string(),
+                    middleware: m.name().to_owned(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Restores `base` (the state before a run a newer one rolled back), unless the
+    /// state already is that.
+    async fn roll_back_to(&mut self, inner: &Inner, base: &AgentState) -> Result<(), AgentError> {
+        if *base == *self.state {
+            return Ok(());
+        }
+        let mut update = StateUpdate {
+            messages: vec![MessageOp::RemoveAll],
+            values: base.values.clone(),
+        };
+        update.messages.extend(
+            base.messages
+                .iter()
+                .map(|m| MessageOp::Upsert { message: m.clone() }),
+        );
+        self.commit(inner, ROLLBACK_NODE, update, true).await?;
+        Ok(())
+    }
+
+    /// Saves the input after a synthetic result for every tool call the last run left
+    /// unanswered.
+    async fn save_input(&mut self, inner: &Inner, input: &[Message]) -> Result<(), AgentError> {
         // A run paused on purpose (human in the loop) resumes its pending calls.
         let paused = self
             .state
