@@ -605,6 +605,78 @@ fn answer(call_id: &str, tool: &str, decision: &Decision) -> Option<Message> {
     Some(m)
 }
 
+impl HumanInTheLoop {
+    /// The decisions a resume stored for the pending review, or the outcome that ends
+    /// the review without them (new input answered every open call).
+    fn stored_decisions(
+        &self,
+        state: &AgentState,
+        pending: &Interrupt,
+    ) -> Result<Result<Vec<Decision>, HookOutcome>, MiddlewareError> {
+        let Some(stored) = state.values.get(DECISIONS_KEY).filter(|v| !v.is_null()) else {
+            // New input answered every open call with tool messages (LangGraph takes new
+            // input on a paused thread; the review is then over): the model goes on.
+            if pending.open_calls(&state.messages).is_empty() {
+                let mut update = StateUpdate::default();
+                for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
+                    update.values.insert(key.into(), Value::Null);
+                }
+                return Ok(Err(HookOutcome { update, jump: None }));
+            }
+            return Err(self.fail(
+                "before_agent",
+                format!(
+                    "the thread is paused for review of {} tool call(s); resume it with one decision per call (HumanInTheLoop::resume, or over keel serve a run with command: {{resume: {{decisions: [...]}}}})",
+                    pending.tool_call_ids.len()
+                ),
+            ));
+        };
+        serde_json::from_value(stored.clone()).map(Ok).map_err(|e| {
+            self.fail(
+                "before_agent",
+                format!("the stored decisions are not valid: {e}"),
+            )
+        })
+    }
+
+    /// Applies one decision per pending call: an edit rewrites the call in
+    /// `ai_message`, the others answer it; refuses a decision the call's review does
+    /// not allow. The answers, in call order.
+    fn apply_decisions(
+        &self,
+        pending: &Interrupt,
+        decisions: &[Decision],
+        ai_message: &mut Message,
+    ) -> Result<Vec<Message>, MiddlewareError> {
+        let mut answers = Vec::new();
+        for (i, (call_id, decision)) in pending.tool_call_ids.iter().zip(decisions).enumerate() {
+            let allowed = &pending.review_configs[i].allowed_decisions;
+            let tool = &pending.action_requests[i].name;
+            if !allowed.contains(&decision.kind()) {
+                return Err(self.fail(
+                    "before_agent",
+                    format!(
+                        "decision {:?} is not allowed for tool '{tool}'; expected one of {allowed:?}",
+                        decision.kind()
+                    ),
+                ));
+            }
+            match decision {
+                Decision::Edit { edited_action } => {
+                    if let MessageBody::Ai(body) = ai_message.body_mut()
+                        && let Some(call) = body.tool_calls.iter_mut().find(|c| &c.id == call_id)
+                    {
+                        call.name = edited_action.name.clone();
+                        call.args = edited_action.args.clone();
+                    }
+                }
+                other => answers.extend(answer(call_id, tool, other)),
+            }
+        }
+        Ok(answers)
+    }
+}
+
 #[keel_core::middleware]
 impl Middleware for HumanInTheLoop {
     fn resumable(&self) -> Option<&dyn Resumable> {
@@ -633,35 +705,9 @@ impl Middleware for HumanInTheLoop {
         let Some(pending) = Interrupt::of(state) else {
             return Ok(HookOutcome::proceed());
         };
-        let decisions: Vec<Decision> = match state
-            .values
-            .get(DECISIONS_KEY)
-            .filter(|v| !v.is_null())
-        {
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                self.fail(
-                    "before_agent",
-                    format!("the stored decisions are not valid: {e}"),
-                )
-            })?,
-            // New input answered every open call with tool messages (LangGraph takes new
-            // input on a paused thread; the review is then over): the model goes on.
-            None if pending.open_calls(&state.messages).is_empty() => {
-                let mut update = StateUpdate::default();
-                for key in [INTERRUPT_KEY, DECISIONS_KEY, REVIEWED_KEY] {
-                    update.values.insert(key.into(), Value::Null);
-                }
-                return Ok(HookOutcome { update, jump: None });
-            }
-            None => {
-                return Err(self.fail(
-                    "before_agent",
-                    format!(
-                        "the thread is paused for review of {} tool call(s); resume it with one decision per call (HumanInTheLoop::resume, or over keel serve a run with command: {{resume: {{decisions: [...]}}}})",
-                        pending.tool_call_ids.len()
-                    ),
-                ));
-            }
+        let decisions = match self.stored_decisions(state, &pending)? {
+            Ok(decisions) => decisions,
+            Err(done) => return Ok(done),
         };
         let Some(ai) = state
             .messages
@@ -674,31 +720,7 @@ impl Middleware for HumanInTheLoop {
             ));
         };
         let mut ai_message = state.messages[ai].clone();
-        let mut answers = Vec::new();
-        for (i, (call_id, decision)) in pending.tool_call_ids.iter().zip(&decisions).enumerate() {
-            let allowed = &pending.review_configs[i].allowed_decisions;
-            let tool = &pending.action_requests[i].name;
-            if !allowed.contains(&decision.kind()) {
-                return Err(self.fail(
-                    "before_agent",
-                    format!(
-                        "decision {:?} is not allowed for tool '{tool}'; expected one of {allowed:?}",
-                        decision.kind()
-                    ),
-                ));
-            }
-            match decision {
-                Decision::Edit { edited_action } => {
-                    if let MessageBody::Ai(body) = ai_message.body_mut()
-                        && let Some(call) = body.tool_calls.iter_mut().find(|c| &c.id == call_id)
-                    {
-                        call.name = edited_action.name.clone();
-                        call.args = edited_action.args.clone();
-                    }
-                }
-                other => answers.extend(answer(call_id, tool, other)),
-            }
-        }
+        let answers = self.apply_decisions(&pending, &decisions, &mut ai_message)?;
         events::counter(
             &runtime.writer,
             self.name(),

@@ -144,43 +144,33 @@ impl LlmToolSelector {
     }
 }
 
-#[keel_core::middleware]
-impl Middleware for LlmToolSelector {
-    fn name(&self) -> &str {
-        "LLMToolSelectorMiddleware"
-    }
-
-    async fn wrap_model_call(
-        &self,
-        request: ModelRequest,
-        next: Next<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        if request.tools.is_empty() {
-            return next.run(request).await;
-        }
+impl LlmToolSelector {
+    /// LangChain's refusal of an `always_include` name the request does not offer.
+    fn check_always_included(&self, tools: &[ToolSpec]) -> Result<(), ModelError> {
         let missing: Vec<&String> = self
             .always_include
             .iter()
-            .filter(|n| !request.tools.iter().any(|t| &&t.name == n))
+            .filter(|n| !tools.iter().any(|t| &&t.name == n))
             .collect();
-        if !missing.is_empty() {
-            let mut available: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-            available.sort_unstable();
-            return Err(rejected(format!(
-                "Tools in always_include not found in request: {missing:?}. Available tools: {available:?}"
-            )));
+        if missing.is_empty() {
+            return Ok(());
         }
-        let candidates: Vec<&ToolSpec> = request
-            .tools
-            .iter()
-            .filter(|t| !self.always_include.contains(&t.name))
-            .collect();
-        if candidates.is_empty() {
-            return next.run(request).await;
-        }
-        let Some(last_user) = request.messages.iter().rev().find(|m| m.is_human()) else {
-            return Err(rejected("No user message found in request messages".into()));
-        };
+        let mut available: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        available.sort_unstable();
+        Err(rejected(format!(
+            "Tools in always_include not found in request: {missing:?}. Available tools: {available:?}"
+        )))
+    }
+
+    /// Asks the selection model which of `candidates` fit the latest user message,
+    /// retrying a malformed answer `max_retries` times: the names, or the last answer
+    /// when none parsed.
+    async fn ask_selection(
+        &self,
+        request: &ModelRequest,
+        last_user: &Message,
+        candidates: &[&ToolSpec],
+    ) -> Result<Result<Vec<String>, Message>, ModelError> {
         let mut system = self.system_prompt.clone();
         if let Some(n) = self.max_tools {
             system.push_str(&format!(
@@ -189,7 +179,7 @@ impl Middleware for LlmToolSelector {
         }
         let system = Message::system(system);
         let messages = [last_user.clone()];
-        let tools = [Self::selection_tool(&candidates)];
+        let tools = [Self::selection_tool(candidates)];
         let choice = ToolChoice::Named(SELECT_TOOL.into());
         let model = self.model.clone().unwrap_or_else(|| request.model.clone());
         let ask = || ChatRequest {
@@ -209,22 +199,44 @@ impl Middleware for LlmToolSelector {
             picked = Self::parse(&answer);
             attempts += 1;
         }
-        let valid: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
-        let (names, limit) = match picked {
-            Some(names) => (names, self.max_tools),
-            None => match &self.on_parsing_failure {
-                OnParsingFailure::Error => {
-                    return Err(rejected(format!(
-                        "LLMToolSelectorMiddleware: selection model returned a malformed response after {} retries (expected a dict with a 'tools' list): {:?}",
-                        self.max_retries,
-                        answer.text()
-                    )));
-                }
-                OnParsingFailure::None => (Vec::new(), None),
-                OnParsingFailure::All => (valid.iter().map(|s| (*s).to_owned()).collect(), None),
-                OnParsingFailure::Tools(t) => (t.clone(), None),
-            },
+        Ok(picked.ok_or(answer))
+    }
+
+    /// The names to offer and the cap on them: the model's pick (capped by
+    /// `max_tools`), or what `on_parsing_failure` says when it gave none.
+    fn chosen(
+        &self,
+        picked: Result<Vec<String>, Message>,
+        valid: &[&str],
+    ) -> Result<(Vec<String>, Option<usize>), ModelError> {
+        let answer = match picked {
+            Ok(names) => return Ok((names, self.max_tools)),
+            Err(answer) => answer,
         };
+        Ok(match &self.on_parsing_failure {
+            OnParsingFailure::Error => {
+                return Err(rejected(format!(
+                    "LLMToolSelectorMiddleware: selection model returned a malformed response after {} retries (expected a dict with a 'tools' list): {:?}",
+                    self.max_retries,
+                    answer.text()
+                )));
+            }
+            OnParsingFailure::None => (Vec::new(), None),
+            OnParsingFailure::All => (valid.iter().map(|s| (*s).to_owned()).collect(), None),
+            OnParsingFailure::Tools(t) => (t.clone(), None),
+        })
+    }
+
+    /// The tools offered: the selected candidates (each once, at most `limit`), then
+    /// the `always_include` ones; refuses a name that is not a candidate.
+    fn offered(
+        &self,
+        request: &ModelRequest,
+        candidates: &[&ToolSpec],
+        names: &[String],
+        limit: Option<usize>,
+    ) -> Result<(Vec<ToolSpec>, Vec<String>), ModelError> {
+        let valid: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
         let invalid: Vec<&String> = names
             .iter()
             .filter(|n| !valid.contains(&n.as_str()))
@@ -234,15 +246,15 @@ impl Middleware for LlmToolSelector {
                 "Model selected invalid tools: {invalid:?}"
             )));
         }
-        let mut selected: Vec<&str> = Vec::new();
-        for n in &names {
-            if !selected.contains(&n.as_str()) && limit.is_none_or(|l| selected.len() < l) {
-                selected.push(n);
+        let mut selected: Vec<String> = Vec::new();
+        for n in names {
+            if !selected.contains(n) && limit.is_none_or(|l| selected.len() < l) {
+                selected.push(n.clone());
             }
         }
         let mut offered: Vec<ToolSpec> = candidates
             .iter()
-            .filter(|t| selected.contains(&t.name.as_str()))
+            .filter(|t| selected.contains(&t.name))
             .map(|t| (*t).clone())
             .collect();
         offered.extend(
@@ -252,6 +264,40 @@ impl Middleware for LlmToolSelector {
                 .filter(|t| self.always_include.contains(&t.name))
                 .cloned(),
         );
+        Ok((offered, selected))
+    }
+}
+
+#[keel_core::middleware]
+impl Middleware for LlmToolSelector {
+    fn name(&self) -> &str {
+        "LLMToolSelectorMiddleware"
+    }
+
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if request.tools.is_empty() {
+            return next.run(request).await;
+        }
+        self.check_always_included(&request.tools)?;
+        let candidates: Vec<&ToolSpec> = request
+            .tools
+            .iter()
+            .filter(|t| !self.always_include.contains(&t.name))
+            .collect();
+        if candidates.is_empty() {
+            return next.run(request).await;
+        }
+        let Some(last_user) = request.messages.iter().rev().find(|m| m.is_human()) else {
+            return Err(rejected("No user message found in request messages".into()));
+        };
+        let picked = self.ask_selection(&request, last_user, &candidates).await?;
+        let valid: Vec<&str> = candidates.iter().map(|t| t.name.as_str()).collect();
+        let (names, limit) = self.chosen(picked, &valid)?;
+        let (offered, selected) = self.offered(&request, &candidates, &names, limit)?;
         events::counter(
             &request.runtime.writer,
             self.name(),

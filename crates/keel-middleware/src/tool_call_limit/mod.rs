@@ -205,6 +205,39 @@ impl Middleware for ToolCallLimit {
             blocked.len() as u64,
             json!({"thread_count": thread, "run_count": run_total}),
         );
+        let tally = Tally {
+            start_thread,
+            thread,
+            run_total,
+        };
+        self.over_limit(all, &blocked, tally, &runtime.run_id)
+    }
+}
+
+/// The counts of one batch of tool calls: the thread's before it, after the allowed
+/// calls, and the run's with every call of the batch.
+#[derive(Clone, Copy)]
+struct Tally {
+    start_thread: u64,
+    thread: u64,
+    run_total: u64,
+}
+
+impl ToolCallLimit {
+    /// What a batch with `blocked` calls does, as `exit_behavior` says: fail, answer
+    /// the blocked calls with an error and go on, or answer every call and end.
+    fn over_limit(
+        &self,
+        all: &[ToolCall],
+        blocked: &[&ToolCall],
+        tally: Tally,
+        run_id: &str,
+    ) -> Result<HookOutcome, MiddlewareError> {
+        let Tally {
+            start_thread,
+            thread,
+            run_total,
+        } = tally;
         let hypothetical_thread = thread + blocked.len() as u64;
         match self.exit {
             ToolCallExit::Error => Err(MiddlewareError {
@@ -216,7 +249,7 @@ impl Middleware for ToolCallLimit {
                 let text = self.blocked_text();
                 let mut update =
                     StateUpdate::messages(blocked.iter().map(|c| error_result(c, &text)));
-                update.merge(self.counts(thread, run_total, &runtime.run_id));
+                update.merge(self.counts(thread, run_total, run_id));
                 Ok(HookOutcome::update(update))
             }
             ToolCallExit::End => {
@@ -232,7 +265,7 @@ impl Middleware for ToolCallLimit {
                 messages.push(Message::ai(self.final_text(hypothetical_thread, run_total)));
                 let mut update = StateUpdate::messages(messages);
                 // Nothing of this batch runs: the thread count stays where it was.
-                update.merge(self.counts(start_thread, run_total, &runtime.run_id));
+                update.merge(self.counts(start_thread, run_total, run_id));
                 Ok(HookOutcome {
                     update,
                     jump: Some(JumpTarget::End),
