@@ -50,7 +50,7 @@ pub enum ReadSettingsError {
     #[error("{error}")]
     OutOfRange {
         /// The refused setting: its full key, value, allowed range and line.
-        error: ConfigError,
+        error: Box<ConfigError>,
         /// The check's own error.
         source: RecallSettingsError,
     },
@@ -93,13 +93,13 @@ pub fn settings_from_node(key: &str, node: &Node) -> Result<RecallSettings, Read
             .find(|(k, _, _)| k == source.field)
             .map_or(node.line, |(_, _, v)| v.line);
         ReadSettingsError::OutOfRange {
-            error: ConfigError::at(
+            error: Box::new(ConfigError::at(
                 format!("{key}.{}", source.field),
                 &source.value,
                 "is out of range",
                 &source.range,
                 line,
-            ),
+            )),
             source,
         }
     })?;
