@@ -44,4 +44,4 @@ pub mod stack;
 
 pub use middleware::{RECALL_NAME, RECALL_PREFIX, RecallBuilder, RecallMiddleware, render};
 pub use settings::{RecallSettings, RecallSettingsError};
-pub use stack::RecallEntry;
+pub use stack::{ReadSettingsError, RecallEntry, settings_from_node};

@@ -1,6 +1,8 @@
-//! The `- recall:` entry of a stack file: [`RecallSettings`] read from the entry's part
-//! of the parsed file (unknown keys refused with the nearest known one, every error at
-//! its line) and checked with [`RecallSettings::validate`] before the stack is used.
+//! The `- recall:` entry of a stack file, and the one reader of [`RecallSettings`] from
+//! a parsed file ([`settings_from_node`], also used for a `recall:` section elsewhere):
+//! the settings read from their part of the parsed file (unknown keys refused with the
+//! nearest known one, every error at its line) and checked with
+//! [`RecallSettings::validate`] before they are used.
 //!
 //! ```
 //! use keel_config::stack::StackEntry;
@@ -12,38 +14,114 @@
 use std::sync::Arc;
 
 use keel_config::stack::{BuildContext, CheckedEntry, EntrySource, StackEntry, StackError};
+use keel_config::yaml::Node;
 use keel_config::yaml::Yaml;
-use keel_config::{At, ConfigError, from_node, known_keys};
+use keel_config::{At, ConfigError, UnknownKey, at_line, from_node, known_keys};
 use keel_core::middleware::Middleware;
 
-use crate::{RecallMiddleware, RecallSettings};
+use crate::{RecallMiddleware, RecallSettings, RecallSettingsError};
 
 /// The stack entry `recall`: a [`RecallMiddleware`] on an in-memory index, with the
 /// entry's settings.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecallEntry;
 
-/// Reads and checks the settings of a `recall` entry: unknown keys are refused with the
-/// nearest known one, a value of the wrong type with serde's message, and a value out of
-/// range with its key, value and allowed range; every error names its line.
-pub fn read_settings(source: &EntrySource<'_>) -> Result<RecallSettings, StackError> {
-    let prefix = format!("middleware[{}].{}", source.index, source.name);
-    let entries = At::new(prefix.clone(), source.node).map()?;
-    known_keys(&prefix, entries, &RecallSettings::KEYS)?;
-    let settings: RecallSettings = match source.node.value {
+/// Why [`settings_from_node`] refused a node: every variant names the key path it was
+/// given and the line.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadSettingsError {
+    /// The value is not a mapping (nor empty).
+    #[error(transparent)]
+    NotAMapping(ConfigError),
+    /// A key [`RecallSettings`] does not have, with the nearest known one.
+    #[error(transparent)]
+    UnknownKey(#[from] UnknownKey),
+    /// A value of the wrong type (serde's message), at the line of the value.
+    #[error("{key}{}: {message}", at_line(*line))]
+    Type {
+        /// The key path of the settings (`recall`).
+        key: String,
+        /// serde's message.
+        message: String,
+        /// The line.
+        line: u64,
+    },
+    /// A value [`RecallSettings::validate`] refused.
+    #[error("{error}")]
+    OutOfRange {
+        /// The refused setting: its full key, value, allowed range and line.
+        error: Box<ConfigError>,
+        /// The check's own error.
+        source: RecallSettingsError,
+    },
+}
+
+/// Reads and checks [`RecallSettings`] from `node`, naming them `key` in errors
+/// (`recall`, `middleware[1].recall`): unknown keys are refused with the nearest known
+/// one, a value of the wrong type with serde's message, and a value out of range with
+/// its key, value and allowed range; every error names its line. An empty value reads
+/// as the defaults.
+///
+/// ```
+/// use keel_config::yaml;
+///
+/// let root = yaml::parse("recall:\n  max_tokens: 10\n").unwrap();
+/// let yaml::Yaml::Map(top) = &root.value else { unreachable!() };
+/// let e = keel_recall::stack::settings_from_node("recall", &top[0].2).unwrap_err();
+/// assert_eq!(
+///     e.to_string(),
+///     "recall.max_tokens = 10 (line 2): is out of range; allowed: a whole number in [20, 20000]"
+/// );
+/// ```
+pub fn settings_from_node(key: &str, node: &Node) -> Result<RecallSettings, ReadSettingsError> {
+    let entries = At::new(key, node)
+        .map()
+        .map_err(ReadSettingsError::NotAMapping)?;
+    known_keys(key, entries, &RecallSettings::KEYS)?;
+    let settings: RecallSettings = match node.value {
         Yaml::Null => RecallSettings::default(),
-        _ => from_node(source.node).map_err(|e| StackError::Settings {
-            key: prefix,
+        _ => from_node(node).map_err(|e| ReadSettingsError::Type {
+            key: key.to_owned(),
             message: e.message,
             line: e.line,
         })?,
     };
-    settings.validate().map_err(|e| out_of_range(source, e))?;
+    settings.validate().map_err(|source| {
+        // The line of the refused value (the settings' own line when it is a default).
+        let line = entries
+            .iter()
+            .find(|(k, _, _)| k == source.field)
+            .map_or(node.line, |(_, _, v)| v.line);
+        ReadSettingsError::OutOfRange {
+            error: Box::new(ConfigError::at(
+                format!("{key}.{}", source.field),
+                &source.value,
+                "is out of range",
+                &source.range,
+                line,
+            )),
+            source,
+        }
+    })?;
     Ok(settings)
 }
 
+/// Reads and checks the settings of a `recall` entry with [`settings_from_node`], under
+/// the key `middleware[i].recall`; a value out of range is reported at the entry's line.
+pub fn read_settings(source: &EntrySource<'_>) -> Result<RecallSettings, StackError> {
+    let prefix = format!("middleware[{}].{}", source.index, source.name);
+    settings_from_node(&prefix, source.node).map_err(|e| match e {
+        ReadSettingsError::NotAMapping(e) => StackError::Invalid(e),
+        ReadSettingsError::UnknownKey(e) => StackError::UnknownKey(e),
+        ReadSettingsError::Type { key, message, line } => {
+            StackError::Settings { key, message, line }
+        }
+        ReadSettingsError::OutOfRange { source: e, .. } => out_of_range(source, e),
+    })
+}
+
 /// A setting [`RecallSettings::validate`] refused, at the entry's position and line.
-fn out_of_range(source: &EntrySource<'_>, e: crate::RecallSettingsError) -> StackError {
+fn out_of_range(source: &EntrySource<'_>, e: RecallSettingsError) -> StackError {
     StackError::Middleware {
         index: source.index,
         line: source.line,
@@ -140,6 +218,42 @@ mod tests {
         assert_eq!(
             settings("recall: [1]\n").unwrap_err(),
             "middleware[1].recall = a list (line 1): is not a mapping; allowed: a mapping of settings"
+        );
+    }
+
+    fn section(text: &str) -> Result<RecallSettings, String> {
+        let root = yaml::parse(text).unwrap();
+        let Yaml::Map(top) = &root.value else {
+            unreachable!()
+        };
+        settings_from_node("recall", &top[0].2).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_section_names_its_own_key_and_the_line_of_the_value() {
+        assert_eq!(
+            section("recall:\n  max_excerpts: 2\n")
+                .unwrap()
+                .max_excerpts,
+            2
+        );
+        assert_eq!(section("recall: {}\n").unwrap(), RecallSettings::default());
+        assert_eq!(
+            section("recall:\n  flow_id: f\n  max_tokens: 10\n").unwrap_err(),
+            "recall.max_tokens = 10 (line 3): is out of range; allowed: a whole number in [20, 20000]"
+        );
+        assert_eq!(
+            section("recall:\n  max_token: 10\n").unwrap_err(),
+            "unknown key recall.max_token (line 2) (did you mean `max_tokens`?)"
+        );
+        let e = section("recall:\n  max_excerpts: many\n").unwrap_err();
+        assert!(
+            e.starts_with("recall (line 2): invalid type: string \"many\""),
+            "{e}"
+        );
+        assert_eq!(
+            section("recall: 3\n").unwrap_err(),
+            "recall = 3 (line 1): is not a mapping; allowed: a mapping of settings"
         );
     }
 }

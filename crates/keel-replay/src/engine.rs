@@ -577,13 +577,7 @@ impl<'a> Run<'a> {
     ) -> Result<(CallReport, Option<SentRequest>), ReplayError> {
         let line = self.line(position);
         let call = self.call_index + 1;
-        if !self.in_turn {
-            self.in_turn = true;
-            self.turns += 1;
-            self.calls_in_turn = 0;
-            self.node_hooks(position, NodeHook::BeforeAgent).await?;
-        }
-        self.node_hooks(position, NodeHook::BeforeModel).await?;
+        self.before_model(position).await?;
 
         let answer = self.transcript.messages()[position].clone();
         let terminal = TranscriptAnswer::new(answer.clone());
@@ -593,9 +587,69 @@ impl<'a> Run<'a> {
             .map_err(|source| ReplayError::Model { call, line, source })?;
         let sent = sent_request(&terminal, call);
         self.calls_in_turn += 1;
+        let (measured, sent) = self.measure(position, sent);
 
         // As the agent does: the wrap hooks' update first, then the answer, which is the
         // transcript's message (the history must stay the recorded one).
+        self.apply(position, MODEL_NODE, response.update)?;
+        self.append_transcript_message(position, MODEL_NODE, answer)?;
+        self.after_model(position).await?;
+
+        let events = self.drain_custom_events();
+        let (summary_runs, cache_event) = classify(&events);
+        let (request_messages, carries_summary) = match &sent {
+            Some(_) if measured.untouched => (position, false),
+            Some(s) => (s.messages.len(), s.messages.iter().any(is_summary)),
+            None => (0, false),
+        };
+        let summary_runs = self.note_summary(sent.as_ref(), &events, summary_runs);
+        self.report.totals.summary_calls += summary_runs;
+        let report = CallReport {
+            index: call,
+            line,
+            history_messages: position,
+            history_tokens: measured.history_tokens,
+            request_messages,
+            request_tokens: measured.request_tokens,
+            summary_call: summary_runs > 0,
+            cache_hit: cache_event || (carries_summary && summary_runs == 0),
+            events,
+            pair_violation: measured.pair_violation,
+        };
+        Ok((report, sent))
+    }
+
+    /// The hooks before a model call: `before_agent` when the call starts a turn, then
+    /// `before_model`.
+    async fn before_model(&mut self, position: usize) -> Result<(), ReplayError> {
+        if !self.in_turn {
+            self.in_turn = true;
+            self.turns += 1;
+            self.calls_in_turn = 0;
+            self.node_hooks(position, NodeHook::BeforeAgent).await?;
+        }
+        self.node_hooks(position, NodeHook::BeforeModel).await
+    }
+
+    /// The hooks after a model call's answer is in the history: `after_model`, then
+    /// `after_agent` when the answer ends the turn (it calls no tool).
+    async fn after_model(&mut self, position: usize) -> Result<(), ReplayError> {
+        self.node_hooks(position, NodeHook::AfterModel).await?;
+        if self.transcript.messages()[position].tool_calls().is_empty() {
+            self.end_turn(position).await?;
+        }
+        Ok(())
+    }
+
+    /// Counts the history and the request the stack sent (checking its tool pairs), and
+    /// drops an untouched request's copy of the history when nobody keeps it. Runs
+    /// before the answer is applied: an untouched request is recognised by sharing the
+    /// state's history.
+    fn measure(
+        &self,
+        position: usize,
+        sent: Option<SentRequest>,
+    ) -> (Measured, Option<SentRequest>) {
         let history_tokens = self.system_tokens + self.prefix_tokens[position];
         // A request the stack left untouched is the history itself: its count is known.
         let untouched = sent.as_ref().is_some_and(|s| {
@@ -625,29 +679,37 @@ impl<'a> Run<'a> {
             }
             s
         });
+        let measured = Measured {
+            history_tokens,
+            request_tokens,
+            pair_violation,
+            untouched,
+        };
+        (measured, sent)
+    }
 
-        // As the agent does: the wrap hooks' update first, then the answer, which is the
-        // transcript's message (the history must stay the recorded one).
-        self.apply(position, MODEL_NODE, response.update)?;
-        self.append_transcript_message(position, MODEL_NODE, answer)?;
-        self.node_hooks(position, NodeHook::AfterModel).await?;
-        if self.transcript.messages()[position].tool_calls().is_empty() {
-            self.end_turn(position).await?;
-        }
-
+    /// The payloads of the custom stream events emitted since the last call.
+    fn drain_custom_events(&mut self) -> Vec<Value> {
         let mut events = Vec::new();
         while let Ok(event) = self.events.try_recv() {
             if let StreamEvent::Custom { payload, .. } = event {
                 events.push(payload);
             }
         }
-        let (mut summary_runs, cache_event) = classify(&events);
-        let (request_messages, carries_summary) = match &sent {
-            Some(_) if untouched => (position, false),
-            Some(s) => (s.messages.len(), s.messages.iter().any(is_summary)),
-            None => (0, false),
-        };
-        if let Some(s) = &sent
+        events
+    }
+
+    /// Records the summary a request carries in the report, and returns the summary runs
+    /// the call cost: `summary_runs` from its events, or one for a summary written ahead
+    /// (`precompute_at`), which is served as a cache hit and counted on the first call
+    /// that sends it.
+    fn note_summary(
+        &mut self,
+        sent: Option<&SentRequest>,
+        events: &[Value],
+        mut summary_runs: u64,
+    ) -> u64 {
+        if let Some(s) = sent
             && let Some(summary) = s.messages.iter().find(|m| is_summary(m))
         {
             let text = summary.text();
@@ -655,30 +717,15 @@ impl<'a> Run<'a> {
                 .strip_prefix(SUMMARY_PREFIX)
                 .unwrap_or(&text)
                 .trim_start();
-            // A summary written ahead (`precompute_at`) is served as a cache hit; the
-            // first call that sends it counts the summary run it cost.
             if summary_runs == 0
-                && precomputed(&events)
+                && precomputed(events)
                 && self.report.summary.as_deref() != Some(body)
             {
                 summary_runs = 1;
             }
             self.report.summary = Some(body.to_owned());
         }
-        self.report.totals.summary_calls += summary_runs;
-        let report = CallReport {
-            index: call,
-            line,
-            history_messages: position,
-            history_tokens,
-            request_messages,
-            request_tokens,
-            summary_call: summary_runs > 0,
-            cache_hit: cache_event || (carries_summary && summary_runs == 0),
-            events,
-            pair_violation,
-        };
-        Ok((report, sent))
+        summary_runs
     }
 
     fn finish_call(&mut self, call: CallReport, request: Option<SentRequest>) {
@@ -698,6 +745,18 @@ impl<'a> Run<'a> {
             requests: self.requests,
         }
     }
+}
+
+/// A model call's figures, measured before its answer is applied.
+struct Measured {
+    /// Tokens of the history before the call (system prompt included).
+    history_tokens: u64,
+    /// Tokens of the request as sent.
+    request_tokens: u64,
+    /// Why the request's tool calls and results do not pair, if they do not.
+    pair_violation: Option<String>,
+    /// The stack sent the history itself, unchanged.
+    untouched: bool,
 }
 
 /// What reached `terminal`, as call `index`.

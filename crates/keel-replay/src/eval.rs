@@ -319,59 +319,23 @@ impl EvalReport {
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let t = &self.totals;
         let _ = writeln!(
             out,
             "{:>4}  {:<5}  {:<5}  {:>8}  {:>8}  question",
             "#", "found", "stale", "tokens", "last100"
         );
         for p in &self.probes {
-            let _ = writeln!(
-                out,
-                "{:>4}  {:<5}  {:<5}  {:>8}  {:>8}  {}",
-                p.index,
-                if p.found { "yes" } else { "NO" },
-                if p.stale_as_current.is_empty() {
-                    "-"
-                } else {
-                    "STALE"
-                },
-                p.request_tokens,
-                p.baseline_tokens,
-                p.question
-            );
-            if !p.missing.is_empty() {
-                let _ = writeln!(out, "{:>4}  missing: {}", "", p.missing.join(", "));
-            }
-            if !p.stale_as_current.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "{:>4}  presented as current: {}",
-                    "",
-                    p.stale_as_current.join(", ")
-                );
-            }
-            if let Some(a) = &p.answer {
-                match &a.error {
-                    Some(e) => {
-                        let _ = writeln!(out, "{:>4}  answer: call failed: {e}", "");
-                    }
-                    None => {
-                        let _ = writeln!(
-                            out,
-                            "{:>4}  answer {}: {}",
-                            "",
-                            if a.found {
-                                "holds the needles"
-                            } else {
-                                "MISSES"
-                            },
-                            a.text.lines().next().unwrap_or("")
-                        );
-                    }
-                }
-            }
+            render_probe(&mut out, p);
         }
+        self.render_totals(&mut out);
+        out
+    }
+
+    /// The closing lines: evidence found, stale values, tokens, and answers (when a
+    /// model answered).
+    fn render_totals(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let t = &self.totals;
         let _ = writeln!(
             out,
             "\nevidence found for {}/{} probes ({:.1} %); stale value presented as current in {} of {} requests with stale values",
@@ -397,7 +361,56 @@ impl EvalReport {
                 share(answered, t.probes),
             );
         }
-        out
+    }
+}
+
+/// One probe's row, and its `missing`, `presented as current` and answer lines.
+fn render_probe(out: &mut String, p: &ProbeResult) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "{:>4}  {:<5}  {:<5}  {:>8}  {:>8}  {}",
+        p.index,
+        if p.found { "yes" } else { "NO" },
+        if p.stale_as_current.is_empty() {
+            "-"
+        } else {
+            "STALE"
+        },
+        p.request_tokens,
+        p.baseline_tokens,
+        p.question
+    );
+    if !p.missing.is_empty() {
+        let _ = writeln!(out, "{:>4}  missing: {}", "", p.missing.join(", "));
+    }
+    if !p.stale_as_current.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:>4}  presented as current: {}",
+            "",
+            p.stale_as_current.join(", ")
+        );
+    }
+    if let Some(a) = &p.answer {
+        match &a.error {
+            Some(e) => {
+                let _ = writeln!(out, "{:>4}  answer: call failed: {e}", "");
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "{:>4}  answer {}: {}",
+                    "",
+                    if a.found {
+                        "holds the needles"
+                    } else {
+                        "MISSES"
+                    },
+                    a.text.lines().next().unwrap_or("")
+                );
+            }
+        }
     }
 }
 

@@ -376,10 +376,23 @@ fn explain(text: &str, error: &serde_json::Error) -> String {
             kind(&value)
         );
     };
+    let role = match explain_role(map) {
+        Ok(role) => role,
+        Err(problem) => return problem,
+    };
+    explain_fields(map)
+        .or_else(|| explain_content(role, map))
+        .or_else(|| explain_calls_and_status(role, map))
+        .unwrap_or_else(|| serde_said(error))
+}
+
+/// The message's role, or why it is not one of the four (with a hint for LangChain's
+/// names and upper case).
+fn explain_role(map: &serde_json::Map<String, Value>) -> Result<&str, String> {
     let role = match map.get("role") {
-        None => return format!("the message has no `role`; expected {ROLES}"),
+        None => return Err(format!("the message has no `role`; expected {ROLES}")),
         Some(Value::String(r)) => r.as_str(),
-        Some(other) => return format!("`role` is {}; expected {ROLES}", kind(other)),
+        Some(other) => return Err(format!("`role` is {}; expected {ROLES}", kind(other))),
     };
     if !matches!(role, "system" | "user" | "assistant" | "tool") {
         let hint = match role.to_ascii_lowercase().as_str() {
@@ -390,27 +403,40 @@ fn explain(text: &str, error: &serde_json::Error) -> String {
             "user" | "system" | "assistant" | "tool" => " (roles are lower case)",
             _ => "",
         };
-        return format!("`role` is {}; expected {ROLES}{hint}", shown(role));
+        return Err(format!("`role` is {}; expected {ROLES}{hint}", shown(role)));
     }
+    Ok(role)
+}
+
+/// What is wrong with the string fields (`id`, `name`, `tool_call_id`), if anything.
+fn explain_fields(map: &serde_json::Map<String, Value>) -> Option<String> {
     for key in ["id", "name", "tool_call_id"] {
         if let Some(v) = map.get(key)
             && !v.is_string()
             && !(v.is_null() && key == "name")
         {
-            return format!("`{key}` is {}; it must be a string", kind(v));
+            return Some(format!("`{key}` is {}; it must be a string", kind(v)));
         }
     }
+    None
+}
+
+/// What is wrong with `content` (missing, of the wrong type, a text part without text),
+/// if anything.
+fn explain_content(role: &str, map: &serde_json::Map<String, Value>) -> Option<String> {
     match (role, map.get("content")) {
         ("assistant", None | Some(Value::Null)) => {}
         (_, None) => {
-            return format!("a {role} message needs `content` (a string or a list of parts)");
+            return Some(format!(
+                "a {role} message needs `content` (a string or a list of parts)"
+            ));
         }
         (_, Some(Value::String(_) | Value::Array(_))) => {}
         (_, Some(other)) => {
-            return format!(
+            return Some(format!(
                 "`content` is {}; it must be a string or a list of parts",
                 kind(other)
-            );
+            ));
         }
     }
     if let Some(Value::Array(parts)) = map.get("content") {
@@ -419,32 +445,49 @@ fn explain(text: &str, error: &serde_json::Error) -> String {
                 && p.get("type").and_then(Value::as_str) == Some("text")
                 && !p.get("text").is_some_and(Value::is_string)
             {
-                return format!("`content[{i}]` is a text part without a string `text`");
+                return Some(format!(
+                    "`content[{i}]` is a text part without a string `text`"
+                ));
             }
         }
     }
+    None
+}
+
+/// What is wrong with a tool message's `tool_call_id`, the `tool_calls` or the
+/// `status`, if anything.
+fn explain_calls_and_status(role: &str, map: &serde_json::Map<String, Value>) -> Option<String> {
     if role == "tool" && !map.contains_key("tool_call_id") {
-        return "a tool message needs `tool_call_id`: the id of the call it answers".to_owned();
+        return Some(
+            "a tool message needs `tool_call_id`: the id of the call it answers".to_owned(),
+        );
     }
     if let Some(calls) = map.get("tool_calls") {
         let Value::Array(calls) = calls else {
-            return format!("`tool_calls` is {}; it must be a list", kind(calls));
+            return Some(format!(
+                "`tool_calls` is {}; it must be a list",
+                kind(calls)
+            ));
         };
         for (i, call) in calls.iter().enumerate() {
             if let Some(problem) = explain_call(call) {
-                return format!("`tool_calls[{i}]`: {problem}");
+                return Some(format!("`tool_calls[{i}]`: {problem}"));
             }
         }
     }
     if let Some(status) = map.get("status")
         && !matches!(status.as_str(), Some("success" | "error"))
     {
-        return format!(
+        return Some(format!(
             "`status` is {}; expected \"success\" or \"error\"",
             shown_value(status)
-        );
+        ));
     }
-    // Left: what serde says, without its type names and position.
+    None
+}
+
+/// What serde says when every check above passed, without its type names and position.
+fn serde_said(error: &serde_json::Error) -> String {
     let said = error.to_string();
     let said = said.split(" at line ").next().unwrap_or(&said);
     if let Some(rest) = said.strip_prefix("duplicate field `") {

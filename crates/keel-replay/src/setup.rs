@@ -9,12 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use keel_config::yaml::{Node, Yaml};
 use keel_core::message::new_id;
 use keel_core::middleware::Middleware;
 use keel_core::model::{ChatModel, ModelProfile};
 use keel_core::store::{SessionMemoryStore, SessionScope, StoreError};
 use keel_core::tokens::TokenCounter;
 use keel_memory::{FoldEngine, SessionMemoryMiddleware, SessionMemorySettings, SettingsError};
+use keel_recall::RecallSettings;
 use keel_store::Store;
 use keel_store::error::ConnectError;
 use keel_summarization::cache::SummaryCache;
@@ -125,11 +127,11 @@ pub enum SetupError {
         url: String,
     },
     /// The configuration's `recall:` section is invalid.
-    #[error("{}: recall: {message}", path.display())]
+    #[error("{}: {message}", path.display())]
     Recall {
         /// The YAML file.
         path: PathBuf,
-        /// What is wrong, with the key.
+        /// What is wrong, with the key (`recall.max_tokens`) and its line.
         message: String,
     },
     /// The database could not be opened.
@@ -200,6 +202,59 @@ pub fn transcript_warnings(path: &Path, transcript: &Transcript) -> Vec<String> 
         .collect()
 }
 
+/// Reads a configuration file of at most `cap` bytes (reading no more than `cap + 1`),
+/// refusing a directory, an unreadable file, a larger one and one that is not UTF-8 with
+/// the messages [`SummarizationConfig::from_yaml_file_with_cap`] gives.
+fn read_config_text(path: &Path, cap: u64) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let io = |message: String| ConfigError::Io {
+        path: path.display().to_string(),
+        message,
+    };
+    let describe = |e: &std::io::Error| match e.kind() {
+        std::io::ErrorKind::IsADirectory => "it is a directory; name a YAML file".to_owned(),
+        _ => crate::input::describe_io(e),
+    };
+    if path.is_dir() {
+        return Err(io("it is a directory; name a YAML file".into()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| io(describe(&e)))?;
+    let mut bytes = Vec::new();
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io(describe(&e)))?;
+    if bytes.len() as u64 > cap {
+        return Err(ConfigError::TooLarge {
+            path: path.display().to_string(),
+            cap,
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        io(format!(
+            "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
+             as UTF-8",
+            bytes[at]
+        ))
+    })
+}
+
+/// Reads and parses a configuration file once, into the line-aware tree every section
+/// (summarization, recall) is read from. `max_bytes` defaults to keel-summarization's
+/// [`MAX_CONFIG_BYTES`](keel_summarization::config::MAX_CONFIG_BYTES).
+fn parse_config(path: &Path, max_bytes: Option<u64>) -> Result<Node, SetupError> {
+    let cap = max_bytes.unwrap_or(keel_summarization::config::MAX_CONFIG_BYTES);
+    let config_error = |source: ConfigError| SetupError::Config {
+        path: path.to_owned(),
+        source: Box::new(source),
+    };
+    let text = read_config_text(path, cap).map_err(config_error)?;
+    keel_config::yaml::parse(&text)
+        .map_err(|(message, line)| config_error(ConfigError::Syntax { message, line }))
+}
+
 /// Loads a `summarization.yaml` the way every `keel` command does: the same checks, the
 /// same warnings (an empty file, `enabled: false`, an unused `model_name`), and a
 /// `fraction` size refused when the context window is unknown.
@@ -209,12 +264,20 @@ pub fn load_summarization(
     summary_model: Option<&str>,
     max_bytes: Option<u64>,
 ) -> Result<(SummarizationConfig, Vec<String>), SetupError> {
-    let cap = max_bytes.unwrap_or(keel_summarization::config::MAX_CONFIG_BYTES);
-    let loaded = SummarizationConfig::from_yaml_file_with_cap(path, cap).map_err(|source| {
-        SetupError::Config {
-            path: path.to_owned(),
-            source: Box::new(source),
-        }
+    let root = parse_config(path, max_bytes)?;
+    summarization_from_root(path, &root, context_window, summary_model)
+}
+
+/// [`load_summarization`] on a file already parsed (`root`, read from `path`).
+fn summarization_from_root(
+    path: &Path,
+    root: &Node,
+    context_window: Option<u64>,
+    summary_model: Option<&str>,
+) -> Result<(SummarizationConfig, Vec<String>), SetupError> {
+    let loaded = SummarizationConfig::from_node(root).map_err(|source| SetupError::Config {
+        path: path.to_owned(),
+        source: Box::new(source),
     })?;
     let config = loaded.config;
     let mut warnings: Vec<String> = loaded
@@ -260,35 +323,209 @@ pub fn load_summarization(
     Ok((config, warnings))
 }
 
-/// The top-level `recall:` section of a configuration file (`None` when it has none;
-/// `recall: {}` turns recall on with its defaults). Its keys are
-/// [`RecallSettings`](keel_recall::RecallSettings)'s; an unknown key or a value out of
-/// range is an error naming it.
+/// The top-level `recall:` section of a configuration file (`None` when it has none or
+/// it is empty; `recall: {}` turns recall on with its defaults). Its keys are
+/// [`RecallSettings`]'s, read by [`keel_recall::settings_from_node`]: an unknown key, a
+/// value of the wrong type or out of range is an error naming the key and its line.
+/// The file is read with the checks and messages of [`load_summarization`].
 pub fn load_recall(
     path: &Path,
     max_bytes: Option<u64>,
-) -> Result<Option<keel_recall::RecallSettings>, SetupError> {
-    #[derive(serde::Deserialize)]
-    struct Top {
-        #[serde(default)]
-        recall: Option<keel_recall::RecallSettings>,
-    }
-    let cap = max_bytes.unwrap_or(keel_summarization::config::MAX_CONFIG_BYTES);
-    let bad = |message: String| SetupError::Recall {
-        path: path.to_owned(),
-        message,
-    };
-    let text =
-        crate::input::read_text(path, usize::try_from(cap).unwrap_or(usize::MAX)).map_err(bad)?;
-    if !text.lines().any(|l| l.starts_with("recall:")) {
-        return Ok(None);
-    }
-    let top: Top = serde_saphyr::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let Some(settings) = top.recall else {
+) -> Result<Option<RecallSettings>, SetupError> {
+    let root = parse_config(path, max_bytes)?;
+    recall_from_root(path, &root)
+}
+
+/// [`load_recall`] on a file already parsed (`root`, read from `path`).
+fn recall_from_root(path: &Path, root: &Node) -> Result<Option<RecallSettings>, SetupError> {
+    let Yaml::Map(entries) = &root.value else {
         return Ok(None);
     };
-    settings.validate().map_err(|e| bad(e.to_string()))?;
+    let Some((_, _, node)) = entries.iter().find(|(key, _, _)| key == "recall") else {
+        return Ok(None);
+    };
+    if matches!(node.value, Yaml::Null) {
+        return Ok(None);
+    }
+    keel_recall::settings_from_node("recall", node)
+        .map(Some)
+        .map_err(|e| SetupError::Recall {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+/// What `--config` sets: summarization (with the file it came from) and recall.
+#[derive(Default)]
+struct ConfigSections {
+    summarization: Option<(PathBuf, SummarizationConfig)>,
+    recall: Option<RecallSettings>,
+}
+
+/// Reads the `--config` file once and its sections from the one parse: summarization
+/// first (its errors come first), then recall, scoped to the replay's flow and user.
+fn load_config(
+    options: &ReplayOptions,
+    warnings: &mut Vec<String>,
+) -> Result<ConfigSections, SetupError> {
+    let Some(path) = &options.config else {
+        return Ok(ConfigSections::default());
+    };
+    let root = parse_config(path, options.max_config_bytes)?;
+    let (config, config_warnings) = summarization_from_root(
+        path,
+        &root,
+        options.context_window,
+        options.summary_model.as_deref(),
+    )?;
+    warnings.extend(config_warnings);
+    let mut recall = recall_from_root(path, &root)?;
+    if let Some(r) = &mut recall {
+        r.flow_id = REPLAY_FLOW_ID.to_owned();
+        r.user_id = REPLAY_USER_ID.to_owned();
+    }
+    Ok(ConfigSections {
+        summarization: Some((path.clone(), config)),
+        recall,
+    })
+}
+
+/// The thread id of a run: `--session`, or a new `replay-STEM-ID`.
+fn thread_id_for(transcript_path: &Path, options: &ReplayOptions) -> String {
+    let stem = transcript_path
+        .file_stem()
+        .map_or_else(|| "transcript".into(), |s| s.to_string_lossy().into_owned());
+    match &options.session {
+        Some(id) => id.clone(),
+        None => format!("replay-{stem}-{}", new_id()),
+    }
+}
+
+/// The `--summary-model`, configured from the environment (`None`: the extractive
+/// summarizer).
+fn summary_model(options: &ReplayOptions) -> Result<Option<Arc<dyn ChatModel>>, SetupError> {
+    Ok(match &options.summary_model {
+        Some(name) => Some(Arc::new(
+            keel_openai::OpenAiConfig::from_env()?
+                .with_model(name.clone())
+                .build()?,
+        )),
+        None => None,
+    })
+}
+
+/// The checked session-memory settings, with a warning when pinned keys are left to the
+/// extractive summarizer.
+fn memory_settings(
+    options: &ReplayOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Option<SessionMemorySettings>, SetupError> {
+    let Some(m) = &options.memory else {
+        return Ok(None);
+    };
+    let scope = SessionScope::new(REPLAY_FLOW_ID, REPLAY_USER_ID, "", "");
+    let mut settings =
+        SessionMemorySettings::for_scope(scope).with_pinned_keys(m.pinned_keys.clone());
+    if let Some(n) = m.n_messages {
+        settings = settings.with_n_messages(n);
+    }
+    settings.validate()?;
+    if options.summary_model.is_none() && !m.pinned_keys.is_empty() {
+        warnings.push(
+            "the extractive summarizer fills pinned keys only where the user or the \
+             assistant states them recognisably (`key value`, `key: value`, \
+             \"the ticket for this is TCK-7\", a correction of the same shape); \
+             pass --summary-model to have a model fill the rest"
+                .to_owned(),
+        );
+    }
     Ok(Some(settings))
+}
+
+/// Opens the database, only when something stores into it (`--db`, or session memory
+/// on [`DEFAULT_DB_URL`]); session memory on a read-only database is refused first.
+async fn open_store(
+    options: &ReplayOptions,
+    with_memory: bool,
+) -> Result<Option<Arc<Store>>, SetupError> {
+    let db_url = match (&options.db, with_memory) {
+        (Some(url), _) => Some(url.as_str()),
+        (None, true) => Some(DEFAULT_DB_URL),
+        (None, false) => None,
+    };
+    if let Some(url) = db_url
+        && with_memory
+        && url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.eq_ignore_ascii_case("mode=ro")))
+    {
+        return Err(SetupError::ReadOnlyForMemory {
+            url: keel_store::error::redact_url(url),
+        });
+    }
+    Ok(match db_url {
+        Some(url) => Some(Arc::new(Store::connect(url).await?)),
+        None => None,
+    })
+}
+
+/// The recall middleware; with a database it indexes there.
+fn recall_middleware(
+    settings: RecallSettings,
+    store: Option<&Arc<Store>>,
+    options: &ReplayOptions,
+) -> Result<Arc<dyn Middleware>, SetupError> {
+    let mut builder = keel_recall::RecallMiddleware::builder(settings);
+    if let Some(store) = store {
+        builder = builder.index(store.clone());
+    }
+    let middleware = builder.build().map_err(|e| SetupError::Recall {
+        path: options.config.clone().unwrap_or_default(),
+        message: format!("recall: {e}"),
+    })?;
+    Ok(Arc::new(middleware))
+}
+
+/// The session-memory middleware on `store`, and the scope of this run's session in it.
+fn memory_middleware(
+    settings: SessionMemorySettings,
+    store: &Arc<Store>,
+    summary_model: Option<&Arc<dyn ChatModel>>,
+    thread_id: &str,
+) -> Result<(Arc<dyn Middleware>, SessionScope), SetupError> {
+    let scope = settings.scope_for_thread(thread_id);
+    let builder = SessionMemoryMiddleware::builder(settings).store(store.clone());
+    let builder = match summary_model {
+        Some(model) => builder.summary_model(model.clone()),
+        None => builder.fold_engine(FoldEngine::Extractive),
+    };
+    Ok((Arc::new(builder.build()?), scope))
+}
+
+/// The summarization middleware, with a summary cache of its own.
+fn summarization_middleware(
+    (path, config): (PathBuf, SummarizationConfig),
+    store: Option<&Arc<Store>>,
+    summary_model: Option<&Arc<dyn ChatModel>>,
+    profile: &ModelProfile,
+) -> Result<SummarizationMiddleware, SetupError> {
+    // A cache of its own: replays are independent of each other and of any agent in the
+    // same process. With a database, summaries also go to its second level.
+    let mut cache = SummaryCache::new(config.cache_capacity);
+    if let Some(store) = store {
+        cache = cache.with_store(store.clone());
+    }
+    let mut builder = SummarizationMiddleware::builder(config)
+        .cache(Arc::new(cache))
+        .model_profile(profile.clone());
+    builder = match summary_model {
+        Some(model) => builder.summary_model(model.clone()),
+        None => builder.extractive(),
+    };
+    builder.build().map_err(|source| SetupError::Summarization {
+        path,
+        source: Box::new(source),
+    })
 }
 
 /// Checks every input, then builds the middleware stack and opens the database.
@@ -298,140 +535,42 @@ pub async fn prepare(
 ) -> Result<Prepared, SetupError> {
     let transcript_path = transcript.as_ref();
     let transcript = Transcript::read_for_replay(transcript_path, options.limits)?;
-    let stem = transcript_path
-        .file_stem()
-        .map_or_else(|| "transcript".into(), |s| s.to_string_lossy().into_owned());
-    let thread_id = match &options.session {
-        Some(id) => id.clone(),
-        None => format!("replay-{stem}-{}", new_id()),
-    };
+    let thread_id = thread_id_for(transcript_path, options);
     let mut profile = ModelProfile::new("transcript", "replay");
     profile.max_input_tokens = options.context_window;
     let mut warnings = transcript_warnings(transcript_path, &transcript);
 
     // 1. Everything that needs no database, so a bad input fails before any write.
-    let summary_model: Option<Arc<dyn ChatModel>> = match &options.summary_model {
-        Some(name) => Some(Arc::new(
-            keel_openai::OpenAiConfig::from_env()?
-                .with_model(name.clone())
-                .build()?,
-        )),
-        None => None,
-    };
-    let summarization = match &options.config {
-        Some(path) => {
-            let (config, config_warnings) = load_summarization(
-                path,
-                options.context_window,
-                options.summary_model.as_deref(),
-                options.max_config_bytes,
-            )?;
-            warnings.extend(config_warnings);
-            Some((path.clone(), config))
-        }
-        None => None,
-    };
-    // Recall: the configuration's top-level `recall:` section.
-    let mut recall_settings = match &options.config {
-        Some(path) => load_recall(path, options.max_config_bytes)?,
-        None => None,
-    };
-    if let Some(r) = &mut recall_settings {
-        r.flow_id = REPLAY_FLOW_ID.to_owned();
-        r.user_id = REPLAY_USER_ID.to_owned();
-    }
-    let memory_settings = match &options.memory {
-        Some(m) => {
-            let scope = SessionScope::new(REPLAY_FLOW_ID, REPLAY_USER_ID, "", "");
-            let mut settings =
-                SessionMemorySettings::for_scope(scope).with_pinned_keys(m.pinned_keys.clone());
-            if let Some(n) = m.n_messages {
-                settings = settings.with_n_messages(n);
-            }
-            settings.validate()?;
-            if options.summary_model.is_none() && !m.pinned_keys.is_empty() {
-                warnings.push(
-                    "the extractive summarizer fills pinned keys only where the user or the \
-                     assistant states them recognisably (`key value`, `key: value`, \
-                     \"the ticket for this is TCK-7\", a correction of the same shape); \
-                     pass --summary-model to have a model fill the rest"
-                        .to_owned(),
-                );
-            }
-            Some(settings)
-        }
-        None => None,
-    };
+    let summary_model = summary_model(options)?;
+    let config = load_config(options, &mut warnings)?;
+    let memory_settings = memory_settings(options, &mut warnings)?;
 
     // 2. The database, only when something stores into it.
-    let db_url = match (&options.db, &memory_settings) {
-        (Some(url), _) => Some(url.as_str()),
-        (None, Some(_)) => Some(DEFAULT_DB_URL),
-        (None, None) => None,
-    };
-    if let (Some(url), Some(_)) = (db_url, &memory_settings)
-        && url
-            .split_once('?')
-            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.eq_ignore_ascii_case("mode=ro")))
-    {
-        return Err(SetupError::ReadOnlyForMemory {
-            url: keel_store::error::redact_url(url),
-        });
-    }
-    let store = match db_url {
-        Some(url) => Some(Arc::new(Store::connect(url).await?)),
-        None => None,
-    };
+    let store = open_store(options, memory_settings.is_some()).await?;
 
     // 3. The stack, outermost first: session memory builds `[summary, *last N]`, then
     // summarization compacts whatever is still over its trigger.
     let mut stack: Vec<Arc<dyn Middleware>> = Vec::new();
     // Recall sits outermost and still sees the final request (it adds its excerpts
     // after the inner middleware ran); with a database it indexes there.
-    if let Some(settings) = recall_settings {
-        let mut builder = keel_recall::RecallMiddleware::builder(settings);
-        if let Some(store) = &store {
-            builder = builder.index(store.clone());
-        }
-        stack.push(Arc::new(builder.build().map_err(|e| {
-            SetupError::Recall {
-                path: options.config.clone().unwrap_or_default(),
-                message: e.to_string(),
-            }
-        })?));
+    if let Some(settings) = config.recall {
+        stack.push(recall_middleware(settings, store.as_ref(), options)?);
     }
     let mut memory = None;
     if let (Some(settings), Some(store)) = (memory_settings, &store) {
-        let scope = settings.scope_for_thread(&thread_id);
-        let builder = SessionMemoryMiddleware::builder(settings).store(store.clone());
-        let builder = match &summary_model {
-            Some(model) => builder.summary_model(model.clone()),
-            None => builder.fold_engine(FoldEngine::Extractive),
-        };
-        stack.push(Arc::new(builder.build()?));
+        let (middleware, scope) =
+            memory_middleware(settings, store, summary_model.as_ref(), &thread_id)?;
+        stack.push(middleware);
         memory = Some((store.clone(), scope));
     }
     let mut counter: Option<Arc<dyn TokenCounter>> = None;
-    if let Some((path, config)) = summarization {
-        // A cache of its own: replays are independent of each other and of any agent
-        // in the same process. With a database, summaries also go to its second level.
-        let mut cache = SummaryCache::new(config.cache_capacity);
-        if let Some(store) = &store {
-            cache = cache.with_store(store.clone());
-        }
-        let mut builder = SummarizationMiddleware::builder(config)
-            .cache(Arc::new(cache))
-            .model_profile(profile.clone());
-        builder = match &summary_model {
-            Some(model) => builder.summary_model(model.clone()),
-            None => builder.extractive(),
-        };
-        let middleware = builder
-            .build()
-            .map_err(|source| SetupError::Summarization {
-                path,
-                source: Box::new(source),
-            })?;
+    if let Some(summarization) = config.summarization {
+        let middleware = summarization_middleware(
+            summarization,
+            store.as_ref(),
+            summary_model.as_ref(),
+            &profile,
+        )?;
         // Figures are counted the way the middleware counts: one set of numbers.
         counter = Some(middleware.counter_for(&profile));
         stack.push(Arc::new(middleware));

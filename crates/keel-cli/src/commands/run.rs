@@ -28,7 +28,7 @@ use keel_core::message::{Content, Message};
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelErrorKind, ModelProfile};
 use keel_core::stream::{StreamEvent, StreamMode};
 use keel_core::tool::{Tool, ToolError, ToolSpec};
-use keel_middleware::stack::{ModelRegistry, StackLoader};
+use keel_middleware::stack::{ModelRegistry, Stack, StackLoader};
 use keel_summarization::stack::SummarizationEntry;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -162,8 +162,22 @@ fn read_script(path: &Path, caps: &Caps) -> Result<VecDeque<Answer>, String> {
     Ok(out)
 }
 
-/// Runs `keel run`.
-pub fn run(args: Args, caps: &Caps) -> CommandResult {
+/// A command's error.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What `keel run` reads before it starts.
+struct Inputs {
+    /// The checked stack file.
+    stack: Stack,
+    /// The thread, ending with the user's message.
+    thread: Vec<Message>,
+    /// The script's answers, in order.
+    answers: VecDeque<Answer>,
+}
+
+/// Reads the stack, the thread (checking it ends with the user's message) and the
+/// script, in that order.
+fn read_inputs(args: &Args, caps: &Caps) -> Result<Inputs, BoxError> {
     // Keel's built-in entries and summarization (DeerFlow's schema).
     let stack = StackLoader::builtin()
         .with(SummarizationEntry)
@@ -181,6 +195,32 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         .into());
     }
     let answers = read_script(&args.script, caps)?;
+    Ok(Inputs {
+        stack,
+        thread,
+        answers,
+    })
+}
+
+/// The scripted model, named as the stack's `model` (or `scripted`).
+fn script_model(stack: &Stack, answers: VecDeque<Answer>) -> Arc<ScriptModel> {
+    Arc::new(ScriptModel {
+        profile: ModelProfile::new(
+            stack.model.clone().unwrap_or_else(|| "scripted".into()),
+            "scripted",
+        ),
+        answers: Mutex::new(answers),
+        requests: Mutex::new(Vec::new()),
+    })
+}
+
+/// Runs `keel run`.
+pub fn run(args: Args, caps: &Caps) -> CommandResult {
+    let Inputs {
+        stack,
+        thread,
+        answers,
+    } = read_inputs(&args, caps)?;
     // Spans go to OTEL_EXPORTER_OTLP_ENDPOINT when set (the `otel` feature); the guard
     // flushes them when the command ends.
     let _telemetry = crate::telemetry::init(None, false)?;
@@ -190,14 +230,7 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
             .map_err(|e| format!("{}: {e}", args.config.display()))?,
         None => Vec::new(),
     };
-    let model = Arc::new(ScriptModel {
-        profile: ModelProfile::new(
-            stack.model.clone().unwrap_or_else(|| "scripted".into()),
-            "scripted",
-        ),
-        answers: Mutex::new(answers),
-        requests: Mutex::new(Vec::new()),
-    });
+    let model = script_model(&stack, answers);
     let shared: Arc<dyn ChatModel> = model.clone();
     let models: Arc<dyn ModelRegistry> = {
         let m = shared.clone();
@@ -216,12 +249,7 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     let agent = builder.build()?;
     let (events, outcome) = runtime.block_on(async {
         let mut stream = agent.stream("keel-run", thread, &[StreamMode::Custom]);
-        let mut events = Vec::new();
-        while let Some(event) = stream.next().await {
-            if let StreamEvent::Custom { node, payload } = event {
-                events.push(json!({"node": node, "payload": payload}));
-            }
-        }
+        let events = custom_events(&mut stream).await;
         (events, stream.into_result())
     });
     let output = match outcome {
@@ -231,46 +259,79 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     };
     let requests = std::mem::take(&mut *model.requests.lock());
     if args.json {
-        // A struct, not a map, so the keys come in the documented order.
-        #[derive(serde::Serialize)]
-        struct Output<'a> {
-            messages: &'a [Message],
-            requests: Vec<Value>,
-            events: Vec<Value>,
-        }
-        let doc = Output {
-            messages: output.state.messages.as_slice(),
-            requests,
-            events,
-        };
-        print(&clean_json(serde_json::to_string_pretty(&doc)?))?;
-        print("\n")?;
+        print_json(output.state.messages.as_slice(), requests, events)?;
     } else {
-        let mut text = String::new();
-        for m in output.state.messages.iter() {
-            let calls = m
-                .tool_calls()
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
-            let extra = if calls.is_empty() {
-                String::new()
-            } else {
-                format!(" [calls: {calls}]")
-            };
-            text.push_str(&format!(
-                "{:>9}: {}{extra}\n",
-                m.role().as_str(),
-                super::clean(&m.text())
-            ));
-        }
-        text.push_str(&format!(
-            "{} model request(s), {} custom event(s); --json shows them all\n",
-            requests.len(),
-            events.len()
-        ));
-        print(&text)?;
+        print_summary(output.state.messages.as_slice(), &requests, &events)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The custom events of a run's stream, as `{"node", "payload"}`, until it ends.
+async fn custom_events<S: futures::Stream<Item = StreamEvent> + Unpin>(
+    stream: &mut S,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let StreamEvent::Custom { node, payload } = event {
+            events.push(json!({"node": node, "payload": payload}));
+        }
+    }
+    events
+}
+
+/// Prints `{"messages", "requests", "events"}`.
+fn print_json(
+    messages: &[Message],
+    requests: Vec<Value>,
+    events: Vec<Value>,
+) -> Result<(), BoxError> {
+    // A struct, not a map, so the keys come in the documented order.
+    #[derive(serde::Serialize)]
+    struct Output<'a> {
+        messages: &'a [Message],
+        requests: Vec<Value>,
+        events: Vec<Value>,
+    }
+    let doc = Output {
+        messages,
+        requests,
+        events,
+    };
+    print(&clean_json(serde_json::to_string_pretty(&doc)?))?;
+    print("\n")?;
+    Ok(())
+}
+
+/// Prints one line per message of the final thread (role, text, tools called), then
+/// how many requests and events `--json` would show.
+fn print_summary(
+    messages: &[Message],
+    requests: &[Value],
+    events: &[Value],
+) -> std::io::Result<()> {
+    let mut text = String::new();
+    for m in messages {
+        let calls = m
+            .tool_calls()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let extra = if calls.is_empty() {
+            String::new()
+        } else {
+            format!(" [calls: {calls}]")
+        };
+        text.push_str(&format!(
+            "{:>9}: {}{extra}\n",
+            m.role().as_str(),
+            super::clean(&m.text())
+        ));
+    }
+    text.push_str(&format!(
+        "{} model request(s), {} custom event(s); --json shows them all\n",
+        requests.len(),
+        events.len()
+    ));
+    print(&text)
 }
