@@ -202,45 +202,6 @@ pub fn transcript_warnings(path: &Path, transcript: &Transcript) -> Vec<String> 
         .collect()
 }
 
-/// Reads a configuration file of at most `cap` bytes (reading no more than `cap + 1`),
-/// refusing a directory, an unreadable file, a larger one and one that is not UTF-8 with
-/// the messages [`SummarizationConfig::from_yaml_file_with_cap`] gives.
-fn read_config_text(path: &Path, cap: u64) -> Result<String, ConfigError> {
-    use std::io::Read as _;
-    let io = |message: String| ConfigError::Io {
-        path: path.display().to_string(),
-        message,
-    };
-    let describe = |e: &std::io::Error| match e.kind() {
-        std::io::ErrorKind::IsADirectory => "it is a directory; name a YAML file".to_owned(),
-        _ => crate::input::describe_io(e),
-    };
-    if path.is_dir() {
-        return Err(io("it is a directory; name a YAML file".into()));
-    }
-    let file = std::fs::File::open(path).map_err(|e| io(describe(&e)))?;
-    let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| io(describe(&e)))?;
-    if bytes.len() as u64 > cap {
-        return Err(ConfigError::TooLarge {
-            path: path.display().to_string(),
-            cap,
-        });
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        let bytes = e.as_bytes();
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        io(format!(
-            "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
-             as UTF-8",
-            bytes[at]
-        ))
-    })
-}
-
 /// Reads and parses a configuration file once, into the line-aware tree every section
 /// (summarization, recall) is read from. `max_bytes` defaults to keel-summarization's
 /// [`MAX_CONFIG_BYTES`](keel_summarization::config::MAX_CONFIG_BYTES).
@@ -250,7 +211,7 @@ fn parse_config(path: &Path, max_bytes: Option<u64>) -> Result<Node, SetupError>
         path: path.to_owned(),
         source: Box::new(source),
     };
-    let text = read_config_text(path, cap).map_err(config_error)?;
+    let text = keel_summarization::config::read_config_text(path, cap).map_err(config_error)?;
     keel_config::yaml::parse(&text)
         .map_err(|(message, line)| config_error(ConfigError::Syntax { message, line }))
 }

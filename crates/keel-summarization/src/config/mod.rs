@@ -357,37 +357,7 @@ impl SummarizationConfig {
         path: impl AsRef<Path>,
         cap: u64,
     ) -> Result<LoadedConfig, ConfigError> {
-        use std::io::Read as _;
-        let path = path.as_ref();
-        let io = |message: String| ConfigError::Io {
-            path: path.display().to_string(),
-            message,
-        };
-        if path.is_dir() {
-            return Err(io("it is a directory; name a YAML file".into()));
-        }
-        let file = std::fs::File::open(path).map_err(|e| io(describe_io(&e)))?;
-        let mut bytes = Vec::new();
-        file.take(cap.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|e| io(describe_io(&e)))?;
-        if bytes.len() as u64 > cap {
-            return Err(ConfigError::TooLarge {
-                path: path.display().to_string(),
-                cap,
-            });
-        }
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let at = e.utf8_error().valid_up_to();
-            let bytes = e.as_bytes();
-            let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-            io(format!(
-                "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
-                 as UTF-8",
-                bytes[at]
-            ))
-        })?;
-        Self::from_yaml_str(&text)
+        Self::from_yaml_str(&read_config_text(path.as_ref(), cap)?)
     }
 
     /// Parses and validates YAML text (the bare mapping, or a document with a top-level
@@ -434,6 +404,43 @@ None,
             None => Ok(()),
         }
     }
+}
+
+/// Reads a configuration file's text, refusing one larger than `cap` bytes without
+/// reading past the cap, a directory, and text that is not UTF-8 (naming the line and
+/// byte offset of the first bad byte). Every `keel` command that reads a
+/// `summarization.yaml` reads it with this, so the messages are the same everywhere.
+pub fn read_config_text(path: &Path, cap: u64) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    let io = |message: String| ConfigError::Io {
+        path: path.display().to_string(),
+        message,
+    };
+    if path.is_dir() {
+        return Err(io("it is a directory; name a YAML file".into()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| io(describe_io(&e)))?;
+    let mut bytes = Vec::new();
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io(describe_io(&e)))?;
+    if bytes.len() as u64 > cap {
+        return Err(ConfigError::TooLarge {
+            path: path.display().to_string(),
+            cap,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        io(format!(
+            "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
+                 as UTF-8",
+            bytes[at]
+        ))
+    })?;
+    Ok(text)
 }
 
 /// Builds a [`SummarizationConfig`] from Rust; `build` validates like the YAML loader.
