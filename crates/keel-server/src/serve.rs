@@ -131,60 +131,10 @@ pub enum ServeError {
 /// address once it listens.
 pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
     let stack = StackConfig::from_file(&options.config)?;
-    let store = Store::connect(&options.database)
-        .await
-        .map_err(|e| ServeError::Database {
-            url: redact(&options.database),
-            message: e.to_string(),
-        })?;
-    let registry = Registry::for_store(&store)
-        .await
-        .map_err(|e| ServeError::Database {
-            url: redact(&options.database),
-            message: e.to_string(),
-        })?;
-    let items = ItemStore::for_store(&store)
-        .await
-        .map_err(|e| ServeError::Database {
-            url: redact(&options.database),
-            message: e.to_string(),
-        })?;
-    // One process owns a SQLite database: what it left running before is over.
-    if !registry.is_shared() {
-        match registry.recover_after_restart().await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::warn!("{n} run(s) left unfinished by the last server marked as failed")
-            }
-            Err(e) => tracing::error!("could not close the last server's runs: {e}"),
-        }
-    }
-    let leases = match &store {
-        #[cfg(feature = "postgres")]
-        Store::Postgres(_) => {
-            Leases::postgres(&options.database)
-                .await
-                .map_err(|e| ServeError::Database {
-                    url: redact(&options.database),
-                    message: e.to_string(),
-                })?
-        }
-        _ => Leases::Local,
-    };
+    let (store, records) = open_records(&options.database).await?;
     let agent = stack.build_connected(Arc::new(store)).await?;
     let model = agent.model_profile().name.clone();
-    let mut connections = options.connections.clone();
-    if let Some(limit) = raise_fd_limit() {
-        let allowed =
-            usize::try_from(limit.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
-        if connections.max_connections > allowed {
-            tracing::warn!(
-                "--max-connections {} lowered to {allowed}: the open-file limit is {limit}, {RESERVED_FDS} kept for the rest",
-                connections.max_connections
-            );
-            connections.max_connections = allowed;
-        }
-    }
+    let connections = within_fd_limit(options.connections.clone());
     let server = ServerOptions {
         graph_id: stack.name.clone(),
         description: stack.description.clone(),
@@ -192,9 +142,9 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
         max_body_bytes: options.max_body_bytes,
         max_input_messages: options.max_input_messages,
         origins: options.origins.clone(),
-        registry: Some(Arc::new(registry)),
-        items: Some(Arc::new(items)),
-        leases,
+        registry: Some(Arc::new(records.registry)),
+        items: Some(Arc::new(records.items)),
+        leases: records.leases,
         ..ServerOptions::default()
     };
     let address = format!("{}:{}", options.host, options.port);
@@ -216,6 +166,66 @@ pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
     let (app, manager) = router_parts(agent, server);
     serve_app(listener, app, Some(manager), &connections, shutdown()).await;
     Ok(())
+}
+
+/// What the server keeps in the database besides the agent's checkpoints.
+struct Records {
+    registry: Registry,
+    items: ItemStore,
+    leases: Leases,
+}
+
+/// Opens the database, its thread and run records, its item store and the thread
+/// leases (PostgreSQL's advisory locks when several processes share it). A SQLite
+/// database belongs to one process, so the runs its last server left running are
+/// marked as failed.
+async fn open_records(database: &str) -> Result<(Store, Records), ServeError> {
+    let failed = |e: &dyn std::fmt::Display| ServeError::Database {
+        url: redact(database),
+        message: e.to_string(),
+    };
+    let store = Store::connect(database).await.map_err(|e| failed(&e))?;
+    let registry = Registry::for_store(&store).await.map_err(|e| failed(&e))?;
+    let items = ItemStore::for_store(&store).await.map_err(|e| failed(&e))?;
+    if !registry.is_shared() {
+        match registry.recover_after_restart().await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!("{n} run(s) left unfinished by the last server marked as failed")
+            }
+            Err(e) => tracing::error!("could not close the last server's runs: {e}"),
+        }
+    }
+    let leases = match &store {
+        #[cfg(feature = "postgres")]
+        Store::Postgres(_) => Leases::postgres(database).await.map_err(|e| failed(&e))?,
+        _ => Leases::Local,
+    };
+    Ok((
+        store,
+        Records {
+            registry,
+            items,
+            leases,
+        },
+    ))
+}
+
+/// The connection limits, with `max_connections` lowered to what the open-file limit
+/// (raised to its hard limit first) leaves after [`RESERVED_FDS`].
+fn within_fd_limit(mut connections: ConnectionLimits) -> ConnectionLimits {
+    if let Some(limit) = raise_fd_limit() {
+        let allowed =
+            usize::try_from(limit.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
+        if connections.max_connections > allowed {
+            tracing::warn!(
+                "--max-connections {} lowered to {allowed}: the open-file limit is {limit}, {RESERVED_FDS} kept for the rest",
+                connections.max_connections
+            );
+            connections.max_connections = allowed;
+        }
+    }
+    connections
 }
 
 /// Serves `app` on `listener` until `stop` completes, within `limits`; then stops
@@ -275,6 +285,16 @@ pub async fn serve_app(
         });
     }
     drop(listener);
+    drain(graceful, runs, limits).await;
+}
+
+/// After the stop: lets open responses and `runs` finish until the shutdown deadline,
+/// cancels what is left of the runs, and gives their last events a moment to go out.
+async fn drain(
+    graceful: GracefulShutdown,
+    runs: Option<Arc<RunManager>>,
+    limits: &ConnectionLimits,
+) {
     let deadline = tokio::time::Instant::now() + limits.shutdown_deadline;
     let mut drained = std::pin::pin!(graceful.shutdown());
     let mut connections_closed = false;
