@@ -265,24 +265,7 @@ impl SummarizationMiddlewareBuilder {
         }
         let summarizer = match self.summarizer {
             Some(s) => s,
-            None => match (&config.model_name, &self.registry) {
-                (None, _) => Summarizer::Model(None),
-                (Some(name), Some(registry)) => match registry.resolve(name) {
-                    Some(m) => Summarizer::Model(Some(m)),
-                    None => {
-                        return Err(BuildError::Model {
-                            name: name.clone(),
-                            problem: "the model registry has no model by that name".into(),
-                        });
-                    }
-                },
-                (Some(name), None) => {
-                    return Err(BuildError::Model {
-                        name: name.clone(),
-                        problem: "a summary model is named but no model registry was given (use model_registry, summary_model, or set model_name: null to use the run's model)".into(),
-                    });
-                }
-            },
+            None => resolve_summarizer(&config, self.registry.as_ref())?,
         };
         let breaker = self.breaker.unwrap_or_else(|| {
             global_breaker(
@@ -305,17 +288,7 @@ impl SummarizationMiddlewareBuilder {
             Some(c) => CounterChoice::Fixed(c),
             None => counter_for(config.token_counter)?,
         };
-        let rescue = RescuePolicy {
-            latest_user_message: config.preserve_latest_user_message,
-            dynamic_context: config.preserve_dynamic_context,
-            skills: SkillRescue {
-                max_count: config.preserve_recent_skill_count,
-                max_tokens: config.preserve_recent_skill_tokens,
-                max_tokens_per_skill: config.preserve_recent_skill_tokens_per_skill,
-                tool_names: config.skill_file_read_tool_names.clone(),
-                container_path: config.skills_container_path.clone(),
-            },
-        };
+        let rescue = rescue_policy(&config);
         let prompt = config
             .summary_prompt
             .clone()
@@ -343,6 +316,44 @@ impl SummarizationMiddlewareBuilder {
                 overflow: OverflowGuard::default(),
             }),
         })
+    }
+}
+
+/// The summarizer a configuration names: the run's model, or `model_name` resolved
+/// with the registry (an error when it has no such model, or there is no registry).
+fn resolve_summarizer(
+    config: &SummarizationConfig,
+    registry: Option<&Arc<dyn ModelRegistry>>,
+) -> Result<Summarizer, BuildError> {
+    let refused = |name: &String, problem: &str| BuildError::Model {
+        name: name.clone(),
+        problem: problem.into(),
+    };
+    match (&config.model_name, registry) {
+        (None, _) => Ok(Summarizer::Model(None)),
+        (Some(name), Some(registry)) => registry
+            .resolve(name)
+            .map(|m| Summarizer::Model(Some(m)))
+            .ok_or_else(|| refused(name, "the model registry has no model by that name")),
+        (Some(name), None) => Err(refused(
+            name,
+            "a summary model is named but no model registry was given (use model_registry, summary_model, or set model_name: null to use the run's model)",
+        )),
+    }
+}
+
+/// What a compaction rescues from the summarized span, as the configuration says.
+fn rescue_policy(config: &SummarizationConfig) -> RescuePolicy {
+    RescuePolicy {
+        latest_user_message: config.preserve_latest_user_message,
+        dynamic_context: config.preserve_dynamic_context,
+        skills: SkillRescue {
+            max_count: config.preserve_recent_skill_count,
+            max_tokens: config.preserve_recent_skill_tokens,
+            max_tokens_per_skill: config.preserve_recent_skill_tokens_per_skill,
+            tool_names: config.skill_file_read_tool_names.clone(),
+            container_path: config.skills_container_path.clone(),
+        },
     }
 }
 

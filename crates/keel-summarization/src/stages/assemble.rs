@@ -112,6 +112,62 @@ impl Compactor {
     ) -> Result<Assembled, &'static str> {
         let m = &call.measured;
         let messages: &[Message] = &call.request.messages;
+        let Built {
+            out,
+            tokens,
+            summarized,
+            rescued,
+            summarized_ids,
+            rescued_ids,
+            kept_ids,
+        } = self.build_list(call, entry);
+        if let Err(v) = check_pairs(&out[1..])
+            && check_pairs(messages).is_ok()
+        {
+            tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
+            return Err("the compacted request failed the pair check");
+        }
+        let sent = (m.total, messages.len());
+        if rules::grows(&m.triggers, sent, (tokens, out.len())) {
+            return Err("the compacted request would not be smaller than the original");
+        }
+        let action = if source == SummarySource::Cache {
+            Action::CacheReused
+        } else {
+            Action::Compacted
+        };
+        let messages_after = out.len();
+        Ok(Assembled {
+            messages: out,
+            report: CompactionReport {
+                action,
+                reason: m.reason,
+                tokens_before: m.total,
+                tokens_after: tokens,
+                messages_before: messages.len(),
+                messages_after,
+                source: Some(source),
+                summarized,
+                rescued,
+                kept: messages.len() - entry.boundary.min(messages.len()),
+                summarized_ids,
+                rescued_ids,
+                kept_ids,
+                summary_calls,
+                error,
+                summary: Some(entry.summary.clone()),
+                headroom_unreachable: false,
+                precomputed: entry.precomputed,
+            },
+        })
+    }
+
+    /// `[summary, *holes, *messages after the boundary]`, its tokens (with the fixed
+    /// part of the request), and which messages it summarizes, rescues and keeps (their
+    /// ids only when the reports carry ids).
+    fn build_list(&self, call: &Call<'_>, entry: &CachedSummary) -> Built {
+        let m = &call.measured;
+        let messages: &[Message] = &call.request.messages;
         // Counts are cached per message: only what is sent is counted.
         let tokens_of = |i: usize| call.counter.count_message(&messages[i]);
         let summary = summary_message(&entry.summary);
@@ -154,45 +210,15 @@ impl Compactor {
             }
             out.push(msg.clone());
         }
-        if let Err(v) = check_pairs(&out[1..])
-            && check_pairs(messages).is_ok()
-        {
-            tracing::error!(violation = %v, "compaction would send an orphan; sending the original request");
-            return Err("the compacted request failed the pair check");
+        Built {
+            out,
+            tokens,
+            summarized,
+            rescued,
+            summarized_ids,
+            rescued_ids,
+            kept_ids,
         }
-        let sent = (m.total, messages.len());
-        if rules::grows(&m.triggers, sent, (tokens, out.len())) {
-            return Err("the compacted request would not be smaller than the original");
-        }
-        let action = if source == SummarySource::Cache {
-            Action::CacheReused
-        } else {
-            Action::Compacted
-        };
-        let messages_after = out.len();
-        Ok(Assembled {
-            messages: out,
-            report: CompactionReport {
-                action,
-                reason: m.reason,
-                tokens_before: m.total,
-                tokens_after: tokens,
-                messages_before: messages.len(),
-                messages_after,
-                source: Some(source),
-                summarized,
-                rescued,
-                kept: messages.len() - entry.boundary.min(messages.len()),
-                summarized_ids,
-                rescued_ids,
-                kept_ids,
-                summary_calls,
-                error,
-                summary: Some(entry.summary.clone()),
-                headroom_unreachable: false,
-                precomputed: entry.precomputed,
-            },
-        })
     }
 
     /// `context_compacted`, for a report that sends a summary.
@@ -214,4 +240,15 @@ impl Compactor {
         }
         .emit(&request.runtime.writer);
     }
+}
+
+/// A compacted message list and what it is made of.
+struct Built {
+    out: Vec<Message>,
+    tokens: u64,
+    summarized: usize,
+    rescued: usize,
+    summarized_ids: Vec<String>,
+    rescued_ids: Vec<String>,
+    kept_ids: Vec<String>,
 }

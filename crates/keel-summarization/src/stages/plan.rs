@@ -134,14 +134,7 @@ impl Compactor {
     ) -> Planned {
         let m = &call.measured;
         let counter = call.counter.as_ref();
-        let per_message: Vec<u64> = if exclude_by.is_some() || cached.is_none() {
-            counter.count_each_in(messages, call.request.lineage())
-        } else {
-            messages
-                .iter()
-                .map(|msg| counter.count_message(msg))
-                .collect()
-        };
+        let per_message = token_counts(call, messages, exclude_by.is_some() || cached.is_none());
         // The request's own list (not a view of it) has its index kept between calls.
         let own = std::ptr::eq(messages, call.request.messages.as_slice());
         let kept = match call.request.lineage() {
@@ -157,22 +150,11 @@ impl Compactor {
             None => Planner::new(messages, &per_message, self.rescue()),
         };
         let exclude = |i: usize| exclude_by.is_some_and(|e| e.covers(i));
-        let keep = match call.keep.or_else(|| resolve(self.keep_policy(), m.window)) {
-            Some(k) => k,
-            None => {
-                self.warn_fraction("keep");
-                Limit::Messages(rules::DEFAULT_MESSAGES_TO_KEEP)
-            }
-        };
+        let keep = self.keep_limit(call);
         let floor = planner.floor_cut(keep);
         let mut cut = planner.keep_cut(keep).min(floor);
         // What the summary already covers is never sent verbatim again.
-        let boundary = match (exclude_by, cached) {
-            (Some(e), _) => Some(e.boundary),
-            (None, Some(e)) => Some(e.holes.iter().filter(|&&h| h < e.boundary).count()),
-            (None, None) => None,
-        };
-        if let Some(b) = boundary {
+        if let Some(b) = covered_boundary(exclude_by, cached) {
             cut = cut.max(planner.pairs().safe_cut_forward(b));
         }
         let mut plan = planner.plan_at(cut, &exclude);
@@ -200,16 +182,11 @@ impl Compactor {
         if !prefix_covered {
             plan = planner.avoid_task_only(plan, floor, &exclude);
         }
+        // Nothing is excluded: everything summarized is evicted (no copy of a list as
+        // long as the thread).
         let evicted: Vec<usize> = match exclude_by {
-            // Nothing is excluded: everything summarized is evicted (no copy of a list
-            // as long as the thread).
             None => std::mem::take(&mut plan.summarized),
-            Some(_) => plan
-                .summarized
-                .iter()
-                .copied()
-                .filter(|&i| !exclude(i))
-                .collect(),
+            Some(_) => plan.summarized.drain(..).filter(|&i| !exclude(i)).collect(),
         };
         let budget = self.trim_budget();
         let (fold_input, overflow) = rules::trim(budget, messages, &per_message, evicted, &planner);
@@ -222,6 +199,21 @@ impl Compactor {
             omitted,
             headroom_unreachable,
             index: kept,
+        }
+    }
+
+    /// How much recent history to keep: the call's own limit, else the policy resolved
+    /// for the window (a fraction without a window falls back to the default, warned).
+    fn keep_limit(&self, call: &Call<'_>) -> Limit {
+        match call
+            .keep
+            .or_else(|| resolve(self.keep_policy(), call.measured.window))
+        {
+            Some(k) => k,
+            None => {
+                self.warn_fraction("keep");
+                Limit::Messages(rules::DEFAULT_MESSAGES_TO_KEEP)
+            }
         }
     }
 
@@ -267,5 +259,32 @@ impl Compactor {
             self.plan_indexes()
                 .index(&request.messages, lineage, self.rescue());
         }
+    }
+}
+
+/// The tokens of each message: counted through the lineage's per-message cache when
+/// `whole_list` (planning on the request's own list), one by one on a view.
+fn token_counts(call: &Call<'_>, messages: &[Message], whole_list: bool) -> Vec<u64> {
+    let counter = call.counter.as_ref();
+    if whole_list {
+        counter.count_each_in(messages, call.request.lineage())
+    } else {
+        messages
+            .iter()
+            .map(|msg| counter.count_message(msg))
+            .collect()
+    }
+}
+
+/// Where what the summary already covers ends (it is never sent verbatim again): the
+/// excluded summary's boundary, or the previous summary's, counted on the view.
+fn covered_boundary(
+    exclude_by: Option<&CachedSummary>,
+    cached: Option<&CachedSummary>,
+) -> Option<usize> {
+    match (exclude_by, cached) {
+        (Some(e), _) => Some(e.boundary),
+        (None, Some(e)) => Some(e.holes.iter().filter(|&&h| h < e.boundary).count()),
+        (None, None) => None,
     }
 }

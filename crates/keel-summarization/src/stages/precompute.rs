@@ -36,6 +36,7 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::cache::FlightGuard;
 use crate::events::SummarySource;
 use crate::middleware::{Action, CompactionReport, Compactor, Summarizer};
 use crate::rules;
@@ -131,37 +132,9 @@ impl Compactor {
         {
             return;
         }
-        let triggers = core.resolve_triggers(request.model.profile().max_input_tokens);
-        let (tokens, messages) = (report.tokens_after, report.messages_after);
-        let compacted = report.action == Action::Compacted;
-        // A floor only raises the threshold: a call not near it from zero needs no key
-        // (most calls of a thread, so the pass-through path stays cheap).
-        if !compacted
-            && (rules::triggered(&triggers, tokens, messages)
-                || !rules::near_trigger(&triggers, share, (0, 0), tokens, messages))
-        {
+        let Some(key) = Self::precompute_key(core, request, report, share) else {
             return;
-        }
-        let counter = core.counter_for(request.model.profile());
-        let key = core.cache_key(&request.runtime.thread_id, request, counter.as_ref());
-        if compacted {
-            core.precompute()
-                .bases
-                .lock()
-                .put(key.clone(), (tokens, messages));
-        }
-        let base = core
-            .precompute()
-            .bases
-            .lock()
-            .get(&key)
-            .copied()
-            .unwrap_or((0, 0));
-        if rules::triggered(&triggers, tokens, messages)
-            || !rules::near_trigger(&triggers, share, base, tokens, messages)
-        {
-            return;
-        }
+        };
         let thread = request.runtime.thread_id.to_string();
         if core
             .precompute()
@@ -186,6 +159,62 @@ impl Compactor {
             drop(flight);
             return;
         }
+        Self::spawn_precompute(core, request, key, share, flight, thread);
+    }
+
+    /// The thread's cache key when what was sent reached `precompute_at` x a trigger
+    /// above the thread's floor (the size right after its last compaction) and is still
+    /// under every trigger; a compacted call records the floor.
+    fn precompute_key(
+        core: &Arc<Compactor>,
+        request: &ModelRequest,
+        report: &CompactionReport,
+        share: f64,
+    ) -> Option<String> {
+        let triggers = core.resolve_triggers(request.model.profile().max_input_tokens);
+        let (tokens, messages) = (report.tokens_after, report.messages_after);
+        let compacted = report.action == Action::Compacted;
+        // A floor only raises the threshold: a call not near it from zero needs no key
+        // (most calls of a thread, so the pass-through path stays cheap).
+        if !compacted
+            && (rules::triggered(&triggers, tokens, messages)
+                || !rules::near_trigger(&triggers, share, (0, 0), tokens, messages))
+        {
+            return None;
+        }
+        let counter = core.counter_for(request.model.profile());
+        let key = core.cache_key(&request.runtime.thread_id, request, counter.as_ref());
+        if compacted {
+            core.precompute()
+                .bases
+                .lock()
+                .put(key.clone(), (tokens, messages));
+        }
+        let base = core
+            .precompute()
+            .bases
+            .lock()
+            .get(&key)
+            .copied()
+            .unwrap_or((0, 0));
+        if rules::triggered(&triggers, tokens, messages)
+            || !rules::near_trigger(&triggers, share, base, tokens, messages)
+        {
+            return None;
+        }
+        Some(key)
+    }
+
+    /// Runs the speculative summary in a background task holding the thread's gate and
+    /// one of the process's slots; with every slot busy, the crossing call summarizes.
+    fn spawn_precompute(
+        core: &Arc<Compactor>,
+        request: &ModelRequest,
+        key: String,
+        share: f64,
+        flight: FlightGuard,
+        thread: String,
+    ) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -47,24 +47,7 @@ impl Compactor {
         planned: &Planned,
     ) -> Step<Summary> {
         let messages: &[Message] = &call.request.messages;
-        let mut existing = cached.map(|e| e.summary.clone());
-        if !planned.overflow.is_empty() || planned.omitted > 0 {
-            // Older evicted messages beyond the trim budget are condensed without a
-            // model, so nothing (least of all the previous summary) silently drops out;
-            // what is beyond even that is said, not hidden.
-            let older: Vec<&Message> = planned.overflow.iter().map(|&i| &messages[i]).collect();
-            let mut notes = extractive::summarize_refs(None, &older, &self.extractive_options());
-            if planned.omitted > 0 {
-                notes = format!(
-                    "{notes}\n- ({} earlier messages were compacted without being read into this summary.)",
-                    planned.omitted
-                );
-            }
-            existing = Some(match existing {
-                Some(p) => format!("{p}\n{notes}"),
-                None => notes,
-            });
-        }
+        let existing = self.existing_with_overflow(messages, cached, planned);
         let fold: Vec<Message> = planned
             .fold_input
             .iter()
@@ -127,7 +110,48 @@ impl Compactor {
             }
             Err(err) => err,
         };
-        let calls = match &err {
+        self.after_failure(call, cached, &err, extract)
+    }
+
+    /// The previous summary, followed by the overflow (evicted messages beyond the trim
+    /// budget) condensed without a model, so nothing (least of all the previous
+    /// summary) silently drops out; what is beyond even that is said, not hidden.
+    fn existing_with_overflow(
+        &self,
+        messages: &[Message],
+        cached: Option<&Arc<CachedSummary>>,
+        planned: &Planned,
+    ) -> Option<String> {
+        let existing = cached.map(|e| e.summary.clone());
+        if planned.overflow.is_empty() && planned.omitted == 0 {
+            return existing;
+        }
+        let older: Vec<&Message> = planned.overflow.iter().map(|&i| &messages[i]).collect();
+        let mut notes = extractive::summarize_refs(None, &older, &self.extractive_options());
+        if planned.omitted > 0 {
+            notes = format!(
+                "{notes}\n- ({} earlier messages were compacted without being read into this summary.)",
+                planned.omitted
+            );
+        }
+        Some(match existing {
+            Some(p) => format!("{p}\n{notes}"),
+            None => notes,
+        })
+    }
+
+    /// A failed summary call: a background one leaves the request alone; otherwise
+    /// the last good summary, else the request untouched while it still fits the
+    /// window, else the extractive summary.
+    fn after_failure(
+        &self,
+        call: &Call<'_>,
+        cached: Option<&Arc<CachedSummary>>,
+        err: &SummaryCallError,
+        extract: impl FnOnce() -> String,
+    ) -> Step<Summary> {
+        let thread = &call.request.runtime.thread_id;
+        let calls = match err {
             SummaryCallError::Failed { attempts, .. } => *attempts,
             SummaryCallError::CircuitOpen { .. } => 0,
         };
