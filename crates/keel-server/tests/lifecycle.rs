@@ -16,7 +16,7 @@ use keel_core::message::Message;
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile};
 use keel_server::RunLimits;
 use keel_server::registry::{Registry, RunStatus, ThreadStatus};
-use keel_server::{ServerOptions, router_with};
+use keel_server::{ServerOptions, router_parts, router_with};
 use keel_store::Store;
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};
@@ -294,4 +294,62 @@ async fn a_run_whose_final_status_cannot_be_written_ends_as_error_and_is_recorde
         answers(&app, &thread).await,
         ["echo: ping", "echo: again", "echo: healed"]
     );
+}
+
+#[tokio::test]
+async fn a_stop_is_bounded_when_a_run_cannot_record_its_end() {
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let Store::Sqlite(sqlite) = &store else {
+        panic!("not SQLite")
+    };
+    let pool = sqlite.pool().clone();
+    let registry = Arc::new(Registry::for_store(&store).await.unwrap());
+    // A run that would retry its final write for minutes once storage refuses it.
+    let (app, manager) = router_parts(
+        slow_agent(Duration::from_secs(3600)),
+        ServerOptions {
+            registry: Some(registry),
+            runs: RunLimits {
+                final_write_tries: 10_000,
+                final_write_pause: Duration::from_millis(50),
+                ..RunLimits::default()
+            },
+            ..ServerOptions::default()
+        },
+    );
+    let thread = new_thread(&app).await;
+    let (status, body) = call(
+        &app,
+        "POST",
+        &format!("/threads/{thread}/runs"),
+        None,
+        Some(run_body("ping", "reject")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let run_id = json(&body)["run_id"].as_str().unwrap().to_owned();
+    let run_path = format!("/threads/{thread}/runs/{run_id}");
+    let mut waited = Duration::ZERO;
+    while json(&call(&app, "GET", &run_path, None, None).await.1)["status"] != "running" {
+        assert!(waited < Duration::from_secs(10), "the run never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    break_record_updates(&pool).await;
+
+    // The stop cancels the run, whose end then retries against the refusing storage;
+    // the stop waits at most its grace per step, not for the retries.
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(20),
+        manager.shutdown(Duration::from_millis(200)),
+    )
+    .await
+    .expect("the stop waited for the run's final-write retries");
+    assert_eq!(stopped, 1);
+    // Its subscribers were told it ended.
+    let (_, body) = call(&app, "GET", &format!("{run_path}/stream"), None, None).await;
+    let events = events(&body);
+    let (last, _, end) = events.last().unwrap();
+    assert_eq!(last, "end", "{body}");
+    assert_eq!(end["status"], "error", "{body}");
 }

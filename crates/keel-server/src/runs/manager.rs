@@ -530,8 +530,8 @@ impl RunManager {
     /// Stops every run executing or queued here, as a server that stops must: each is
     /// cancelled (recorded as interrupted); one that has not recorded its end within
     /// `grace` is recorded as failed, as a restart's recovery would, and its subscribers
-    /// get its `end` event. Returns how many
-    /// runs were stopped.
+    /// get its `end` event. Each wait is bounded by `grace`, so storage that refuses
+    /// writes cannot hold the stop. Returns how many runs were stopped.
     pub async fn shutdown(self: &Arc<Self>, grace: Duration) -> usize {
         let open: Vec<Arc<LiveRun>> = {
             let state = self.state.lock();
@@ -555,12 +555,21 @@ impl RunManager {
                     RunStatus::Error,
                     Some("the server stopped before the run ended".into()),
                 );
-                self.conclude(live, failed, |_| None).await;
-                self.log_err(
-                    self.registry
-                        .set_thread_status(&live.thread_id, ThreadStatus::Idle)
-                        .await,
-                );
+                // Bounded: a run still retrying its own final write holds its end, and
+                // storage that keeps refusing would hold the stop for every retry. Its
+                // subscribers are told now; its record is left to the retries, or to
+                // the next start's recovery.
+                match tokio::time::timeout(grace, self.conclude(live, failed, |_| None)).await {
+                    Ok(_) => self.log_err(
+                        self.registry
+                            .set_thread_status(&live.thread_id, ThreadStatus::Idle)
+                            .await,
+                    ),
+                    Err(_) => {
+                        tracing::warn!(run_id = %live.run_id, "the run's end could not be recorded before the stop");
+                        close_log(live, Some(RunStatus::Error.as_str()));
+                    }
+                }
             }
         }
         open.len()
