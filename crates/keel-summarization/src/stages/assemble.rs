@@ -165,6 +165,7 @@ impl Compactor {
     /// `[summary, *holes, *messages after the boundary]`, its tokens (with the fixed
     /// part of the request), and which messages it summarizes, rescues and keeps (their
     /// ids only when the reports carry ids).
+    #[inline]
     fn build_list(&self, call: &Call<'_>, entry: &CachedSummary) -> Built {
         let m = &call.measured;
         let messages: &[Message] = &call.request.messages;

@@ -204,6 +204,7 @@ impl Compactor {
 
     /// How much recent history to keep: the call's own limit, else the policy resolved
     /// for the window (a fraction without a window falls back to the default, warned).
+    #[inline]
     fn keep_limit(&self, call: &Call<'_>) -> Limit {
         match call
             .keep
@@ -264,6 +265,7 @@ impl Compactor {
 
 /// The tokens of each message: counted through the lineage's per-message cache when
 /// `whole_list` (planning on the request's own list), one by one on a view.
+#[inline]
 fn token_counts(call: &Call<'_>, messages: &[Message], whole_list: bool) -> Vec<u64> {
     let counter = call.counter.as_ref();
     if whole_list {
@@ -278,6 +280,7 @@ fn token_counts(call: &Call<'_>, messages: &[Message], whole_list: bool) -> Vec<
 
 /// Where what the summary already covers ends (it is never sent verbatim again): the
 /// excluded summary's boundary, or the previous summary's, counted on the view.
+#[inline]
 fn covered_boundary(
     exclude_by: Option<&CachedSummary>,
     cached: Option<&CachedSummary>,

@@ -116,6 +116,7 @@ impl Compactor {
     /// The previous summary, followed by the overflow (evicted messages beyond the trim
     /// budget) condensed without a model, so nothing (least of all the previous
     /// summary) silently drops out; what is beyond even that is said, not hidden.
+    #[inline]
     fn existing_with_overflow(
         &self,
         messages: &[Message],
