@@ -53,7 +53,7 @@ impl Leases {
     }
 
     /// Waits until this process may run the thread.
-    pub async fn acquire(&self, thread_id: &str) -> Result<Lease, RegistryError> {
+    pub(crate) async fn acquire(&self, thread_id: &str) -> Result<Lease, RegistryError> {
         match self {
             Leases::Local => {
                 let _ = thread_id;
@@ -85,7 +85,7 @@ impl Leases {
 impl Leases {
     /// True when another process holds the thread's lease right now (always false for
     /// one process, whose run manager knows its own runs).
-    pub async fn held_elsewhere(&self, thread_id: &str) -> Result<bool, RegistryError> {
+    pub(crate) async fn held_elsewhere(&self, thread_id: &str) -> Result<bool, RegistryError> {
         match self {
             Leases::Local => {
                 let _ = thread_id;
@@ -115,7 +115,7 @@ impl Leases {
 
 impl Lease {
     /// Gives the lease back.
-    pub async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         #[cfg(feature = "postgres")]
         if let Some(mut conn) = self.conn.take() {
             let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
