@@ -98,11 +98,8 @@ fn read_tool(v: &At<'_>) -> Result<InterruptOn, StackError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::stack::Stack;
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_bad_values_with_their_line() {

@@ -63,9 +63,7 @@ mod tests {
 
     use crate::stack::{ModelRegistry, Stack};
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_bad_values_with_their_line() {

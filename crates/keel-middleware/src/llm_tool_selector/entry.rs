@@ -113,9 +113,7 @@ mod tests {
 
     use crate::stack::{ModelRegistry, Stack};
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_out_of_range_values_with_their_line() {

@@ -78,9 +78,7 @@ impl CheckedEntry for Checked {
 mod tests {
     use crate::stack::Stack;
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_empty_or_bad_lists_with_their_line() {

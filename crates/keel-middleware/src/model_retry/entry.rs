@@ -82,9 +82,7 @@ impl StackEntry for Entry {
 mod tests {
     use crate::stack::Stack;
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn every_model_kind_is_one_serde_knows() {

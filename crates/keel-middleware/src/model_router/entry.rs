@@ -123,9 +123,7 @@ mod tests {
 
     use crate::stack::{ModelRegistry, Stack};
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_missing_settings_with_their_line() {

@@ -221,4 +221,4 @@ impl StackLoader {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -11,7 +11,8 @@ fn any_model() -> Arc<dyn ModelRegistry> {
     Arc::new(move |_: &str| Some(m.clone()))
 }
 
-fn err(text: &str) -> String {
+/// The stack file's refusal of `text`, as its message (every entry's tests use it).
+pub(crate) fn err(text: &str) -> String {
     match Stack::from_yaml_str(text) {
         Ok(_) => panic!("expected an error for:\n{text}"),
         Err(e) => e.to_string(),

@@ -69,9 +69,7 @@ impl StackEntry for Entry {
 mod tests {
     use crate::stack::Stack;
 
-    fn err(text: &str) -> String {
-        Stack::from_yaml_str(text).unwrap_err().to_string()
-    }
+    use crate::stack::tests::err;
 
     #[test]
     fn refuses_unknown_keys_and_out_of_range_values_with_their_line() {
