@@ -33,12 +33,12 @@ use keel_core::store::{
 };
 use keel_core::stream::StreamWriter;
 use keel_core::telemetry::{self, CallPurpose, Counter};
-use keel_summary::events::ContextCompacting;
 use keel_summary::extractive::{self, ExtractiveOptions};
 use keel_summary::summary_call::{
     ResponseSchema, SummaryCallError, SummaryCallOptions, SummaryCaller, SummaryModels,
 };
 use keel_summary::transcript::cap_chars;
+use keel_summary::writer::{ModelCall, SummaryWriter, WriteError, Written};
 use keel_summary::{SUMMARY_NAME, summary_message};
 
 use crate::events::{FOLDING_MESSAGE, FoldFailed, FoldFailure, FoldSuperseded, Folded};
@@ -232,15 +232,17 @@ pub struct SessionCompressor {
     tails: Arc<TailCache>,
 }
 
-/// What writes the summary of a fold.
+/// What writes the summary of a fold; with the summary model, it says which
+/// [`SummaryWriter`] folds go through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FoldEngine {
     /// One internal model call per fold (the summary model, else the run's model).
     #[default]
     Model,
-    /// keel-summarization's deterministic extractive summarizer: no model, no network,
-    /// same input same output. Pinned keys keep their values (no model extracts them).
-    /// For offline use (`keel replay`, examples, tests of the surrounding system).
+    /// keel-summary's deterministic extractive summarizer (the one transient
+    /// summarization uses offline): no model, no network, same input same output.
+    /// Pinned keys keep their values (no model extracts them). For offline use
+    /// (`keel replay`, examples, tests of the surrounding system).
     Extractive,
 }
 
@@ -348,12 +350,8 @@ impl SessionCompressor {
         let recent = self
             .recent_window(scope, fetched, &current_ids, state.covered_until.as_ref())
             .await?;
-        let models = match &self.summary_model {
-            Some(m) => SummaryModels::with_fallback(m.clone(), run_model.clone()),
-            None => SummaryModels::single(run_model.clone()),
-        };
         let folds = self
-            .fold_turn(scope, &mut state, &recent, &current_ids, &models, writer)
+            .fold_turn(scope, &mut state, &recent, &current_ids, run_model, writer)
             .await?;
         let recent = self.unfolded(recent.window, &state);
         let summary =
@@ -375,7 +373,7 @@ impl SessionCompressor {
         state: &mut SessionMemoryState,
         recent: &RecentWindow,
         current_ids: &HashSet<&str>,
-        models: &SummaryModels,
+        run_model: &Arc<dyn ChatModel>,
         writer: &StreamWriter,
     ) -> Result<Vec<FoldOutcome>, StoreError> {
         let RecentWindow {
@@ -414,7 +412,7 @@ impl SessionCompressor {
                 break;
             }
             // Its summary calls are `chat` spans labelled `fold`.
-            let fold = self.fold(scope, state, &batch, models, writer);
+            let fold = self.fold(scope, state, &batch, run_model, writer);
             match telemetry::with_purpose(CallPurpose::Fold, fold).await {
                 Step::Folded(next, messages) => {
                     telemetry::count(Counter::Folds, 1);
@@ -667,40 +665,26 @@ impl SessionCompressor {
         scope: &SessionScope,
         state: &SessionMemoryState,
         batch: &[StoredMessage],
-        models: &SummaryModels,
+        run_model: &Arc<dyn ChatModel>,
         writer: &StreamWriter,
     ) -> Step {
-        let batch = match self.engine {
-            FoldEngine::Model => self.fit_batch(state, batch, models),
-            FoldEngine::Extractive => batch,
+        let summarizer = self.writer();
+        let batch = match summarizer.models(run_model) {
+            Some(models) => self.fit_batch(state, batch, &models),
+            None => batch,
         };
         let count = batch.len();
         let Some(last) = batch.last().map(StoredMessage::cursor) else {
             return Step::Failed(FoldFailure::Model, "empty batch".into(), 0);
         };
-        let failed = |reason: FoldFailure, error: String| {
-            fold_failed(reason, error, count, state.version, writer)
-        };
         let messages: Vec<Message> = batch.iter().map(|m| m.message.clone()).collect();
-        let (parsed, model_name) = match self.engine {
-            FoldEngine::Extractive => match self.extractive_fold(state, &messages) {
-                Ok(output) => (output, EXTRACTIVE_MODEL_NAME.to_owned()),
-                Err(error) => return failed(FoldFailure::Model, error),
-            },
-            FoldEngine::Model => {
-                let prompt = match fold_prompt(
-                    &self.template,
-                    state,
-                    &messages,
-                    self.settings.max_message_chars,
-                ) {
-                    Ok(p) => p,
-                    Err(e) => return failed(FoldFailure::Model, e.to_string()),
-                };
-                match self.call_model(scope, state, &prompt, models, writer).await {
-                    Ok(done) => done,
-                    Err((reason, error)) => return failed(reason, error),
-                }
+        let written = self
+            .write_fold(&summarizer, scope, state, &messages, run_model, writer)
+            .await;
+        let (parsed, model_name) = match written {
+            Ok(done) => done,
+            Err((reason, error)) => {
+                return fold_failed(reason, error, count, state.version, writer);
             }
         };
         let (pinned, summary) = merge(
@@ -883,15 +867,25 @@ impl SessionCompressor {
         &batch[..len]
     }
 
-    /// The fold's model call: the shared summary caller with a check that the answer
-    /// parses, so an unparseable answer counts as a failed attempt (and the fallback
-    /// model gets its turn).
-    async fn call_model(
+    /// Who writes this compressor's folds.
+    fn writer(&self) -> SummaryWriter {
+        match self.engine {
+            FoldEngine::Model => SummaryWriter::Model(self.summary_model.clone()),
+            FoldEngine::Extractive => SummaryWriter::Extractive,
+        }
+    }
+
+    /// The fold's summary, written by `summarizer`, with the name recorded for who
+    /// wrote it. A model answer goes through the shared summary caller with a check
+    /// that it parses, so an unparseable answer counts as a failed attempt (and the
+    /// fallback model gets its turn).
+    async fn write_fold(
         &self,
+        summarizer: &SummaryWriter,
         scope: &SessionScope,
         state: &SessionMemoryState,
-        prompt: &keel_summary::transcript::SummaryPrompt,
-        models: &SummaryModels,
+        messages: &[Message],
+        run_model: &Arc<dyn ChatModel>,
         writer: &StreamWriter,
     ) -> Result<(FoldOutput, String), (FoldFailure, String)> {
         let has_previous_summary = !state.summary.trim().is_empty();
@@ -909,19 +903,33 @@ impl SessionCompressor {
             }
             result
         };
-        ContextCompacting::new(FOLDING_MESSAGE).emit(writer);
-        let output = self
-            .caller
-            .call_shaped(
-                &Self::breaker_key(scope),
-                models,
-                prompt,
-                Some(&check),
-                Some(fold_output_cap(&self.settings)),
-                Some(&self.schema),
+        let key = Self::breaker_key(scope);
+        let call = ModelCall {
+            check: Some(&check),
+            max_output_tokens: Some(fold_output_cap(&self.settings)),
+            schema: Some(&self.schema),
+            announce: Some((FOLDING_MESSAGE, writer)),
+            ..ModelCall::new(&self.caller, &key, run_model)
+        };
+        let prompt = || {
+            fold_prompt(
+                &self.template,
+                state,
+                messages,
+                self.settings.max_message_chars,
             )
-            .await
-            .map_err(|e| {
+        };
+        let extract = || self.extractive_fold(state, messages);
+        match summarizer.write(call, prompt, extract).await {
+            Ok(Written::Extracted(Ok(output))) => Ok((output, EXTRACTIVE_MODEL_NAME.to_owned())),
+            Ok(Written::Extracted(Err(error))) => Err((FoldFailure::Model, error)),
+            Ok(Written::Model(output)) => {
+                let parsed = parse_fold_output(&output.text)
+                    .map_err(|e| (FoldFailure::Unparseable, e.to_string()))?;
+                Ok((parsed, output.model))
+            }
+            Err(WriteError::Prompt(e)) => Err((FoldFailure::Model, e.to_string())),
+            Err(WriteError::Call(e)) => {
                 let reason = match &e {
                     SummaryCallError::Failed {
                         kind: Some(ModelErrorKind::MalformedResponse),
@@ -929,11 +937,9 @@ impl SessionCompressor {
                     } if unparseable.load(Ordering::Relaxed) => FoldFailure::Unparseable,
                     _ => FoldFailure::Model,
                 };
-                (reason, e.to_string())
-            })?;
-        let parsed = parse_fold_output(&output.text)
-            .map_err(|e| (FoldFailure::Unparseable, e.to_string()))?;
-        Ok((parsed, output.model))
+                Err((reason, e.to_string()))
+            }
+        }
     }
 
     /// Appends the messages of a turn to the chat history, skipping those already stored

@@ -13,8 +13,10 @@
 //! - [`window`]: the pair-safe recent window.
 //! - [`events`]: the custom stream events of a fold.
 //!
-//! The summary model call, transcript escaping and fencing, pair protection and the
-//! `context_compacting` event are shared with `keel-summarization`.
+//! The summary writer (a model or the extractive summarizer, one write path), the
+//! summary model call, transcript escaping and fencing, pair protection and the
+//! `context_compacting` event are shared with `keel-summarization`, through
+//! `keel-summary`.
 //!
 //! ```
 //! use std::sync::Arc;

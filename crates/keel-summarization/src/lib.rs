@@ -66,4 +66,5 @@ pub use keel_config::yaml;
 
 pub use keel_summary::{
     SUMMARY_NAME, SUMMARY_PREFIX, events, extractive, summary_call, summary_message, transcript,
+    writer,
 };

@@ -94,15 +94,9 @@ const WARNED_THREADS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new
 
 pub use keel_core::model::ModelRegistry;
 
-/// Who writes summaries.
-#[derive(Clone)]
-pub(crate) enum Summarizer {
-    /// A model: the configured summary model (or the run's model), falling back to the
-    /// run's model.
-    Model(Option<Arc<dyn ChatModel>>),
-    /// The deterministic extractive summarizer (no model call).
-    Extractive,
-}
+/// Who writes summaries: the configured summary model (or the run's model), falling
+/// back to the run's model, or the extractive summarizer.
+pub(crate) use keel_summary::writer::SummaryWriter;
 
 /// What happened to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -193,7 +187,7 @@ pub enum BuildError {
 /// Builds a [`SummarizationMiddleware`].
 pub struct SummarizationMiddlewareBuilder {
     config: SummarizationConfig,
-    summarizer: Option<Summarizer>,
+    summarizer: Option<SummaryWriter>,
     registry: Option<Arc<dyn ModelRegistry>>,
     counter: Option<Arc<dyn TokenCounter>>,
     cache: Option<Arc<SummaryCache>>,
@@ -213,7 +207,7 @@ impl SummarizationMiddlewareBuilder {
     /// Summaries by this model (instead of resolving `model_name`), falling back to the
     /// run's model.
     pub fn summary_model(mut self, model: Arc<dyn ChatModel>) -> Self {
-        self.summarizer = Some(Summarizer::Model(Some(model)));
+        self.summarizer = Some(SummaryWriter::Model(Some(model)));
         self
     }
 
@@ -225,7 +219,7 @@ impl SummarizationMiddlewareBuilder {
 
     /// Summaries by the deterministic extractive summarizer: no model call (offline).
     pub fn extractive(mut self) -> Self {
-        self.summarizer = Some(Summarizer::Extractive);
+        self.summarizer = Some(SummaryWriter::Extractive);
         self
     }
 
@@ -324,16 +318,16 @@ impl SummarizationMiddlewareBuilder {
 fn resolve_summarizer(
     config: &SummarizationConfig,
     registry: Option<&Arc<dyn ModelRegistry>>,
-) -> Result<Summarizer, BuildError> {
+) -> Result<SummaryWriter, BuildError> {
     let refused = |name: &String, problem: &str| BuildError::Model {
         name: name.clone(),
         problem: problem.into(),
     };
     match (&config.model_name, registry) {
-        (None, _) => Ok(Summarizer::Model(None)),
+        (None, _) => Ok(SummaryWriter::Model(None)),
         (Some(name), Some(registry)) => registry
             .resolve(name)
-            .map(|m| Summarizer::Model(Some(m)))
+            .map(|m| SummaryWriter::Model(Some(m)))
             .ok_or_else(|| refused(name, "the model registry has no model by that name")),
         (Some(name), None) => Err(refused(
             name,
@@ -452,7 +446,7 @@ pub struct SummarizationMiddleware {
 pub(crate) struct Compactor {
     config: SummarizationConfig,
     prompt: String,
-    summarizer: Summarizer,
+    summarizer: SummaryWriter,
     counter: CounterChoice,
     caller: SummaryCaller,
     cache: Arc<SummaryCache>,
@@ -521,16 +515,16 @@ impl StableHash {
 fn summary_recipe(
     config: &SummarizationConfig,
     prompt: &str,
-    summarizer: &Summarizer,
+    summarizer: &SummaryWriter,
 ) -> StableHash {
     let h = StableHash::new().str(prompt);
     let h = match summarizer {
-        Summarizer::Extractive => h.str("extractive"),
-        Summarizer::Model(Some(m)) => h
+        SummaryWriter::Extractive => h.str("extractive"),
+        SummaryWriter::Model(Some(m)) => h
             .str("model")
             .str(&m.profile().provider)
             .str(&m.profile().name),
-        Summarizer::Model(None) => h.str("run-model"),
+        SummaryWriter::Model(None) => h.str("run-model"),
     };
     h.num(config.trim_tokens_to_summarize)
         .num(Some(config.extractive_word_budget as u64))
@@ -615,7 +609,7 @@ impl Compactor {
         counter: &dyn TokenCounter,
     ) -> String {
         let mut h = self.recipe.str(counter.name());
-        if let Summarizer::Model(None) = self.summarizer {
+        if let SummaryWriter::Model(None) = self.summarizer {
             let profile = request.model.profile();
             h = h.str(&profile.provider).str(&profile.name);
         }
@@ -678,7 +672,7 @@ impl Compactor {
     }
 
     /// Who writes summaries.
-    pub(crate) fn summarizer(&self) -> &Summarizer {
+    pub(crate) fn summarizer(&self) -> &SummaryWriter {
         &self.summarizer
     }
 
@@ -1044,16 +1038,16 @@ mod tests {
         // Written into the database as part of the cache key: this value must never
         // change for the same settings (a golden value, not a recomputation).
         let config = SummarizationConfig::default();
-        let h = summary_recipe(&config, "{messages}", &Summarizer::Extractive);
+        let h = summary_recipe(&config, "{messages}", &SummaryWriter::Extractive);
         assert_eq!(format!("{:016x}", h.value()), "72905f82ad3d5146");
-        let other = summary_recipe(&config, "{messages} ", &Summarizer::Extractive);
+        let other = summary_recipe(&config, "{messages} ", &SummaryWriter::Extractive);
         assert_ne!(h.value(), other.value());
         assert_ne!(
             h.value(),
-            summary_recipe(&config, "{messages}", &Summarizer::Model(None)).value()
+            summary_recipe(&config, "{messages}", &SummaryWriter::Model(None)).value()
         );
         // The per-request parts of the key (counter, run's model), pinned too.
-        let h = summary_recipe(&config, "{messages}", &Summarizer::Model(None))
+        let h = summary_recipe(&config, "{messages}", &SummaryWriter::Model(None))
             .str("approximate")
             .str("openai")
             .str("gpt-4o");

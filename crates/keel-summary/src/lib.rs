@@ -9,6 +9,8 @@
 //! - [`transcript`]: the prompt's transcript, one escaped JSON record per message, with
 //!   tool output marked as untrusted data;
 //! - [`extractive`]: a deterministic summarizer that needs no model;
+//! - [`writer`]: who writes a summary (a model or the extractive summarizer) and the
+//!   one write path that branches on it;
 //! - [`events`]: the `context_compacting` / `context_compacted` stream payloads;
 //! - [`summary_message`]: the message that stands for the summarized part.
 //!
@@ -25,6 +27,7 @@ pub mod events;
 pub mod extractive;
 pub mod summary_call;
 pub mod transcript;
+pub mod writer;
 
 use keel_core::hash::fnv1a;
 use keel_core::message::{HIDE_FROM_UI, HumanMessage, Message};

@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 
 use crate::cache::FlightGuard;
 use crate::events::SummarySource;
-use crate::middleware::{Action, CompactionReport, Compactor, Summarizer};
+use crate::middleware::{Action, CompactionReport, Compactor};
 use crate::rules;
 use crate::stages::Call;
 
@@ -153,7 +153,7 @@ impl Compactor {
         let Some(flight) = core.cache().try_single_flight(&key) else {
             return;
         };
-        if let Summarizer::Extractive = core.summarizer() {
+        if core.summarizer().is_extractive() {
             // Boxed: a call that writes no summary ahead never carries its state.
             Box::pin(core.precompute_once(request.clone(), key, share)).await;
             drop(flight);

@@ -18,12 +18,13 @@ use keel_core::message::Message;
 use keel_core::middleware::ModelRequest;
 
 use crate::cache::{CachedSummary, prefix_hash};
-use crate::events::{ContextCompacting, SummarySource};
+use crate::events::SummarySource;
 use crate::extractive;
-use crate::middleware::{Action, Compactor, Summarizer};
+use crate::middleware::{Action, Compactor};
 use crate::stages::{Call, Outcome, Planned, Step};
-use crate::summary_call::{ResponseSchema, SummaryCallError, SummaryModels};
+use crate::summary_call::{ResponseSchema, SummaryCallError};
 use crate::transcript::SummaryPrompt;
+use crate::writer::{ModelCall, WriteError, Written};
 
 /// A new summary.
 pub(crate) struct Summary {
@@ -55,52 +56,39 @@ impl Compactor {
             .collect();
         let extract =
             || extractive::summarize(existing.as_deref(), &fold, &self.extractive_options());
-
-        let summary_model = match self.summarizer() {
-            Summarizer::Extractive => {
+        let request = &*call.request;
+        let thread = &request.runtime.thread_id;
+        let caller = self.caller();
+        // Announced unless speculative, or the circuit is open (no call is then made).
+        let announce = (!call.background && caller.breaker().peek(thread).is_ok())
+            .then(|| (self.compacting_message(), &request.runtime.writer));
+        // Structured output where the provider takes it: a small local model's answer
+        // is then one JSON string, unwrapped back to the summary text.
+        let schema = ResponseSchema::summary_text();
+        let model_call = ModelCall {
+            max_output_tokens: caller.options().max_output_tokens,
+            schema: Some(&schema),
+            announce,
+            ..ModelCall::new(caller, thread, &request.model)
+        };
+        let prompt = || {
+            SummaryPrompt::new(
+                self.prompt(),
+                existing.as_deref(),
+                &fold,
+                &self.transcript_options(),
+            )
+        };
+        let err = match self.summarizer().write(model_call, prompt, &extract).await {
+            Ok(Written::Extracted(text)) => {
                 return ControlFlow::Continue(Summary {
-                    text: extract(),
+                    text,
                     source: SummarySource::Extractive,
                     calls: 0,
                     error: None,
                 });
             }
-            Summarizer::Model(m) => m,
-        };
-        let request = &*call.request;
-        let prompt = match SummaryPrompt::new(
-            self.prompt(),
-            existing.as_deref(),
-            &fold,
-            &self.transcript_options(),
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                return ControlFlow::Break(Outcome::untouched(
-                    Action::PassThrough,
-                    Some(e.to_string()),
-                ));
-            }
-        };
-        let models = match summary_model {
-            Some(sm) => SummaryModels::with_fallback(sm.clone(), request.model.clone()),
-            None => SummaryModels::single(request.model.clone()),
-        };
-        let thread = &request.runtime.thread_id;
-        let caller = self.caller();
-        if !call.background && caller.breaker().peek(thread).is_ok() {
-            ContextCompacting::new(self.compacting_message().to_owned())
-                .emit(&request.runtime.writer);
-        }
-        // Structured output where the provider takes it: a small local model's answer
-        // is then one JSON string, unwrapped back to the summary text.
-        let schema = ResponseSchema::summary_text();
-        let cap = caller.options().max_output_tokens;
-        let err = match caller
-            .call_shaped(thread, &models, &prompt, None, cap, Some(&schema))
-            .await
-        {
-            Ok(out) => {
+            Ok(Written::Model(out)) => {
                 return ControlFlow::Continue(Summary {
                     text: out.text,
                     source: SummarySource::Model,
@@ -108,7 +96,13 @@ impl Compactor {
                     error: None,
                 });
             }
-            Err(err) => err,
+            Err(WriteError::Prompt(e)) => {
+                return ControlFlow::Break(Outcome::untouched(
+                    Action::PassThrough,
+                    Some(e.to_string()),
+                ));
+            }
+            Err(WriteError::Call(err)) => err,
         };
         self.after_failure(call, cached, &err, extract)
     }
@@ -218,7 +212,7 @@ impl Compactor {
     /// waiting after `summary_deadline_seconds` and writes its own. `true`: the lease
     /// is held and must be given back.
     async fn one_writer(&self, call: &Call<'_>) -> Step<bool> {
-        if matches!(self.summarizer(), Summarizer::Extractive) || !self.cache().has_store() {
+        if self.summarizer().is_extractive() || !self.cache().has_store() {
             return ControlFlow::Continue(false);
         }
         let holder = &self.precompute().holder;
