@@ -44,27 +44,74 @@ pub const MAX_STACK_BYTES: u64 = 1024 * 1024;
 pub enum ReadError {
     /// The path names a directory.
     Directory,
-    /// The file could not be opened or read (the system's message).
-    Io(String),
+    /// The file could not be opened or read: the error's kind and the system's message.
+    Io {
+        /// The kind ([`describe_io`] words the common ones).
+        kind: std::io::ErrorKind,
+        /// The system's message.
+        message: String,
+    },
     /// The file is larger than the cap.
     TooLarge,
-    /// The file is not UTF-8 text.
-    NotUtf8,
+    /// The file is not UTF-8 text: where the first bad byte is.
+    NotUtf8 {
+        /// Its line (from 1).
+        line: usize,
+        /// Its byte offset in the file.
+        offset: usize,
+        /// The byte.
+        byte: u8,
+    },
+}
+
+impl ReadError {
+    fn io(error: std::io::Error) -> Self {
+        ReadError::Io {
+            kind: error.kind(),
+            message: error.to_string(),
+        }
+    }
+}
+
+/// An I/O error in a few plain words: `no such file`, `permission denied`, or the
+/// system's message without its `(os error N)` suffix.
+pub fn describe_io(kind: std::io::ErrorKind, message: &str) -> String {
+    use std::io::ErrorKind;
+    match kind {
+        ErrorKind::NotFound => "no such file".to_owned(),
+        ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        ErrorKind::IsADirectory => "it is a directory".to_owned(),
+        _ => message
+            .split(" (os error")
+            .next()
+            .unwrap_or(message)
+            .to_owned(),
+    }
 }
 
 /// Reads a whole text file of at most `cap` bytes (reading no more than `cap + 1`).
+/// Every Keel configuration file (stack files, `keel.yaml`, `summarization.yaml`) is
+/// read with this; each loader words the [`ReadError`] in its own error type.
 pub fn read_capped(path: &Path, cap: u64) -> Result<String, ReadError> {
     use std::io::Read as _;
     if path.is_dir() {
         return Err(ReadError::Directory);
     }
-    let file = std::fs::File::open(path).map_err(|e| ReadError::Io(e.to_string()))?;
+    let file = std::fs::File::open(path).map_err(ReadError::io)?;
     let mut bytes = Vec::new();
-    file.take(cap + 1)
+    file.take(cap.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|e| ReadError::Io(e.to_string()))?;
+        .map_err(ReadError::io)?;
     if bytes.len() as u64 > cap {
         return Err(ReadError::TooLarge);
     }
-    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        ReadError::NotUtf8 {
+            line: 1 + bytes[..offset].iter().filter(|&&b| b == b'\n').count(),
+            offset,
+            byte: bytes[offset],
+        }
+    })
 }

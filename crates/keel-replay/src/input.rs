@@ -98,19 +98,7 @@ pub enum ReadError {
 
 /// An I/O error in words, without the OS error number.
 pub fn describe_io(error: &std::io::Error) -> String {
-    use std::io::ErrorKind;
-    match error.kind() {
-        ErrorKind::NotFound => "no such file".to_owned(),
-        ErrorKind::PermissionDenied => "permission denied".to_owned(),
-        ErrorKind::IsADirectory => "it is a directory".to_owned(),
-        _ => {
-            let text = error.to_string();
-            match text.find(" (os error") {
-                Some(at) => text[..at].to_owned(),
-                None => text,
-            }
-        }
-    }
+    keel_config::describe_io(error.kind(), &error.to_string())
 }
 
 /// Reads lines with a cap, skipping a leading byte-order mark, and numbering them.

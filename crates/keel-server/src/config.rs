@@ -155,9 +155,9 @@ impl StackConfig {
                 path: path.display().to_string(),
                 message: match e {
                     ReadError::Directory => "it is a directory; name a YAML file".into(),
-                    ReadError::Io(message) => message,
+                    ReadError::Io { message, .. } => message,
                     ReadError::TooLarge => format!("larger than {MAX_STACK_BYTES} bytes"),
-                    ReadError::NotUtf8 => "not UTF-8".into(),
+                    ReadError::NotUtf8 { .. } => "not UTF-8".into(),
                 },
             })?;
         Self::from_yaml_str(&text)

@@ -77,8 +77,8 @@ pub fn read_stack_file(path: &Path) -> Result<String, StackError> {
     };
     keel_config::read_capped(path, MAX_STACK_BYTES).map_err(|e| match e {
         ReadError::Directory => io("it is a directory; name a YAML file"),
-        ReadError::Io(message) => io(&message),
-        ReadError::NotUtf8 => io("it is not UTF-8 text"),
+        ReadError::Io { message, .. } => io(&message),
+        ReadError::NotUtf8 { .. } => io("it is not UTF-8 text"),
         ReadError::TooLarge => StackError::TooLarge {
             path: path.display().to_string(),
             cap: MAX_STACK_BYTES,

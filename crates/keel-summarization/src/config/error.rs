@@ -84,20 +84,6 @@ pub(crate) fn at(line: Option<u64>) -> String {
         .unwrap_or_default()
 }
 
-/// An I/O error in words, without the OS error number.
-pub(crate) fn describe_io(error: &std::io::Error) -> String {
-    use std::io::ErrorKind;
-    match error.kind() {
-        ErrorKind::NotFound => "no such file".to_owned(),
-        ErrorKind::PermissionDenied => "permission denied".to_owned(),
-        ErrorKind::IsADirectory => "it is a directory; name a YAML file".to_owned(),
-        _ => {
-            let text = error.to_string();
-            text.split(" (os error").next().unwrap_or(&text).to_owned()
-        }
-    }
-}
-
 /// The nearest known key to a misspelt one, when one is close.
 pub(crate) fn suggest(key: &str, known: &[&str]) -> Option<String> {
     known

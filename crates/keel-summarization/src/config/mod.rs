@@ -46,8 +46,8 @@ mod fields;
 mod read;
 
 pub use error::ConfigError;
+use error::at;
 pub(crate) use error::invalid;
-use error::{at, describe_io};
 
 /// A context size: how a trigger fires or how much `keep` retains.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -411,36 +411,23 @@ None,
 /// byte offset of the first bad byte). Every `keel` command that reads a
 /// `summarization.yaml` reads it with this, so the messages are the same everywhere.
 pub fn read_config_text(path: &Path, cap: u64) -> Result<String, ConfigError> {
-    use std::io::Read as _;
+    use keel_config::ReadError;
     let io = |message: String| ConfigError::Io {
         path: path.display().to_string(),
         message,
     };
-    if path.is_dir() {
-        return Err(io("it is a directory; name a YAML file".into()));
-    }
-    let file = std::fs::File::open(path).map_err(|e| io(describe_io(&e)))?;
-    let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| io(describe_io(&e)))?;
-    if bytes.len() as u64 > cap {
-        return Err(ConfigError::TooLarge {
+    keel_config::read_capped(path, cap).map_err(|e| match e {
+        ReadError::Directory => io("it is a directory; name a YAML file".into()),
+        ReadError::Io { kind, message } => io(keel_config::describe_io(kind, &message)),
+        ReadError::TooLarge => ConfigError::TooLarge {
             path: path.display().to_string(),
             cap,
-        });
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        let bytes = e.as_bytes();
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        io(format!(
-            "line {line}: byte offset {at} is 0x{:02x}, which is not UTF-8; save the file \
-                 as UTF-8",
-            bytes[at]
-        ))
-    })?;
-    Ok(text)
+        },
+        ReadError::NotUtf8 { line, offset, byte } => io(format!(
+            "line {line}: byte offset {offset} is 0x{byte:02x}, which is not UTF-8; save the \
+             file as UTF-8"
+        )),
+    })
 }
 
 /// Builds a [`SummarizationConfig`] from Rust; `build` validates like the YAML loader.
