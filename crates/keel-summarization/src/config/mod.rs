@@ -417,7 +417,11 @@ pub fn read_config_text(path: &Path, cap: u64) -> Result<String, ConfigError> {
         message,
     };
     keel_config::read_capped(path, cap).map_err(|e| match e {
-        ReadError::Directory => io("it is a directory; name a YAML file".into()),
+        ReadError::Directory
+        | ReadError::Io {
+            kind: std::io::ErrorKind::IsADirectory,
+            ..
+        } => io("it is a directory; name a YAML file".into()),
         ReadError::Io { kind, message } => io(keel_config::describe_io(kind, &message)),
         ReadError::TooLarge => ConfigError::TooLarge {
             path: path.display().to_string(),
