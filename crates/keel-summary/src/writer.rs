@@ -196,34 +196,53 @@ mod tests {
         )
     }
 
-    fn one_try() -> SummaryCaller {
-        SummaryCaller::new(SummaryCallOptions {
-            max_attempts: 1,
-            ..SummaryCallOptions::default()
-        })
+    /// A caller with one try per model, and a stream that counts what is announced.
+    struct Fixture {
+        caller: SummaryCaller,
+        run_model: Arc<dyn ChatModel>,
+        stream: StreamWriter,
+        rx: mpsc::UnboundedReceiver<StreamEvent>,
     }
 
-    fn events(rx: &mut mpsc::UnboundedReceiver<StreamEvent>) -> usize {
-        std::iter::from_fn(|| rx.try_recv().ok()).count()
+    impl Fixture {
+        fn new(run_model: Arc<dyn ChatModel>) -> Self {
+            let (tx, rx) = mpsc::unbounded_channel();
+            Fixture {
+                caller: SummaryCaller::new(SummaryCallOptions {
+                    max_attempts: 1,
+                    ..SummaryCallOptions::default()
+                }),
+                run_model,
+                stream: StreamWriter::new(tx),
+                rx,
+            }
+        }
+
+        /// A call that announces `compacting` on the fixture's stream.
+        fn call(&self) -> ModelCall<'_> {
+            ModelCall {
+                announce: Some(("compacting", &self.stream)),
+                ..ModelCall::new(&self.caller, "t", &self.run_model)
+            }
+        }
+
+        /// Events announced so far.
+        fn events(&mut self) -> usize {
+            std::iter::from_fn(|| self.rx.try_recv().ok()).count()
+        }
     }
 
     #[tokio::test]
     async fn the_extractive_writer_builds_no_prompt_calls_no_model_and_announces_nothing() {
         let model = Arc::new(ScriptedModel::new([Message::ai("unused")]));
         let run_model: Arc<dyn ChatModel> = model.clone();
-        let caller = one_try();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let stream = StreamWriter::new(tx);
-        let call = ModelCall {
-            announce: Some(("compacting", &stream)),
-            ..ModelCall::new(&caller, "t", &run_model)
-        };
+        let mut fixture = Fixture::new(run_model);
         let written = SummaryWriter::Extractive
-            .write(call, || Err(MissingSlot), || 7)
+            .write(fixture.call(), || Err(MissingSlot), || 7)
             .await;
         assert!(matches!(written, Ok(Written::Extracted(7))), "{written:?}");
         assert_eq!(model.internal_calls(), 0);
-        assert_eq!(events(&mut rx), 0);
+        assert_eq!(fixture.events(), 0);
     }
 
     #[tokio::test]
@@ -234,15 +253,9 @@ mod tests {
         ))]));
         let run = Arc::new(ScriptedModel::new([Message::ai("- ticket TCK-7")]));
         let run_model: Arc<dyn ChatModel> = run.clone();
-        let caller = one_try();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let stream = StreamWriter::new(tx);
-        let call = ModelCall {
-            announce: Some(("compacting", &stream)),
-            ..ModelCall::new(&caller, "t", &run_model)
-        };
+        let mut fixture = Fixture::new(run_model);
         let written = SummaryWriter::Model(Some(summary_model.clone()))
-            .write(call, prompt, || unreachable!("a model writes"))
+            .write(fixture.call(), prompt, || unreachable!("a model writes"))
             .await;
         let Ok(Written::Model(out)) = written else {
             panic!("expected a model summary, got {written:?}");
@@ -251,28 +264,22 @@ mod tests {
         assert!(out.used_fallback);
         assert_eq!(summary_model.internal_calls(), 1);
         assert_eq!(run.internal_calls(), 1);
-        assert_eq!(events(&mut rx), 1);
+        assert_eq!(fixture.events(), 1);
     }
 
     #[tokio::test]
     async fn a_template_without_its_slot_is_a_prompt_error_before_any_call_or_announcement() {
         let model = Arc::new(ScriptedModel::new([Message::ai("unused")]));
         let run_model: Arc<dyn ChatModel> = model.clone();
-        let caller = one_try();
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let stream = StreamWriter::new(tx);
-        let call = ModelCall {
-            announce: Some(("compacting", &stream)),
-            ..ModelCall::new(&caller, "t", &run_model)
-        };
+        let mut fixture = Fixture::new(run_model);
         let written = SummaryWriter::Model(None)
-            .write(call, || Err(MissingSlot), || ())
+            .write(fixture.call(), || Err(MissingSlot), || ())
             .await;
         assert!(
             matches!(written, Err(WriteError::Prompt(MissingSlot))),
             "{written:?}"
         );
         assert_eq!(model.internal_calls(), 0);
-        assert_eq!(events(&mut rx), 0);
+        assert_eq!(fixture.events(), 0);
     }
 }
