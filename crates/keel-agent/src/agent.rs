@@ -10,9 +10,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::error::AgentError;
-use crate::multitask::MultitaskStrategy;
+use crate::multitask::ThreadRuns;
+use crate::options::RunOptions;
 use crate::output::{Modes, RunOutput};
 use crate::run::{Inner, Run};
+use crate::strategy::{CancelAction, MultitaskStrategy};
 use crate::stream::AgentStream;
 
 /// What [`Agent::compact`] did.
@@ -139,10 +141,11 @@ impl Agent {
     pub async fn compact(&self, thread_id: &str) -> Result<Compaction, AgentError> {
         use keel_core::middleware::{ModelRequest, Runtime};
         let key: Arc<str> = Arc::from(thread_id);
+        let id: Arc<str> = Arc::from(keel_core::message::new_id().as_str());
         let _turn = self
             .inner
             .registry
-            .enter(&key, MultitaskStrategy::Enqueue)
+            .enter(&key, &id, MultitaskStrategy::Enqueue)
             .await;
         let Some(head) = self
             .inner
@@ -261,8 +264,7 @@ impl Agent {
         thread_id: &str,
         input: Vec<Message>,
     ) -> Result<RunOutput, AgentError> {
-        let run = Run::new(thread_id, StreamWriter::disconnected(), Modes::NONE);
-        run.execute(self.inner.clone(), input).await
+        self.invoke_with(thread_id, input, RunOptions::new()).await
     }
 
     /// Runs the agent on a thread from one of its checkpoints (LangGraph's time travel):
@@ -284,8 +286,19 @@ impl Agent {
         checkpoint: u64,
         input: Vec<Message>,
     ) -> Result<RunOutput, AgentError> {
-        let run = Run::new(thread_id, StreamWriter::disconnected(), Modes::NONE)
-            .starting_at(Some(checkpoint));
+        let options = RunOptions::new().from_checkpoint(checkpoint);
+        self.invoke_with(thread_id, input, options).await
+    }
+
+    /// [`invoke`](Self::invoke) as `options` set the run: its checkpoint, its
+    /// [`MultitaskStrategy`], its id.
+    pub async fn invoke_with(
+        &self,
+        thread_id: &str,
+        input: Vec<Message>,
+        options: RunOptions,
+    ) -> Result<RunOutput, AgentError> {
+        let run = Run::new(thread_id, StreamWriter::disconnected(), Modes::NONE).with(options);
         run.execute(self.inner.clone(), input).await
     }
 
@@ -299,11 +312,11 @@ impl Agent {
         input: Vec<Message>,
         modes: &[StreamMode],
     ) -> AgentStream {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let modes = Modes::from(modes);
-        let run = Run::new(thread_id, StreamWriter::new(tx), modes).starting_at(checkpoint);
-        let inner = self.inner.clone();
-        AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
+        let options = RunOptions {
+            checkpoint,
+            ..RunOptions::new()
+        };
+        self.stream_with(thread_id, input, modes, options)
     }
 
     /// Runs the agent, yielding the events of the requested modes in the order they
@@ -315,11 +328,39 @@ impl Agent {
         input: Vec<Message>,
         modes: &[StreamMode],
     ) -> AgentStream {
+        self.stream_with(thread_id, input, modes, RunOptions::new())
+    }
+
+    /// [`stream`](Self::stream) as `options` set the run: its checkpoint, its
+    /// [`MultitaskStrategy`], its id.
+    pub fn stream_with(
+        &self,
+        thread_id: &str,
+        input: Vec<Message>,
+        modes: &[StreamMode],
+        options: RunOptions,
+    ) -> AgentStream {
         let (tx, rx) = mpsc::unbounded_channel();
         let modes = Modes::from(modes);
-        let run = Run::new(thread_id, StreamWriter::new(tx), modes);
+        let run = Run::new(thread_id, StreamWriter::new(tx), modes).with(options);
         let inner = self.inner.clone();
         AgentStream::new(rx, modes, Box::pin(run.execute(inner, input)))
+    }
+
+    /// The run of this agent holding `thread_id` and the runs waiting behind it, by id
+    /// ([`RunOptions::run_id`]), first in line first. Runs of other processes sharing
+    /// the checkpointer are not here.
+    pub fn thread_runs(&self, thread_id: &str) -> ThreadRuns {
+        self.inner.registry.runs(thread_id)
+    }
+
+    /// Stops run `run_id` of `thread_id` as `action` says: the run holding the thread
+    /// stops at its next step (as a newer `interrupt` or `rollback` run would stop it),
+    /// a waiting run leaves the queue without starting. The run's caller gets
+    /// [`AgentError::Interrupted`] or [`AgentError::RolledBack`]. False when this agent
+    /// has no such run active or waiting (it ended, or never began).
+    pub fn cancel_run(&self, thread_id: &str, run_id: &str, action: CancelAction) -> bool {
+        self.inner.registry.cancel(thread_id, run_id, action)
     }
 }
 

@@ -13,10 +13,10 @@ use keel_core::tool::{Tool, Toolset};
 use crate::agent::Agent;
 use crate::checkpointer::InMemoryCheckpointer;
 use crate::error::BuildError;
-use crate::multitask::MultitaskStrategy;
 use crate::pipeline::Pipeline;
 use crate::run::Inner;
 use crate::stack::check_stack;
+use crate::strategy::MultitaskStrategy;
 
 /// Model calls a run may make before it fails with
 /// [`AgentError::RecursionLimit`](crate::AgentError::RecursionLimit).

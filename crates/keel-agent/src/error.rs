@@ -6,7 +6,7 @@ use keel_core::model::ModelError;
 use keel_core::state::StateError;
 use keel_core::store::StoreError;
 
-use crate::multitask::MultitaskStrategy;
+use crate::strategy::MultitaskStrategy;
 
 /// A configuration the [`AgentBuilder`](crate::AgentBuilder) refuses.
 #[derive(Debug, thiserror::Error)]

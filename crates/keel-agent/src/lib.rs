@@ -62,29 +62,35 @@
 //   builder  → agent, run, pipeline, checkpointer, error
 //   agent    → run, stream, output, error
 //   stream   → output, error
-//   run      → multitask, pipeline, output, error
-//   pipeline, output, checkpointer, multitask, error, offline → keel-core only
+//   run      → multitask, options, pipeline, output, error
+//   multitask → gate → strategy
+//   pipeline, output, checkpointer, options, strategy, error, offline → keel-core only
 mod agent;
 mod builder;
 mod checkpointer;
 mod error;
+pub mod gate;
 mod multitask;
 pub mod offline;
+mod options;
 mod output;
 mod pipeline;
 mod resume;
 mod run;
 mod stack;
+mod strategy;
 mod stream;
 
 pub use agent::{Agent, Compaction};
 pub use builder::{AgentBuilder, DEFAULT_RECURSION_LIMIT};
 pub use checkpointer::{DEFAULT_KEEP_CHECKPOINTS, DEFAULT_MAX_THREADS, InMemoryCheckpointer};
 pub use error::{AgentError, BuildError};
-pub use multitask::MultitaskStrategy;
+pub use multitask::ThreadRuns;
+pub use options::RunOptions;
 pub use output::RunOutput;
 pub use pipeline::{INPUT_NODE, MODEL_NODE, ROLLBACK_NODE, TOOLS_NODE};
 pub use stack::{StackError, check_stack};
+pub use strategy::{CancelAction, MultitaskStrategy};
 pub use stream::AgentStream;
 
 // The middleware guide's examples are compiled and run as doc tests here, so the

@@ -1,179 +1,186 @@
-//! One writer per thread: what a run does when another run is already active on its
-//! thread ([`MultitaskStrategy`], after LangGraph Agent Server's `multitask_strategy`),
-//! and the per-thread gate that enforces it inside one process.
+//! One writer per thread: the agent's runs pass through a [`ThreadGate`] that applies
+//! each run's [`MultitaskStrategy`](crate::MultitaskStrategy) inside one process.
 //!
 //! Across processes the checkpointer's compare-and-swap is the guard: a run whose
 //! parent checkpoint is no longer the head fails with
 //! [`AgentError::Conflict`](crate::AgentError::Conflict) and overwrites nothing.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use keel_core::state::AgentState;
 use parking_lot::Mutex;
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::sync::Notify;
 
-/// What a run does when it arrives while another run of the same agent is active on
-/// the same thread (LangGraph Agent Server's multitask strategies,
-/// <https://langchain-ai.github.io/langgraph/cloud/concepts/double_texting/>).
-///
-/// The one strategy type: `keel serve` reads the protocol's `multitask_strategy` into it
-/// and stores it with each run record (serialized by variant name).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub enum MultitaskStrategy {
-    /// The new run fails at once with
-    /// [`AgentError::Rejected`](crate::AgentError::Rejected); the active run goes on.
-    Reject,
-    /// The new run waits for the active run (and the runs queued before it), then runs
-    /// on the thread as they left it. The default: nothing is lost, nothing is refused.
-    #[default]
-    Enqueue,
-    /// The active run stops at its next step with
-    /// [`AgentError::Interrupted`](crate::AgentError::Interrupted), keeping the steps it
-    /// completed (its `after_agent` hooks still run, so session memory records them);
-    /// the new run then runs after them. Runs that arrive together: the newest goes on,
-    /// the others stop right after their input and `before_agent` hooks.
-    Interrupt,
-    /// As `Interrupt`, but the stopped run's steps are reverted: the new run starts
-    /// from the state the stopped run started from (one checkpoint restores it; nothing
-    /// earlier is rewritten). The stopped run fails with
-    /// [`AgentError::RolledBack`](crate::AgentError::RolledBack) without running its
-    /// `after_agent` hooks. Values the stopped run added under new keys stay (an update
-    /// can set values, not unset them), and so does its input in chat history (recorded
-    /// when it started: the user did send it).
-    Rollback,
+use crate::gate::{Cancelled, Gated, Left, ThreadGate, Waiting};
+use crate::strategy::{CancelAction, MultitaskStrategy};
+
+/// A run of an agent waiting for, or holding, its thread.
+struct Waiter {
+    run_id: Arc<str>,
+    /// How a newer run (or a cancel) stops it: 0 none, else [`CancelAction::to_u8`];
+    /// rollback outranks interrupt (a run told both is rolled back).
+    preempt: AtomicU8,
+    /// Where the waiter stands (`WAITING`, `STARTED`, `WITHDRAWN`), set before `wake`.
+    stand: AtomicU8,
+    wake: Notify,
+    /// The state a rolled-back run started from, handed to the run after it.
+    handoff: Mutex<Option<Arc<AgentState>>>,
 }
 
-impl MultitaskStrategy {
-    /// `reject`, `enqueue`, `interrupt` or `rollback`, as LangGraph names them.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MultitaskStrategy::Reject => "reject",
-            MultitaskStrategy::Enqueue => "enqueue",
-            MultitaskStrategy::Interrupt => "interrupt",
-            MultitaskStrategy::Rollback => "rollback",
-        }
+const WAITING: u8 = 0;
+const STARTED: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Waiter {
+    fn settle(&self, stand: u8) {
+        self.stand.store(stand, Ordering::Release);
+        self.wake.notify_one();
     }
 }
 
-impl MultitaskStrategy {
-    /// Reads LangGraph's name (`reject`, `enqueue`, `interrupt`, `rollback`); the error
-    /// names the value and the allowed names.
-    pub fn parse(s: &str) -> Result<MultitaskStrategy, String> {
-        match s {
-            "reject" => Ok(MultitaskStrategy::Reject),
-            "interrupt" => Ok(MultitaskStrategy::Interrupt),
-            "rollback" => Ok(MultitaskStrategy::Rollback),
-            "enqueue" => Ok(MultitaskStrategy::Enqueue),
-            other => Err(format!(
-                "multitask_strategy {other:?} is not one of reject, interrupt, rollback, enqueue"
-            )),
-        }
+impl Gated for Waiter {
+    fn id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn preempt(&self, action: CancelAction) {
+        self.preempt.fetch_max(action.to_u8(), Ordering::AcqRel);
     }
 }
 
-impl std::str::FromStr for MultitaskStrategy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MultitaskStrategy::parse(s)
-    }
-}
-
-impl std::fmt::Display for MultitaskStrategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a stopped run leaves for the next one: the state it started from, to roll
-/// back to.
-#[derive(Default)]
-pub(crate) struct Handoff {
-    pub(crate) rollback_to: Option<Arc<AgentState>>,
-}
-
-/// One thread's gate: held by its active run.
-struct Slot {
-    gate: Arc<AsyncMutex<Handoff>>,
-    tickets: AtomicU64,
-    /// The newest ticket of a run that preempts (0: none).
-    preempt: AtomicU64,
-}
-
-/// The agent's active threads.
-#[derive(Default)]
+/// The agent's threads: which run holds each and which wait (a [`ThreadGate`] whose
+/// preempted waiting runs still start, so their input is recorded).
 pub(crate) struct Registry {
-    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    gate: ThreadGate<Waiter>,
 }
 
-/// The right to write a thread, held for a run's whole life.
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            gate: ThreadGate::new(Waiting::Start),
+        }
+    }
+}
+
+/// The right to write a thread, held for a run's whole life (or while it waits for it);
+/// dropping it hands the thread to the next run.
 pub(crate) struct Turn {
     registry: Arc<Registry>,
     thread_id: Arc<str>,
-    slot: Arc<Slot>,
-    ticket: u64,
-    pub(crate) handoff: Option<OwnedMutexGuard<Handoff>>,
+    waiter: Arc<Waiter>,
+    /// The state to roll back to, when the run before this one was rolled back; what
+    /// is here when the turn ends goes to the next run.
+    pub(crate) handoff: Option<Arc<AgentState>>,
 }
 
 impl Turn {
-    /// True when a run that arrived after this one wants the thread.
-    pub(crate) fn preempted(&self) -> bool {
-        self.slot.preempt.load(Ordering::Acquire) > self.ticket
+    /// How a newer run (or a cancel) wants this run to stop, if it does.
+    pub(crate) fn preempted(&self) -> Option<CancelAction> {
+        CancelAction::from_u8(self.waiter.preempt.load(Ordering::Acquire))
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.handoff.take();
-        let mut slots = self.registry.slots.lock();
-        // The map and this turn hold the only references: nobody waits on the thread.
-        if Arc::strong_count(&self.slot) == 2 {
-            slots.remove(&self.thread_id);
+        if let Left::Released { next: Some(next) } = self
+            .registry
+            .gate
+            .leave(&self.thread_id, &self.waiter.run_id)
+        {
+            // A turn dropped just as it was handed the thread passes its handoff on.
+            let handoff = self
+                .handoff
+                .take()
+                .or_else(|| self.waiter.handoff.lock().take());
+            *next.handoff.lock() = handoff;
+            next.settle(STARTED);
         }
     }
 }
 
+/// Why [`Registry::enter`] gave no turn.
+pub(crate) enum Refusal {
+    /// `reject` on a busy thread.
+    Busy,
+    /// Cancelled while it waited.
+    Cancelled(CancelAction),
+}
+
 impl Registry {
-    /// Waits for the thread as `strategy` says; `None` when the strategy is `Reject` and
-    /// another run holds the thread.
+    /// Waits for the thread as `strategy` says, as run `run_id`.
     pub(crate) async fn enter(
         self: &Arc<Self>,
         thread_id: &Arc<str>,
+        run_id: &Arc<str>,
         strategy: MultitaskStrategy,
-    ) -> Option<Turn> {
-        let slot = self
-            .slots
-            .lock()
-            .entry(thread_id.clone())
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    gate: Arc::new(AsyncMutex::new(Handoff::default())),
-                    tickets: AtomicU64::new(0),
-                    preempt: AtomicU64::new(0),
-                })
-            })
-            .clone();
-        let ticket = slot.tickets.fetch_add(1, Ordering::AcqRel) + 1;
+    ) -> Result<Turn, Refusal> {
+        let waiter = Arc::new(Waiter {
+            run_id: run_id.clone(),
+            preempt: AtomicU8::new(0),
+            stand: AtomicU8::new(WAITING),
+            wake: Notify::new(),
+            handoff: Mutex::new(None),
+        });
+        let admitted = self
+            .gate
+            .admit(thread_id, waiter.clone(), strategy)
+            .map_err(|_| Refusal::Busy)?;
+        // From here a dropped future leaves the queue (or hands the thread on).
         let mut turn = Turn {
             registry: self.clone(),
             thread_id: thread_id.clone(),
-            slot,
-            ticket,
+            waiter,
             handoff: None,
         };
-        let gate = turn.slot.gate.clone();
-        turn.handoff = Some(match strategy {
-            MultitaskStrategy::Reject => gate.try_lock_owned().ok()?,
-            MultitaskStrategy::Enqueue => gate.lock_owned().await,
-            MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback => {
-                turn.slot.preempt.fetch_max(ticket, Ordering::AcqRel);
-                gate.lock_owned().await
+        if !admitted.started {
+            loop {
+                match turn.waiter.stand.load(Ordering::Acquire) {
+                    STARTED => break,
+                    WITHDRAWN => {
+                        let action = turn.preempted().unwrap_or(CancelAction::Interrupt);
+                        return Err(Refusal::Cancelled(action));
+                    }
+                    _ => turn.waiter.wake.notified().await,
+                }
             }
-        });
-        Some(turn)
+        }
+        turn.handoff = turn.waiter.handoff.lock().take();
+        Ok(turn)
     }
+
+    /// Stops run `run_id` of `thread_id`: the active one at its next step, a waiting
+    /// one before it starts. False when no such run is active or waiting.
+    pub(crate) fn cancel(&self, thread_id: &str, run_id: &str, action: CancelAction) -> bool {
+        match self.gate.cancel(thread_id, run_id, action) {
+            Cancelled::Signalled => true,
+            Cancelled::Withdrawn(waiter) => {
+                waiter.settle(WITHDRAWN);
+                true
+            }
+            Cancelled::Absent => false,
+        }
+    }
+
+    /// The run holding `thread_id` and the runs waiting on it, first in line first.
+    pub(crate) fn runs(&self, thread_id: &str) -> ThreadRuns {
+        ThreadRuns {
+            active: self.gate.active(thread_id).map(|w| w.run_id.to_string()),
+            waiting: self
+                .gate
+                .waiting(thread_id)
+                .iter()
+                .map(|w| w.run_id.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// A thread's runs in this agent ([`Agent::thread_runs`](crate::Agent::thread_runs)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadRuns {
+    /// The run holding the thread.
+    pub active: Option<String>,
+    /// The runs waiting for it, first in line first.
+    pub waiting: Vec<String>,
 }

@@ -25,9 +25,11 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::error::AgentError;
-use crate::multitask::{MultitaskStrategy, Registry, Turn};
+use crate::multitask::{Refusal, Registry, Turn};
+use crate::options::RunOptions;
 use crate::output::{Modes, RunOutput};
 use crate::pipeline::{INPUT_NODE, MODEL_NODE, NodeHook, Pipeline, ROLLBACK_NODE, TOOLS_NODE};
+use crate::strategy::{CancelAction, MultitaskStrategy};
 
 /// How often a run reloads the thread and tries again when another writer moved the
 /// head before the run wrote anything (its input is then simply appended after theirs).
@@ -224,6 +226,8 @@ pub(crate) struct Run {
     /// Calls that reached the model (every attempt of a retrying wrap hook counts).
     calls: AtomicU64,
     model_steps: usize,
+    /// What this run does when another holds its thread (`None`: the agent's).
+    multitask: Option<MultitaskStrategy>,
 }
 
 impl Run {
@@ -240,13 +244,18 @@ impl Run {
             base: None,
             calls: AtomicU64::new(0),
             model_steps: 0,
+            multitask: None,
         }
     }
 
-    /// Starts the run from checkpoint `from` of its thread instead of the head: its
-    /// first write forks a new branch there (see [`Checkpointer::fork`]).
-    pub(crate) fn starting_at(mut self, from: Option<u64>) -> Self {
-        self.from = from;
+    /// The run as `options` set it: its checkpoint (see [`Checkpointer::fork`]), its
+    /// strategy and its id.
+    pub(crate) fn with(mut self, options: RunOptions) -> Self {
+        self.from = options.checkpoint;
+        self.multitask = options.multitask;
+        if let Some(id) = options.run_id {
+            self.run_id = Arc::from(id.as_str());
+        }
         self
     }
 
@@ -256,11 +265,20 @@ impl Run {
         input: Vec<Message>,
     ) -> Result<RunOutput, AgentError> {
         let inner = &*inner;
-        let Some(mut turn) = inner.registry.enter(&self.thread_id, inner.multitask).await else {
-            return Err(AgentError::Rejected {
-                thread_id: self.thread_id.to_string(),
-                strategy: inner.multitask,
-            });
+        let strategy = self.multitask.unwrap_or(inner.multitask);
+        let mut turn = match inner
+            .registry
+            .enter(&self.thread_id, &self.run_id, strategy)
+            .await
+        {
+            Ok(turn) => turn,
+            Err(Refusal::Busy) => {
+                return Err(AgentError::Rejected {
+                    thread_id: self.thread_id.to_string(),
+                    strategy,
+                });
+            }
+            Err(Refusal::Cancelled(action)) => return Err(self.stopped(action)),
         };
         let span = telemetry::agent_span(&self.thread_id, &self.run_id, inner.model.profile());
         let result = self
@@ -268,11 +286,10 @@ impl Run {
             .instrument(span.clone())
             .await;
         telemetry::record_agent(&span, self.model_steps, result.as_ref().map(|_| ()));
-        // A run stopped before it wrote leaves the handoff it found to the next run.
-        if let (Err(AgentError::RolledBack { .. }), Some(handoff), Some(base)) =
-            (&result, &mut turn.handoff, &self.base)
-        {
-            handoff.rollback_to = Some(base.clone());
+        // A rolled-back run that started hands the state it started from to the next
+        // run; one stopped before it started passes on the handoff it found.
+        if let (Err(AgentError::RolledBack { .. }), Some(base)) = (&result, &self.base) {
+            turn.handoff = Some(base.clone());
         }
         drop(turn);
         result?;
@@ -297,19 +314,14 @@ impl Run {
         turn: &mut Turn,
         input: Vec<Message>,
     ) -> Result<(), AgentError> {
-        // Under rollback, a run that a newer one preempts before it starts ends without
-        // writing: its work would be reverted anyway. This also covers a newer run that
-        // reached the thread first (tickets are drawn before queueing, so two arrivals
-        // can queue out of order): the older one must not then write after it.
-        if inner.multitask == MultitaskStrategy::Rollback && turn.preempted() {
-            return Err(self.stopped(inner));
+        // A run that a rollback preempts before it starts ends without writing: its work
+        // would be reverted anyway.
+        if turn.preempted() == Some(CancelAction::Rollback) {
+            return Err(self.stopped(CancelAction::Rollback));
         }
-        // A handoff is for the run right after the stopped one, and only under rollback.
-        let rollback_to = turn
-            .handoff
-            .as_mut()
-            .and_then(|h| h.rollback_to.take())
-            .filter(|_| inner.multitask == MultitaskStrategy::Rollback);
+        // Set only when the run before this one was rolled back: restore what it
+        // started from before writing anything.
+        let rollback_to = turn.handoff.take();
         let mut attempt = 1;
         loop {
             match self.start(inner, rollback_to.as_deref(), &input).await {
@@ -328,11 +340,11 @@ impl Run {
             // A newer run wants the thread: stop between steps. Under `interrupt` the
             // saved steps stay, and after_agent still runs so that what they hold reaches
             // chat history; under `rollback` they are about to be reverted.
-            if phase != Phase::AfterAgent && turn.preempted() {
-                if inner.multitask != MultitaskStrategy::Rollback {
+            if let Some(action) = turn.preempted().filter(|_| phase != Phase::AfterAgent) {
+                if action != CancelAction::Rollback {
                     self.node_hooks(inner, NodeHook::AfterAgent).await?;
                 }
-                return Err(self.stopped(inner));
+                return Err(self.stopped(action));
             }
             phase = match phase {
                 Phase::BeforeModel => match self.node_hooks(inner, NodeHook::BeforeModel).await? {
@@ -497,15 +509,7 @@ impl Run {
         if *base == *self.state {
             return Ok(());
         }
-        let mut update = StateUpdate {
-            messages: vec![MessageOp::RemoveAll],
-            values: base.values.clone(),
-        };
-        update.messages.extend(
-            base.messages
-                .iter()
-                .map(|m| MessageOp::Upsert { message: m.clone() }),
-        );
+        let update = StateUpdate::restoring(base.messages.iter().cloned(), base.values.clone());
         self.commit(inner, ROLLBACK_NODE, update, true).await?;
         Ok(())
     }
@@ -543,13 +547,13 @@ impl Run {
         Ok(())
     }
 
-    /// The error of a run a newer one stopped.
-    fn stopped(&self, inner: &Inner) -> AgentError {
+    /// The error of a run a newer one (or a cancel) stopped.
+    fn stopped(&self, action: CancelAction) -> AgentError {
         let thread_id = self.thread_id.to_string();
         let run_id = self.run_id.to_string();
-        match inner.multitask {
-            MultitaskStrategy::Rollback => AgentError::RolledBack { thread_id, run_id },
-            _ => AgentError::Interrupted { thread_id, run_id },
+        match action {
+            CancelAction::Rollback => AgentError::RolledBack { thread_id, run_id },
+            CancelAction::Interrupt => AgentError::Interrupted { thread_id, run_id },
         }
     }
 

@@ -1,12 +1,16 @@
 //! One writer per thread: a run whose head another writer moved fails with a typed
-//! conflict and overwrites nothing; `reject` refuses a second run; a thread left with a
-//! dangling tool call resumes with the call answered as cancelled.
+//! conflict and overwrites nothing; `reject` refuses a second run; a run's own strategy
+//! overrides the agent's; the waiting runs are visible and each run can be cancelled; a
+//! thread left with a dangling tool call resumes with the call answered as cancelled.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use keel_agent::{Agent, AgentError, InMemoryCheckpointer, MultitaskStrategy};
+use keel_agent::{
+    Agent, AgentError, CancelAction, InMemoryCheckpointer, MultitaskStrategy, RunOptions,
+    ThreadRuns,
+};
 use keel_core::message::{Content, Message, ToolCall};
 use keel_core::state::StateUpdate;
 use keel_core::store::{CheckpointWrite, Checkpointer, PutOutcome};
@@ -163,4 +167,114 @@ async fn a_dangling_tool_call_is_answered_as_cancelled_when_the_thread_resumes()
         history.iter().map(|c| c.node.as_str()).collect::<Vec<_>>(),
         ["model", "input", "model"]
     );
+}
+
+/// Waits until the agent shows `waiting` runs behind an active one on thread `t`.
+async fn until_waiting(agent: &Agent, waiting: usize) -> ThreadRuns {
+    loop {
+        let runs = agent.thread_runs("t");
+        if runs.active.is_some() && runs.waiting.len() == waiting {
+            return runs;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_s_own_strategy_overrides_the_agent_s() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    // The agent enqueues; one run asks to reject, a later one to roll back.
+    let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            agent
+                .invoke("t", vec![Message::human("first").with_id("first")])
+                .await
+        }
+    });
+    started.notified().await;
+    let reject = RunOptions::new().multitask(MultitaskStrategy::Reject);
+    let err = agent
+        .invoke_with("t", vec![Message::human("refused")], reject)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            AgentError::Rejected {
+                strategy: MultitaskStrategy::Reject,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let rollback = RunOptions::new()
+        .multitask(MultitaskStrategy::Rollback)
+        .run_id("second");
+    let second = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            let input = vec![Message::human("second").with_id("second")];
+            agent.invoke_with("t", input, rollback).await
+        }
+    });
+    until_waiting(&agent, 1).await;
+    go.notify_one();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(matches!(&err, AgentError::RolledBack { .. }), "{err:?}");
+    let out = second.await.unwrap().unwrap();
+    assert_eq!(out.run_id, "second");
+    let ids: Vec<&str> = out.state.messages.iter().map(|m| m.id()).collect();
+    assert!(
+        !ids.contains(&"first"),
+        "the rolled-back run's steps are reverted: {ids:?}"
+    );
+    assert_eq!(out.last_message().unwrap().text(), "finished");
+}
+
+#[tokio::test]
+async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
+    let spawn = |id: &'static str| {
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let input = vec![Message::human(id).with_id(id)];
+            agent
+                .invoke_with("t", input, RunOptions::new().run_id(id))
+                .await
+        })
+    };
+    let first = spawn("first");
+    started.notified().await;
+    let second = spawn("second");
+    until_waiting(&agent, 1).await;
+    let third = spawn("third");
+    let runs = until_waiting(&agent, 2).await;
+    assert_eq!(runs.active.as_deref(), Some("first"));
+    assert_eq!(runs.waiting, ["second", "third"]);
+
+    // A waiting run leaves the queue without starting: its input is never written.
+    assert!(agent.cancel_run("t", "second", CancelAction::Interrupt));
+    let err = second.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Interrupted { run_id, .. } if run_id == "second"),
+        "{err:?}"
+    );
+    assert_eq!(agent.thread_runs("t").waiting, ["third"]);
+    // The active run stops at its next step, keeping what it saved.
+    assert!(agent.cancel_run("t", "first", CancelAction::Interrupt));
+    assert!(!agent.cancel_run("t", "nobody", CancelAction::Interrupt));
+    go.notify_one();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, AgentError::Interrupted { run_id, .. } if run_id == "first"),
+        "{err:?}"
+    );
+    let out = third.await.unwrap().unwrap();
+    let ids: Vec<&str> = out.state.messages.iter().map(|m| m.id()).collect();
+    assert!(ids.contains(&"first") && ids.contains(&"third"), "{ids:?}");
+    assert!(!ids.contains(&"second"), "{ids:?}");
+    assert_eq!(agent.thread_runs("t"), ThreadRuns::default());
 }

@@ -67,6 +67,19 @@ impl StateUpdate {
         }
     }
 
+    /// An update that restores an earlier state (a rollback): the message list becomes
+    /// exactly `messages`, and `values` are set again. Keys set since stay, since an
+    /// update can set values, not unset them.
+    pub fn restoring(
+        messages: impl IntoIterator<Item = Message>,
+        values: Map<String, Value>,
+    ) -> Self {
+        let mut update = StateUpdate::messages(messages);
+        update.messages.insert(0, MessageOp::RemoveAll);
+        update.values = values;
+        update
+    }
+
     /// An update setting one value.
     pub fn value(key: impl Into<String>, value: Value) -> Self {
         let mut values = Map::new();

@@ -19,10 +19,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use keel_agent::gate::{Admitted, Cancelled, Gated, Left, Refused, ThreadGate, Waiting};
 use keel_agent::{Agent, AgentError};
 use keel_core::message::Message;
 use keel_core::middleware::MiddlewareError;
-use keel_core::state::{INTERRUPT_KEY, MessageOp, StateUpdate};
+use keel_core::state::{INTERRUPT_KEY, StateUpdate};
 use keel_core::store::{Checkpoint, CheckpointWrite, Checkpointer, PutOutcome};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
@@ -45,33 +46,8 @@ mod shared;
 use cancel::{cancel_final, wait_cancel};
 use ending::close_log;
 
-/// How a run is cancelled (the protocol's `action`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CancelAction {
-    /// Stop; keep what the run checkpointed.
-    Interrupt,
-    /// Stop and restore the thread's state from before the run; the run record goes.
-    Rollback,
-}
-
-impl CancelAction {
-    /// The protocol's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelAction::Interrupt => "interrupt",
-            CancelAction::Rollback => "rollback",
-        }
-    }
-
-    /// Reads `interrupt` or `rollback`.
-    pub fn parse(s: &str) -> Result<CancelAction, String> {
-        match s {
-            "interrupt" => Ok(CancelAction::Interrupt),
-            "rollback" => Ok(CancelAction::Rollback),
-            other => Err(format!("action {other:?} is not interrupt or rollback")),
-        }
-    }
-}
+/// How a run is cancelled (the protocol's `action`): the agent's own type.
+pub use keel_agent::CancelAction;
 
 /// Limits on what runs may hold.
 #[derive(Clone, Debug)]
@@ -163,31 +139,33 @@ impl LiveRun {
     }
 }
 
+/// A run in the thread gate: its log and handle, and what it starts with (taken when
+/// it starts).
 struct Queued {
     live: Arc<LiveRun>,
+    start: Mutex<Option<Start>>,
+}
+
+/// What a run executes.
+struct Start {
     input: Vec<Message>,
     resume: Option<RunCommand>,
     from: Option<u64>,
 }
 
-/// What [`RunManager::admit`] decided.
-#[derive(Default)]
-struct Admitted {
-    /// The run to start now.
-    start: Option<Queued>,
-    /// Queued runs taken off the thread's queue, with how they are cancelled.
-    displaced: Vec<(Arc<LiveRun>, CancelAction)>,
-}
+impl Gated for Queued {
+    fn id(&self) -> &str {
+        &self.live.run_id
+    }
 
-#[derive(Default)]
-struct Slot {
-    active: Option<Arc<LiveRun>>,
-    queue: VecDeque<Queued>,
+    /// The running run stops at its current await point; a queued one never starts.
+    fn preempt(&self, action: CancelAction) {
+        self.live.cancel(action);
+    }
 }
 
 #[derive(Default)]
 struct State {
-    slots: HashMap<String, Slot>,
     live: HashMap<String, Arc<LiveRun>>,
     /// Finished runs whose log is kept, oldest first, with the bytes each log holds.
     finished: VecDeque<(String, usize)>,
@@ -274,6 +252,8 @@ pub struct RunManager {
     limits: RunLimits,
     leases: Leases,
     running: Arc<Semaphore>,
+    /// Which run holds each thread and which wait, by the runs' strategies.
+    gate: ThreadGate<Queued>,
     state: Mutex<State>,
     /// Runs started, to prune old copied events now and then.
     started: AtomicU64,
@@ -308,6 +288,9 @@ impl RunManager {
         RunManager {
             leases,
             running: Arc::new(Semaphore::new(limits.max_running.max(1))),
+            // As LangGraph Agent Server: an `interrupt`/`rollback` run cancels the queued
+            // runs before it, which never start.
+            gate: ThreadGate::new(Waiting::Cancel).with_max_waiting(limits.max_queue_per_thread),
             agent,
             registry,
             assistant,
@@ -363,7 +346,7 @@ impl RunManager {
     /// True while the thread has a run executing or queued here, or (on a shared
     /// database) while another process runs it.
     pub(crate) async fn is_busy(&self, thread_id: &str) -> Result<bool, ApiError> {
-        if self.state.lock().slots.contains_key(thread_id) {
+        if self.gate.is_busy(thread_id) {
             return Ok(true);
         }
         self.leases
@@ -412,30 +395,35 @@ impl RunManager {
                 .set_thread_status(thread_id, ThreadStatus::Busy)
                 .await,
         );
-        let admitted = match self.admit(
-            thread_id,
-            &live,
-            (run.input, run.from_checkpoint),
-            run.resume,
-            run.strategy,
-        ) {
+        let queued = Arc::new(Queued {
+            live: live.clone(),
+            start: Mutex::new(Some(Start {
+                input: run.input,
+                resume: run.resume,
+                from: run.from_checkpoint,
+            })),
+        });
+        // Known before it can start (and end, which retires it from this map).
+        self.state.lock().live.insert(run_id.clone(), live.clone());
+        let admitted = match self.admit(thread_id, queued.clone(), run.strategy) {
             Ok(admitted) => admitted,
             Err(e) => {
+                self.state.lock().live.remove(&run_id);
                 self.log_err(self.registry.delete_run(thread_id, &run_id).await);
                 return Err(e);
             }
         };
-        for (displaced, action) in admitted.displaced {
-            displaced.cancel(action);
-            self.close_unstarted(&displaced, action).await;
+        if let Some(action) = run.strategy.preempts() {
+            for displaced in admitted.displaced {
+                self.close_unstarted(&displaced.live, action).await;
+            }
         }
-        let start = admitted.start;
         if self.registry.is_shared() {
             let manager = self.clone();
             let mirrored = live.clone();
             tokio::spawn(async move { manager.mirror(mirrored).await });
         }
-        if let Some(queued) = start {
+        if admitted.started {
             self.spawn(queued);
         }
         Ok((record, live))
@@ -447,67 +435,30 @@ impl RunManager {
         }
     }
 
-    /// Starts the run now, queues it, or refuses it, by the thread's state and strategy.
-    /// Also returns the queued runs it displaced (`interrupt` and `rollback` cancel every
-    /// run of the thread before them, as LangGraph does), for the caller to close.
+    /// Starts the run now, queues it, or refuses it, by the thread's state and strategy
+    /// ([`ThreadGate::admit`]). Also returns the queued runs it displaced (`interrupt`
+    /// and `rollback` cancel every run of the thread before them, as LangGraph does),
+    /// for the caller to close.
     fn admit(
         &self,
         thread_id: &str,
-        live: &Arc<LiveRun>,
-        (input, from): (Vec<Message>, Option<u64>),
-        resume: Option<RunCommand>,
+        queued: Arc<Queued>,
         strategy: Strategy,
-    ) -> Result<Admitted, ApiError> {
-        let run_id = live.run_id.clone();
-        let mut state = self.state.lock();
-        let slot = state.slots.entry(thread_id.to_owned()).or_default();
-        let queued = Queued {
-            live: live.clone(),
-            input,
-            resume,
-            from,
-        };
-        let mut admitted = Admitted::default();
-        match (&slot.active, strategy) {
-            (None, _) => {
-                slot.active = Some(live.clone());
-                admitted.start = Some(queued);
-            }
-            (Some(_), Strategy::Reject) => {
-                return Err(ApiError::Conflict(format!(
-                    "thread {} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",
-                    crate::auth::public_thread_id(thread_id)
-                )));
-            }
-            (Some(_), Strategy::Enqueue) => {
-                if slot.queue.len() >= self.limits.max_queue_per_thread {
-                    return Err(ApiError::Busy(format!(
-                        "thread {} already has {} runs waiting; try again later",
-                        crate::auth::public_thread_id(thread_id),
-                        slot.queue.len()
-                    )));
-                }
-                slot.queue.push_back(queued);
-            }
-            // Interrupt or rollback: every run of the thread before this one stops (the
-            // running one at its current step, the queued ones before they start), so
-            // only the newest input is answered.
-            (Some(active), strategy) => {
-                let action = if strategy == Strategy::Rollback {
-                    CancelAction::Rollback
-                } else {
-                    CancelAction::Interrupt
-                };
-                active.cancel(action);
-                admitted.displaced = slot.queue.drain(..).map(|q| (q.live, action)).collect();
-                slot.queue.push_back(queued);
-            }
-        }
-        state.live.insert(run_id, live.clone());
-        Ok(admitted)
+    ) -> Result<Admitted<Queued>, ApiError> {
+        let thread = crate::auth::public_thread_id(thread_id);
+        self.gate
+            .admit(thread_id, queued, strategy)
+            .map_err(|refused| match refused {
+                Refused::Busy => ApiError::Conflict(format!(
+                    "thread {thread} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",
+                )),
+                Refused::Full { waiting } => ApiError::Busy(format!(
+                    "thread {thread} already has {waiting} runs waiting; try again later",
+                )),
+            })
     }
 
-    fn spawn(self: &Arc<Self>, queued: Queued) {
+    fn spawn(self: &Arc<Self>, queued: Arc<Queued>) {
         let manager = self.clone();
         self.driving.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
@@ -520,7 +471,7 @@ impl RunManager {
     /// has been written (or handed to the background retries).
     pub async fn wait_idle(&self) {
         loop {
-            if self.driving.load(Ordering::SeqCst) == 0 && self.state.lock().slots.is_empty() {
+            if self.driving.load(Ordering::SeqCst) == 0 && self.gate.is_idle() {
                 return;
             }
             tokio::time::sleep(IDLE_POLL).await;
@@ -533,19 +484,12 @@ impl RunManager {
     /// get its `end` event. Each wait is bounded by `grace`, so storage that refuses
     /// writes cannot hold the stop. Returns how many runs were stopped.
     pub async fn shutdown(self: &Arc<Self>, grace: Duration) -> usize {
-        let open: Vec<Arc<LiveRun>> = {
-            let state = self.state.lock();
-            state
-                .slots
-                .values()
-                .flat_map(|slot| {
-                    slot.active
-                        .iter()
-                        .cloned()
-                        .chain(slot.queue.iter().map(|q| q.live.clone()))
-                })
-                .collect()
-        };
+        let open: Vec<Arc<LiveRun>> = self
+            .gate
+            .entries()
+            .into_iter()
+            .map(|q| q.live.clone())
+            .collect();
         for live in &open {
             live.cancel(CancelAction::Interrupt);
         }

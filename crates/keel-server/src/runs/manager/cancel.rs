@@ -12,32 +12,10 @@ impl RunManager {
         run_id: &str,
         action: CancelAction,
     ) {
-        // Found here: `Some(dequeued run)` or `None` once signalled; not here: `Err`.
-        let found: Result<Option<Queued>, ()> = {
-            let mut state = self.state.lock();
-            match state.slots.get_mut(thread_id) {
-                None => Err(()),
-                Some(slot) => {
-                    if let Some(active) = slot.active.as_ref().filter(|a| a.run_id == run_id) {
-                        active.cancel(action);
-                        Ok(None)
-                    } else {
-                        let position = slot.queue.iter().position(|q| q.live.run_id == run_id);
-                        position
-                            .and_then(|i| slot.queue.remove(i))
-                            .map(Some)
-                            .ok_or(())
-                    }
-                }
-            }
-        };
-        match found {
-            Ok(Some(queued)) => {
-                queued.live.cancel(action);
-                self.close_unstarted(&queued.live, action).await;
-            }
-            Ok(None) => {}
-            Err(()) => self.cancel_elsewhere(run_id, action).await,
+        match self.gate.cancel(thread_id, run_id, action) {
+            Cancelled::Signalled => {}
+            Cancelled::Withdrawn(queued) => self.close_unstarted(&queued.live, action).await,
+            Cancelled::Absent => self.cancel_elsewhere(run_id, action).await,
         }
     }
 

@@ -158,7 +158,7 @@ impl RunManager {
     ) {
         let mut pause = self.limits.final_write_pause;
         for tries in 1..=self.limits.final_write_tries.max(1) {
-            if self.state.lock().slots.contains_key(thread_id) {
+            if self.gate.is_busy(thread_id) {
                 return;
             }
             match self.registry.set_thread_status(thread_id, status).await {
@@ -174,7 +174,7 @@ impl RunManager {
         let thread_id = thread_id.to_owned();
         tokio::spawn(async move {
             loop {
-                if manager.state.lock().slots.contains_key(&thread_id) {
+                if manager.gate.is_busy(&thread_id) {
                     return;
                 }
                 match manager.registry.set_thread_status(&thread_id, status).await {

@@ -5,13 +5,17 @@ use super::*;
 
 impl RunManager {
     /// Runs one run to its end, then starts the next queued one of its thread.
-    pub(super) async fn drive(self: Arc<Self>, queued: Queued) {
-        let Queued {
-            live,
+    pub(super) async fn drive(self: Arc<Self>, queued: Arc<Queued>) {
+        let live = queued.live.clone();
+        // Taken once: the gate hands a run the thread once.
+        let Some(Start {
             input,
             resume,
             from,
-        } = queued;
+        }) = queued.start.lock().take()
+        else {
+            return;
+        };
         let mut cancel = live.cancel.subscribe();
         let ending = self
             .execute(&live, (input, from), resume, &mut cancel)
@@ -19,7 +23,7 @@ impl RunManager {
         let (ending, paused) = self.settle(&live, ending);
         let mut next = None;
         self.conclude(&live, ending, |status| {
-            next = self.dequeue(&live.thread_id);
+            next = self.dequeue(&live.thread_id, &live.run_id);
             next.is_none().then(|| {
                 if status == "error" {
                     ThreadStatus::Error
@@ -70,25 +74,13 @@ impl RunManager {
         }
     }
 
-    /// The thread's active run ended: the next queued run becomes active (returned, for
-    /// the caller to start), or the thread leaves this process's slots.
-    fn dequeue(&self, thread_id: &str) -> Option<Queued> {
-        let mut state = self.state.lock();
-        let next = match state.slots.get_mut(thread_id) {
-            Some(slot) => {
-                slot.active = None;
-                let next = slot.queue.pop_front();
-                if let Some(next) = &next {
-                    slot.active = Some(next.live.clone());
-                }
-                next
-            }
-            None => None,
-        };
-        if next.is_none() {
-            state.slots.remove(thread_id);
+    /// The thread's active run ended: the next queued run holds the thread (returned,
+    /// for the caller to start), or the thread leaves the gate.
+    fn dequeue(&self, thread_id: &str, run_id: &str) -> Option<Arc<Queued>> {
+        match self.gate.leave(thread_id, run_id) {
+            Left::Released { next } => next,
+            Left::Withdrawn(_) | Left::Absent => None,
         }
-        next
     }
 
     pub(super) fn context(&self, live: &LiveRun) -> RunContext {
@@ -358,20 +350,11 @@ pub(super) async fn rollback(
     }
     let (messages, values) =
         before.map_or_else(|| (Vec::new(), Map::new()), |cp| (cp.messages, cp.values));
-    let mut update = StateUpdate {
-        messages: vec![MessageOp::RemoveAll],
-        values,
-    };
-    update.messages.extend(
-        messages
-            .into_iter()
-            .map(|message| MessageOp::Upsert { message }),
-    );
     let write = CheckpointWrite {
         parent: head,
         run_id: run_id.to_owned(),
-        node: "rollback".into(),
-        update,
+        node: keel_agent::ROLLBACK_NODE.into(),
+        update: StateUpdate::restoring(messages, values),
         created_at_ms: now_ms(),
     };
     match checkpointer.put(thread_id, write).await {
