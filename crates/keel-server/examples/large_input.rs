@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::Request;
 use keel_agent::Agent;
 use keel_core::message::Message;
-use keel_server::registry::Registry;
+use keel_server::Registry;
 use keel_server::{ServerOptions, router_with};
 use keel_testkit::ScriptedModel;
 use serde_json::{Value, json};

@@ -50,7 +50,7 @@ pub(crate) mod extract;
 pub(crate) mod lease;
 pub mod mcp;
 pub mod origin;
-pub mod registry;
+pub(crate) mod registry;
 pub(crate) mod routes;
 pub(crate) mod runs;
 pub mod store_api;
@@ -60,6 +60,13 @@ pub(crate) mod wire;
 pub use app::{AppState, ServerOptions, router, router_parts, router_with};
 pub use auth::ApiKeys;
 pub use lease::Leases;
+pub use registry::{Registry, RegistryError};
 pub use runs::{RunLimits, RunManager};
 pub mod serve;
 pub(crate) mod state;
+
+// The in-crate tests name the crate as its users do.
+#[cfg(test)]
+extern crate self as keel_server;
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use crate::time::{now_ms, rfc3339};
 
 /// A run's status, as the protocol names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     /// Queued behind another run of its thread.
     Pending,
     /// Executing.
@@ -28,7 +28,7 @@ pub enum RunStatus {
 
 impl RunStatus {
     /// The protocol's name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Pending => "pending",
             RunStatus::Running => "running",
@@ -39,14 +39,14 @@ impl RunStatus {
     }
 
     /// True once the run can no longer change.
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         !matches!(self, RunStatus::Pending | RunStatus::Running)
     }
 }
 
 /// A thread's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ThreadStatus {
+pub(crate) enum ThreadStatus {
     /// No run in progress.
     Idle,
     /// A run is in progress.
@@ -60,7 +60,7 @@ pub enum ThreadStatus {
 
 impl ThreadStatus {
     /// The protocol's name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ThreadStatus::Idle => "idle",
             ThreadStatus::Busy => "busy",
@@ -70,7 +70,7 @@ impl ThreadStatus {
     }
 
     /// Reads a status filter.
-    pub fn parse(s: &str) -> Option<ThreadStatus> {
+    pub(crate) fn parse(s: &str) -> Option<ThreadStatus> {
         match s {
             "idle" => Some(ThreadStatus::Idle),
             "busy" => Some(ThreadStatus::Busy),
@@ -84,11 +84,11 @@ impl ThreadStatus {
 /// What to do when a run is created on a thread that is already running one (the
 /// protocol's `multitask_strategy`): the agent's own strategy type, so the server and
 /// an embedded agent name and store the same four strategies one way.
-pub use keel_agent::MultitaskStrategy as Strategy;
+pub(crate) use keel_agent::MultitaskStrategy as Strategy;
 
 /// A thread's record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ThreadRecord {
+pub(crate) struct ThreadRecord {
     /// The key it is stored under ([`Owner::thread_key`](crate::auth::Owner::thread_key):
     /// the id the client chose, in its owner's namespace); clients see
     /// [`public_thread_id`] of it.
@@ -111,7 +111,7 @@ impl ThreadRecord {
     /// listed under `interrupts`, by the id of the task waiting for it. `values` is
     /// null for a thread that never ran, as langgraph-api sends it; `state_at_ms` is when
     /// its state last changed (its newest checkpoint; its creation before any).
-    pub fn to_json(&self, values: Value, state_at_ms: Option<i64>) -> Value {
+    pub(crate) fn to_json(&self, values: Value, state_at_ms: Option<i64>) -> Value {
         let interrupts = match values.get(keel_core::state::INTERRUPT_KEY) {
             Some(Value::Array(list)) if !list.is_empty() => {
                 let id = crate::wire::interrupt_task_id(list[0]["id"].as_str().unwrap_or_default());
@@ -137,7 +137,7 @@ impl ThreadRecord {
 
 /// A run's record.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RunRecord {
+pub(crate) struct RunRecord {
     /// The id.
     pub run_id: String,
     /// Its thread's key ([`ThreadRecord::thread_id`]).
@@ -162,7 +162,7 @@ pub struct RunRecord {
 
 impl RunRecord {
     /// The protocol's `Run` object.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "run_id": self.run_id,
             "thread_id": public_thread_id(&self.thread_id),
@@ -179,7 +179,7 @@ impl RunRecord {
 
 /// Filters of `POST /threads/search`.
 #[derive(Clone, Debug, Default)]
-pub struct ThreadFilter {
+pub(crate) struct ThreadFilter {
     /// Every key must be present with an equal value.
     pub metadata: Map<String, Value>,
     /// Only these ids.
@@ -209,7 +209,7 @@ pub struct RegistryError(String);
 
 impl RegistryError {
     /// An error from anything displayable (a database error).
-    pub fn new(e: impl std::fmt::Display) -> Self {
+    pub(crate) fn new(e: impl std::fmt::Display) -> Self {
         RegistryError(e.to_string())
     }
 }
@@ -257,10 +257,10 @@ const CREATE_THREADS_SORT_INDEXES: [&str; 2] = [
 
 /// The largest thread metadata, serialized, that a thread may carry. Metadata is read
 /// back with every thread a search returns, so it is kept small.
-pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// Checks a thread's metadata against [`MAX_METADATA_BYTES`].
-pub fn check_metadata(field: &str, metadata: &Map<String, Value>) -> Result<(), String> {
+pub(crate) fn check_metadata(field: &str, metadata: &Map<String, Value>) -> Result<(), String> {
     let bytes = serde_json::to_string(metadata).map_or(usize::MAX, |t| t.len());
     if bytes > MAX_METADATA_BYTES {
         return Err(format!(
@@ -286,7 +286,7 @@ const CREATE_CANCELS: &str = "CREATE TABLE IF NOT EXISTS keel_server_run_cancels
 
 /// One stored run event: its id in the run's log, SSE event name, stream mode, JSON.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StoredEvent {
+pub(crate) struct StoredEvent {
     /// The id (position in the run's log).
     pub seq: u64,
     /// The SSE event name.
@@ -458,7 +458,7 @@ impl Registry {
     }
 
     /// Inserts a thread; `false` when the id is taken.
-    pub async fn insert_thread(&self, record: ThreadRecord) -> Result<bool, RegistryError> {
+    pub(crate) async fn insert_thread(&self, record: ThreadRecord) -> Result<bool, RegistryError> {
         let text = encode(&record)?;
         sql!(self, t => {
             let mut t = t.write();
@@ -516,7 +516,7 @@ impl Registry {
     }
 
     /// The thread, if it exists and belongs to `owner`.
-    pub async fn thread(
+    pub(crate) async fn thread(
         &self,
         owner: &str,
         thread_id: &str,
@@ -528,7 +528,7 @@ impl Registry {
     }
 
     /// Changes a thread of `owner`; `None` when it is not theirs or does not exist.
-    pub async fn update_thread(
+    pub(crate) async fn update_thread(
         &self,
         owner: &str,
         thread_id: &str,
@@ -544,7 +544,7 @@ impl Registry {
     }
 
     /// Sets a thread's status, whoever owns it (the run manager's bookkeeping).
-    pub async fn set_thread_status(
+    pub(crate) async fn set_thread_status(
         &self,
         thread_id: &str,
         status: ThreadStatus,
@@ -558,7 +558,11 @@ impl Registry {
     }
 
     /// Deletes a thread of `owner` and its run records; `false` when it is not theirs.
-    pub async fn delete_thread(&self, owner: &str, thread_id: &str) -> Result<bool, RegistryError> {
+    pub(crate) async fn delete_thread(
+        &self,
+        owner: &str,
+        thread_id: &str,
+    ) -> Result<bool, RegistryError> {
         sql!(self, t => {
             let mut t = t.write();
             if t.threads.get(thread_id).is_none_or(|r| r.owner != owner) {
@@ -602,7 +606,7 @@ impl Registry {
     /// in SQL; a metadata or id filter reads the sorted rows one at a time and stops
     /// once the page is full, so a search never holds more than one page of records
     /// (metadata is capped at [`MAX_METADATA_BYTES`]).
-    pub async fn search_threads(
+    pub(crate) async fn search_threads(
         &self,
         owner: &str,
         filter: &ThreadFilter,
@@ -682,7 +686,7 @@ impl Registry {
     }
 
     /// Records a new run.
-    pub async fn insert_run(&self, record: &RunRecord) -> Result<(), RegistryError> {
+    pub(crate) async fn insert_run(&self, record: &RunRecord) -> Result<(), RegistryError> {
         let text = encode(record)?;
         sql!(self, t => {
             t.write().runs.insert(record.run_id.clone(), record.clone());
@@ -701,7 +705,7 @@ impl Registry {
     }
 
     /// A run of a thread.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -722,7 +726,7 @@ impl Registry {
     }
 
     /// Sets a run's status (and error).
-    pub async fn set_run_status(
+    pub(crate) async fn set_run_status(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -751,7 +755,11 @@ impl Registry {
     }
 
     /// Deletes a run record.
-    pub async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool, RegistryError> {
+    pub(crate) async fn delete_run(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<bool, RegistryError> {
         sql!(self, t => {
             let mut t = t.write();
             if t.runs.get(run_id).is_none_or(|r| r.thread_id != thread_id) {
@@ -771,7 +779,7 @@ impl Registry {
     }
 
     /// Copies events of a run (in id order) for other processes; a no-op in memory.
-    pub async fn append_events(
+    pub(crate) async fn append_events(
         &self,
         thread_id: &str,
         run_id: &str,
@@ -803,7 +811,7 @@ impl Registry {
     }
 
     /// Up to `limit` stored events of a run with id `>= from`, in order.
-    pub async fn events_from(
+    pub(crate) async fn events_from(
         &self,
         run_id: &str,
         from: u64,
@@ -833,7 +841,7 @@ impl Registry {
 
     /// Deletes stored events (and cancel requests) written before `before_ms`; returns
     /// how many events went.
-    pub async fn prune_events(&self, before_ms: i64) -> Result<u64, RegistryError> {
+    pub(crate) async fn prune_events(&self, before_ms: i64) -> Result<u64, RegistryError> {
         sql!(self, _t => Ok(0), pool => {
             sqlx::query("DELETE FROM keel_server_run_cancels WHERE written_at_ms < $1")
                 .bind(before_ms)
@@ -851,7 +859,11 @@ impl Registry {
 
     /// Asks the process running a run to cancel it (`interrupt` or `rollback`); the
     /// first request counts.
-    pub async fn request_cancel(&self, run_id: &str, action: &str) -> Result<(), RegistryError> {
+    pub(crate) async fn request_cancel(
+        &self,
+        run_id: &str,
+        action: &str,
+    ) -> Result<(), RegistryError> {
         sql!(self, _t => Ok(()), pool => {
             sqlx::query("INSERT INTO keel_server_run_cancels (run_id, action, written_at_ms) VALUES ($1, $2, $3) ON CONFLICT (run_id) DO NOTHING")
                 .bind(run_id)
@@ -865,7 +877,10 @@ impl Registry {
     }
 
     /// The cancel requested for a run by another process, if any.
-    pub async fn cancel_requested(&self, run_id: &str) -> Result<Option<String>, RegistryError> {
+    pub(crate) async fn cancel_requested(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<String>, RegistryError> {
         sql!(self, _t => Ok(None), pool => {
             let row: Option<(String,)> =
                 sqlx::query_as("SELECT action FROM keel_server_run_cancels WHERE run_id = $1")
@@ -878,7 +893,7 @@ impl Registry {
     }
 
     /// The runs of a thread, newest first.
-    pub async fn runs(
+    pub(crate) async fn runs(
         &self,
         thread_id: &str,
         status: Option<RunStatus>,

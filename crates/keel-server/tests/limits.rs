@@ -111,9 +111,7 @@ async fn a_locked_database_makes_writers_wait_then_answers_503() {
     let path = std::env::temp_dir().join(format!("keel-busy-{}.db", uuid::Uuid::new_v4()));
     let url = format!("sqlite://{}", path.display());
     let store = keel_store::Store::connect(&url).await.unwrap();
-    let registry = keel_server::registry::Registry::for_store(&store)
-        .await
-        .unwrap();
+    let registry = keel_server::Registry::for_store(&store).await.unwrap();
     let model = ScriptedModel::from_fn(|_| Ok(Message::ai("ok")));
     let agent = Agent::builder()
         .model(Arc::new(model))

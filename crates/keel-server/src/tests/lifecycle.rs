@@ -2,15 +2,14 @@
 //! statuses that storage refuses for a while.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::common::{call, events, json};
 use async_trait::async_trait;
 use axum::Router;
 use axum::http::StatusCode;
-use common::{call, events, json};
 use keel_agent::Agent;
 use keel_core::message::Message;
 use keel_core::model::{ChatModel, ChatRequest, ModelError, ModelProfile};
