@@ -96,7 +96,7 @@ struct Lane<T> {
 
 /// One active entry per thread and a queue behind it (see the module docs).
 pub struct ThreadGate<T> {
-    lanes: Mutex<HashMap<String, Lane<T>>>,
+    lanes: Mutex<HashMap<Arc<str>, Lane<T>>>,
     waiting: Waiting,
     max_waiting: usize,
 }
@@ -136,18 +136,24 @@ impl<T: Gated> ThreadGate<T> {
     /// [`Waiting`] says) before queueing it.
     pub fn admit(
         &self,
-        thread_id: &str,
+        thread_id: &Arc<str>,
         entry: Arc<T>,
         strategy: MultitaskStrategy,
     ) -> Result<Admitted<T>, Refused> {
         let mut lanes = self.lanes.lock();
-        let lane = lanes.entry(thread_id.to_owned()).or_insert_with(|| Lane {
-            active: None,
-            queue: VecDeque::new(),
-        });
         let mut admitted = Admitted {
             started: false,
             displaced: Vec::new(),
+        };
+        // A lane exists only while its thread is busy.
+        let Some(lane) = lanes.get_mut(&**thread_id) else {
+            let lane = Lane {
+                active: Some(entry),
+                queue: VecDeque::new(),
+            };
+            lanes.insert(thread_id.clone(), lane);
+            admitted.started = true;
+            return Ok(admitted);
         };
         let Some(active) = &lane.active else {
             lane.active = Some(entry);
@@ -284,6 +290,10 @@ mod tests {
         }
     }
 
+    fn key(thread: &str) -> Arc<str> {
+        Arc::from(thread)
+    }
+
     fn entry(id: &'static str) -> Arc<Entry> {
         Arc::new(Entry(id, Arc::default()))
     }
@@ -297,15 +307,15 @@ mod tests {
         let gate = ThreadGate::new(Waiting::Cancel);
         let a = entry("a");
         assert!(
-            gate.admit("t", a.clone(), MultitaskStrategy::Reject)
+            gate.admit(&key("t"), a.clone(), MultitaskStrategy::Reject)
                 .unwrap()
                 .started
         );
-        let refused = gate.admit("t", entry("b"), MultitaskStrategy::Reject);
+        let refused = gate.admit(&key("t"), entry("b"), MultitaskStrategy::Reject);
         assert_eq!(refused.unwrap_err(), Refused::Busy);
         assert!(told(&a).is_empty(), "reject leaves the active run alone");
         assert!(
-            gate.admit("u", entry("c"), MultitaskStrategy::Reject)
+            gate.admit(&key("u"), entry("c"), MultitaskStrategy::Reject)
                 .unwrap()
                 .started
         );
@@ -317,15 +327,15 @@ mod tests {
     #[test]
     fn enqueue_waits_in_order_up_to_the_limit() {
         let gate = ThreadGate::new(Waiting::Cancel).with_max_waiting(2);
-        gate.admit("t", entry("a"), MultitaskStrategy::Enqueue)
+        gate.admit(&key("t"), entry("a"), MultitaskStrategy::Enqueue)
             .unwrap();
         for id in ["b", "c"] {
             let admitted = gate
-                .admit("t", entry(id), MultitaskStrategy::Enqueue)
+                .admit(&key("t"), entry(id), MultitaskStrategy::Enqueue)
                 .unwrap();
             assert!(!admitted.started && admitted.displaced.is_empty());
         }
-        let full = gate.admit("t", entry("d"), MultitaskStrategy::Enqueue);
+        let full = gate.admit(&key("t"), entry("d"), MultitaskStrategy::Enqueue);
         assert_eq!(full.unwrap_err(), Refused::Full { waiting: 2 });
         let ids = |v: Vec<Arc<Entry>>| v.iter().map(|e| e.0).collect::<Vec<_>>();
         assert_eq!(ids(gate.waiting("t")), ["b", "c"]);
@@ -358,11 +368,11 @@ mod tests {
         ] {
             let gate = ThreadGate::new(waiting).with_max_waiting(1);
             let (a, b) = (entry("a"), entry("b"));
-            gate.admit("t", a.clone(), MultitaskStrategy::Enqueue)
+            gate.admit(&key("t"), a.clone(), MultitaskStrategy::Enqueue)
                 .unwrap();
-            gate.admit("t", b.clone(), MultitaskStrategy::Enqueue)
+            gate.admit(&key("t"), b.clone(), MultitaskStrategy::Enqueue)
                 .unwrap();
-            let admitted = gate.admit("t", entry("c"), strategy);
+            let admitted = gate.admit(&key("t"), entry("c"), strategy);
             assert_eq!(told(&a), [action], "{waiting:?}: the active run is told");
             assert_eq!(told(&b), [action], "{waiting:?}: the waiting run is told");
             let ids = |v: Vec<Arc<Entry>>| v.iter().map(|e| e.0).collect::<Vec<_>>();
@@ -385,9 +395,9 @@ mod tests {
     fn cancel_signals_the_active_run_and_withdraws_a_waiting_one() {
         let gate = ThreadGate::new(Waiting::Start);
         let (a, b) = (entry("a"), entry("b"));
-        gate.admit("t", a.clone(), MultitaskStrategy::Enqueue)
+        gate.admit(&key("t"), a.clone(), MultitaskStrategy::Enqueue)
             .unwrap();
-        gate.admit("t", b.clone(), MultitaskStrategy::Enqueue)
+        gate.admit(&key("t"), b.clone(), MultitaskStrategy::Enqueue)
             .unwrap();
         assert_eq!(
             gate.cancel("t", "a", CancelAction::Interrupt),

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use keel_server::ApiKeys;
 use keel_server::Leases;
-use keel_server::config::StackConfig;
 use keel_server::Registry;
+use keel_server::config::StackConfig;
 use keel_server::{ServerOptions, router_with};
 use keel_store::Store;
 

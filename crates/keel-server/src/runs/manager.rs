@@ -447,7 +447,7 @@ impl RunManager {
     ) -> Result<Admitted<Queued>, ApiError> {
         let thread = crate::auth::public_thread_id(thread_id);
         self.gate
-            .admit(thread_id, queued, strategy)
+            .admit(&Arc::from(thread_id), queued, strategy)
             .map_err(|refused| match refused {
                 Refused::Busy => ApiError::Conflict(format!(
                     "thread {thread} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",

@@ -80,9 +80,7 @@ pub async fn two_owner_router(
     store: keel_store::Store,
     model: Arc<keel_testkit::ScriptedModel>,
 ) -> Router {
-    let registry = keel_server::Registry::for_store(&store)
-        .await
-        .unwrap();
+    let registry = keel_server::Registry::for_store(&store).await.unwrap();
     let agent = keel_server::config::StackConfig::from_yaml_str(stack)
         .unwrap()
         .build_with_model(Arc::new(store), model, false)
