@@ -1,5 +1,5 @@
 //! The router: routes, in the order a request meets the layers (outermost first):
-//! the host and origin check ([`crate::origin`]), CORS (answers preflights), the body cap (read by [`JsonBody`](crate::extract::JsonBody)),
+//! the host and origin check ([`crate::origin`]), CORS (answers preflights), the body cap (read by `JsonBody`),
 //! authentication, then the handlers (and `/mcp`, the MCP endpoint: [`crate::mcp`]).
 
 use std::sync::Arc;

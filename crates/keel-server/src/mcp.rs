@@ -12,7 +12,8 @@
 //! Authentication is the rest of the server's: with API keys configured, a request
 //! needs `x-api-key: KEY` or `Authorization: Bearer KEY` (what MCP clients send, per the
 //! specification's authorization section), and its threads are the key owner's
-//! ([`crate::auth`]). The endpoint is stateless (no `Mcp-Session-Id`, JSON answers):
+//! ([`ApiKeys`](crate::ApiKeys)). The endpoint is stateless (no `Mcp-Session-Id`, JSON
+//! answers):
 //! every call stands alone, and shutting the server down leaves no stream open.
 
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! (`localhost`, `127.0.0.0/8`, `[::1]`) and whose `Origin`, when a browser sends one,
 //! is a loopback origin or one of the allowed hosts; `--allowed-hosts` and
 //! `--cors-origin` widen that. Request bodies must be `application/json`
-//! ([`JsonBody`](crate::extract::JsonBody)), so a cross-origin page cannot skip the
+//! (`JsonBody`), so a cross-origin page cannot skip the
 //! CORS preflight with a `text/plain` form post.
 //!
 //! With API keys the key is the boundary (it is a header, never sent by a browser on

@@ -2,10 +2,10 @@
 //! (LangGraph's `BaseStore`: items of JSON under a namespace and a key, see LangGraph's
 //! "Memory" docs and the `client.store` methods of `langgraph-sdk`).
 //!
-//! Items are kept per owner (the API-key owner, [`crate::auth::Owner`]): an owner never
-//! reads, lists, overwrites or deletes another owner's items, and two owners may use the
-//! same namespace and key. The routes are in [`crate::routes::store`]; Rust middleware
-//! uses the same methods directly:
+//! Items are kept per owner (the owner of the request's API key, [`ApiKeys`](crate::ApiKeys)):
+//! an owner never reads, lists, overwrites or deletes another owner's items, and two
+//! owners may use the same namespace and key. The router serves them under `/store`;
+//! Rust middleware uses the same methods directly:
 //!
 //! ```
 //! # async fn demo() -> Result<(), keel_server::store_api::StoreError> {

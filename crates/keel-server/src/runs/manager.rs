@@ -72,7 +72,7 @@ pub struct RunLimits {
     /// retried in the background until it succeeds.
     pub final_write_tries: u32,
     /// The pause after the first failed try at a final write, doubled after each one up
-    /// to [`FINAL_WRITE_MAX_PAUSE`].
+    /// to 30 s.
     pub final_write_pause: Duration,
 }
 
