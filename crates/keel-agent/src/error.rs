@@ -113,10 +113,23 @@ pub enum AgentError {
         /// Always [`MultitaskStrategy::Reject`].
         strategy: MultitaskStrategy,
     },
-    /// A newer run on the thread (strategy `interrupt`) stopped this one at a step
-    /// boundary. The steps it completed are kept in the thread's checkpoints.
+    /// A run was given the id ([`RunOptions::run_id`](crate::RunOptions::run_id)) of a
+    /// run of its thread still active or waiting. Nothing was written.
     #[error(
-        "run {run_id} on thread {thread_id:?} was interrupted by a newer run (multitask strategy interrupt); the steps it completed are kept"
+        "run id {run_id:?} is already taken by a run active or waiting on thread {thread_id:?}; give each run of a thread its own id, or leave RunOptions::run_id unset for a fresh one"
+    )]
+    DuplicateRunId {
+        /// The thread.
+        thread_id: String,
+        /// The id asked for.
+        run_id: String,
+    },
+    /// A newer run on the thread (strategy `interrupt`) or a cancel
+    /// ([`Agent::cancel_run`](crate::Agent::cancel_run)) stopped this one at a step
+    /// boundary, or before it started. The steps it completed are kept in the thread's
+    /// checkpoints.
+    #[error(
+        "run {run_id} on thread {thread_id:?} was interrupted (by a newer run with multitask strategy interrupt, or a cancel); the steps it completed are kept"
     )]
     Interrupted {
         /// The thread.
@@ -124,10 +137,12 @@ pub enum AgentError {
         /// The stopped run.
         run_id: String,
     },
-    /// A newer run on the thread (strategy `rollback`) stopped this one at a step
-    /// boundary; the newer run reverts the thread to the state this one started from.
+    /// A newer run on the thread (strategy `rollback`) or a cancel with
+    /// [`CancelAction::Rollback`](crate::CancelAction::Rollback) stopped this one at a
+    /// step boundary, or before it started; the next run reverts the thread to the
+    /// state this one started from.
     #[error(
-        "run {run_id} on thread {thread_id:?} was rolled back by a newer run (multitask strategy rollback); its steps are reverted"
+        "run {run_id} on thread {thread_id:?} was rolled back (by a newer run with multitask strategy rollback, or a cancel); its steps are reverted"
     )]
     RolledBack {
         /// The thread.

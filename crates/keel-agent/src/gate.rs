@@ -49,6 +49,9 @@ pub enum Refused {
         /// Entries waiting on the thread.
         waiting: usize,
     },
+    /// An entry with the same id is active or waiting on the thread (ids name entries
+    /// in [`ThreadGate::leave`] and [`ThreadGate::cancel`], so they must be unique).
+    DuplicateId,
 }
 
 /// What [`ThreadGate::admit`] did with an entry it took.
@@ -155,6 +158,10 @@ impl<T: Gated> ThreadGate<T> {
             admitted.started = true;
             return Ok(admitted);
         };
+        let taken = |e: &Arc<T>| e.id() == entry.id();
+        if lane.active.iter().chain(lane.queue.iter()).any(taken) {
+            return Err(Refused::DuplicateId);
+        }
         let Some(active) = &lane.active else {
             lane.active = Some(entry);
             admitted.started = true;
@@ -318,6 +325,12 @@ mod tests {
             gate.admit(&key("u"), entry("c"), MultitaskStrategy::Reject)
                 .unwrap()
                 .started
+        );
+        let twice = gate.admit(&key("t"), entry("a"), MultitaskStrategy::Enqueue);
+        assert_eq!(
+            twice.unwrap_err(),
+            Refused::DuplicateId,
+            "a's id is taken on t"
         );
         assert_eq!(gate.leave("t", "a"), Left::Released { next: None });
         assert!(!gate.is_busy("t"));

@@ -12,7 +12,7 @@ use keel_core::state::AgentState;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::gate::{Cancelled, Gated, Left, ThreadGate, Waiting};
+use crate::gate::{Cancelled, Gated, Left, Refused, ThreadGate, Waiting};
 use crate::strategy::{CancelAction, MultitaskStrategy};
 
 /// A run of an agent waiting for, or holding, its thread.
@@ -103,6 +103,8 @@ impl Drop for Turn {
 pub(crate) enum Refusal {
     /// `reject` on a busy thread.
     Busy,
+    /// The run's id is taken by a run active or waiting on the thread.
+    DuplicateId,
     /// Cancelled while it waited.
     Cancelled(CancelAction),
 }
@@ -125,7 +127,11 @@ impl Registry {
         let admitted = self
             .gate
             .admit(thread_id, waiter.clone(), strategy)
-            .map_err(|_| Refusal::Busy)?;
+            .map_err(|refused| match refused {
+                Refused::DuplicateId => Refusal::DuplicateId,
+                // The agent's gate has no queue limit.
+                Refused::Busy | Refused::Full { .. } => Refusal::Busy,
+            })?;
         // From here a dropped future leaves the queue (or hands the thread on).
         let mut turn = Turn {
             registry: self.clone(),

@@ -278,6 +278,12 @@ impl Run {
                     strategy,
                 });
             }
+            Err(Refusal::DuplicateId) => {
+                return Err(AgentError::DuplicateRunId {
+                    thread_id: self.thread_id.to_string(),
+                    run_id: self.run_id.to_string(),
+                });
+            }
             Err(Refusal::Cancelled(action)) => return Err(self.stopped(action)),
         };
         let span = telemetry::agent_span(&self.thread_id, &self.run_id, inner.model.profile());

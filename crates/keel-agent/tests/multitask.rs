@@ -248,6 +248,16 @@ async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
     };
     let first = spawn("first");
     started.notified().await;
+    // An id the thread's runs already use is refused before anything is written.
+    let taken = RunOptions::new().run_id("first");
+    let err = agent
+        .invoke_with("t", vec![Message::human("again").with_id("again")], taken)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, AgentError::DuplicateRunId { run_id, .. } if run_id == "first"),
+        "{err:?}"
+    );
     let second = spawn("second");
     until_waiting(&agent, 1).await;
     let third = spawn("third");
@@ -275,6 +285,6 @@ async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
     let out = third.await.unwrap().unwrap();
     let ids: Vec<&str> = out.state.messages.iter().map(|m| m.id()).collect();
     assert!(ids.contains(&"first") && ids.contains(&"third"), "{ids:?}");
-    assert!(!ids.contains(&"second"), "{ids:?}");
+    assert!(!ids.contains(&"second") && !ids.contains(&"again"), "{ids:?}");
     assert_eq!(agent.thread_runs("t"), ThreadRuns::default());
 }

@@ -452,6 +452,10 @@ impl RunManager {
                 Refused::Busy => ApiError::Conflict(format!(
                     "thread {thread} is already running a run; wait for it, or use multitask_strategy enqueue, interrupt or rollback",
                 )),
+                // Run ids are fresh UUIDs: two runs never share one.
+                Refused::DuplicateId => ApiError::Conflict(format!(
+                    "thread {thread} already has a run with this id",
+                )),
                 Refused::Full { waiting } => ApiError::Busy(format!(
                     "thread {thread} already has {waiting} runs waiting; try again later",
                 )),
@@ -557,7 +561,9 @@ fn error_name(error: &AgentError) -> &'static str {
         | AgentError::UnknownCheckpoint { .. }
         | AgentError::UnknownThread { .. } => "CheckpointError",
         AgentError::NotPaused { .. } | AgentError::ResumeRefused { .. } => "InvalidUpdateError",
-        AgentError::Rejected { .. } | AgentError::Conflict { .. } => "ConflictError",
+        AgentError::Rejected { .. }
+        | AgentError::Conflict { .. }
+        | AgentError::DuplicateRunId { .. } => "ConflictError",
         AgentError::Interrupted { .. } | AgentError::RolledBack { .. } => "InterruptedError",
     }
 }
