@@ -285,6 +285,9 @@ async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
     let out = third.await.unwrap().unwrap();
     let ids: Vec<&str> = out.state.messages.iter().map(|m| m.id()).collect();
     assert!(ids.contains(&"first") && ids.contains(&"third"), "{ids:?}");
-    assert!(!ids.contains(&"second") && !ids.contains(&"again"), "{ids:?}");
+    assert!(
+        !ids.contains(&"second") && !ids.contains(&"again"),
+        "{ids:?}"
+    );
     assert_eq!(agent.thread_runs("t"), ThreadRuns::default());
 }
