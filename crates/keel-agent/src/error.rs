@@ -139,8 +139,8 @@ pub enum AgentError {
     },
     /// A newer run on the thread (strategy `rollback`) or a cancel with
     /// [`CancelAction::Rollback`](crate::CancelAction::Rollback) stopped this one at a
-    /// step boundary, or before it started; the next run reverts the thread to the
-    /// state this one started from.
+    /// step boundary (and it reverted the thread to the state it started from), or
+    /// before it started (and it wrote nothing).
     #[error(
         "run {run_id} on thread {thread_id:?} was rolled back (by a newer run with multitask strategy rollback, or a cancel); its steps are reverted"
     )]

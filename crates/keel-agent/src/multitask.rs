@@ -8,8 +8,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use keel_core::state::AgentState;
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::gate::{Cancelled, Gated, Left, Refused, ThreadGate, Waiting};
@@ -24,8 +22,6 @@ struct Waiter {
     /// Where the waiter stands (`WAITING`, `STARTED`, `WITHDRAWN`), set before `wake`.
     stand: AtomicU8,
     wake: Notify,
-    /// The state a rolled-back run started from, handed to the run after it.
-    handoff: Mutex<Option<Arc<AgentState>>>,
 }
 
 const WAITING: u8 = 0;
@@ -69,9 +65,6 @@ pub(crate) struct Turn {
     registry: Arc<Registry>,
     thread_id: Arc<str>,
     waiter: Arc<Waiter>,
-    /// The state to roll back to, when the run before this one was rolled back; what
-    /// is here when the turn ends goes to the next run.
-    pub(crate) handoff: Option<Arc<AgentState>>,
 }
 
 impl Turn {
@@ -88,12 +81,6 @@ impl Drop for Turn {
             .gate
             .leave(&self.thread_id, &self.waiter.run_id)
         {
-            // A turn dropped just as it was handed the thread passes its handoff on.
-            let handoff = self
-                .handoff
-                .take()
-                .or_else(|| self.waiter.handoff.lock().take());
-            *next.handoff.lock() = handoff;
             next.settle(STARTED);
         }
     }
@@ -122,7 +109,6 @@ impl Registry {
             preempt: AtomicU8::new(0),
             stand: AtomicU8::new(WAITING),
             wake: Notify::new(),
-            handoff: Mutex::new(None),
         });
         let admitted = self
             .gate
@@ -133,11 +119,10 @@ impl Registry {
                 Refused::Busy | Refused::Full { .. } => Refusal::Busy,
             })?;
         // From here a dropped future leaves the queue (or hands the thread on).
-        let mut turn = Turn {
+        let turn = Turn {
             registry: self.clone(),
             thread_id: thread_id.clone(),
             waiter,
-            handoff: None,
         };
         if !admitted.started {
             loop {
@@ -151,7 +136,6 @@ impl Registry {
                 }
             }
         }
-        turn.handoff = turn.waiter.handoff.lock().take();
         Ok(turn)
     }
 

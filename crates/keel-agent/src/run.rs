@@ -292,11 +292,6 @@ impl Run {
             .instrument(span.clone())
             .await;
         telemetry::record_agent(&span, self.model_steps, result.as_ref().map(|_| ()));
-        // A rolled-back run that started hands the state it started from to the next
-        // run; one stopped before it started passes on the handoff it found.
-        if let (Err(AgentError::RolledBack { .. }), Some(base)) = (&result, &self.base) {
-            turn.handoff = Some(base.clone());
-        }
         drop(turn);
         result?;
         if let Some(head) = self.head {
@@ -325,12 +320,9 @@ impl Run {
         if turn.preempted() == Some(CancelAction::Rollback) {
             return Err(self.stopped(CancelAction::Rollback));
         }
-        // Set only when the run before this one was rolled back: restore what it
-        // started from before writing anything.
-        let rollback_to = turn.handoff.take();
         let mut attempt = 1;
         loop {
-            match self.start(inner, rollback_to.as_deref(), &input).await {
+            match self.start(inner, &input).await {
                 Err(AgentError::Conflict { .. }) if !self.wrote && attempt < START_ATTEMPTS => {
                     attempt += 1;
                 }
@@ -343,12 +335,18 @@ impl Run {
             None => Phase::BeforeModel,
         };
         loop {
-            // A newer run wants the thread: stop between steps. Under `interrupt` the
-            // saved steps stay, and after_agent still runs so that what they hold reaches
-            // chat history; under `rollback` they are about to be reverted.
+            // A newer run (or a cancel) wants the thread: stop between steps. Under
+            // `interrupt` the saved steps stay, and after_agent still runs so that what
+            // they hold reaches chat history; under `rollback` the run reverts them
+            // itself, still holding the thread, so they are gone whether or not a run
+            // comes after it.
             if let Some(action) = turn.preempted().filter(|_| phase != Phase::AfterAgent) {
-                if action != CancelAction::Rollback {
-                    self.node_hooks(inner, NodeHook::AfterAgent).await?;
+                match (action, self.base.clone()) {
+                    (CancelAction::Rollback, Some(base)) => self.roll_back_to(inner, &base).await?,
+                    (CancelAction::Rollback, None) => {}
+                    (CancelAction::Interrupt, _) => {
+                        self.node_hooks(inner, NodeHook::AfterAgent).await?;
+                    }
                 }
                 return Err(self.stopped(action));
             }
@@ -384,27 +382,18 @@ impl Run {
         Ok(())
     }
 
-    /// Loads the thread's head, restores `rollback_to` when asked, then saves the input
+    /// Loads the thread's head, then saves the input
     /// after a synthetic result for every tool call the last run left unanswered (a
     /// crash or an interrupt between the model call and the tool results): providers
     /// refuse a call without a result, and re-running a tool with side effects on
     /// resume would be worse.
-    async fn start(
-        &mut self,
-        inner: &Inner,
-        rollback_to: Option<&AgentState>,
-        input: &[Message],
-    ) -> Result<(), AgentError> {
+    async fn start(&mut self, inner: &Inner, input: &[Message]) -> Result<(), AgentError> {
         self.load_head(inner).await?;
         if self.head.is_none() {
             self.write_empty_first(inner).await?;
         }
         if self.from.is_some() {
             self.fork_middleware_data(inner).await?;
-        }
-        // A fork leaves the head's run alone: there is nothing of it to roll back.
-        if let Some(base) = rollback_to.filter(|_| self.from.is_none()) {
-            self.roll_back_to(inner, base).await?;
         }
         self.base = Some(self.state.clone());
         self.save_input(inner, input).await
@@ -509,8 +498,8 @@ impl Run {
         Ok(())
     }
 
-    /// Restores `base` (the state before a run a newer one rolled back), unless the
-    /// state already is that.
+    /// Restores `base` (the state this run started from, before its input) when a newer
+    /// run or a cancel rolls it back, unless the state already is that.
     async fn roll_back_to(&mut self, inner: &Inner, base: &AgentState) -> Result<(), AgentError> {
         if *base == *self.state {
             return Ok(());

@@ -25,9 +25,10 @@ pub enum MultitaskStrategy {
     /// the new run then runs after them. Runs that arrive together: the newest goes on,
     /// the others stop right after their input and `before_agent` hooks.
     Interrupt,
-    /// As `Interrupt`, but the stopped run's steps are reverted: the new run starts
-    /// from the state the stopped run started from (one checkpoint restores it; nothing
-    /// earlier is rewritten). The stopped run fails with
+    /// As `Interrupt`, but the stopped run's steps are reverted: before it lets the
+    /// thread go, the stopped run restores the state it started from (one checkpoint;
+    /// nothing earlier is rewritten), and the new run starts there. Runs waiting behind
+    /// it stop before writing anything. The stopped run fails with
     /// [`AgentError::RolledBack`](crate::AgentError::RolledBack) without running its
     /// `after_agent` hooks. Values the stopped run added under new keys stay (an update
     /// can set values, not unset them), and so does its input in chat history (recorded

@@ -291,3 +291,29 @@ async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
     );
     assert_eq!(agent.thread_runs("t"), ThreadRuns::default());
 }
+
+#[tokio::test]
+async fn a_run_cancelled_with_rollback_reverts_its_steps_with_no_run_after_it() {
+    let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
+    let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
+    let first = tokio::spawn({
+        let agent = agent.clone();
+        async move {
+            let input = vec![Message::human("first").with_id("first")];
+            agent
+                .invoke_with("t", input, RunOptions::new().run_id("first"))
+                .await
+        }
+    });
+    started.notified().await;
+    // Its input, the model's tool call, and (once the tool returns) the result are saved.
+    assert!(agent.cancel_run("t", "first", CancelAction::Rollback));
+    go.notify_one();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(matches!(&err, AgentError::RolledBack { .. }), "{err:?}");
+    // Nobody runs after it, and still nothing of it is left in the thread's state.
+    let state = agent.state("t").await.unwrap().unwrap_or_default();
+    assert!(state.messages.is_empty(), "{:?}", state.messages);
+    let head = checkpointer.latest("t").await.unwrap().unwrap();
+    assert_eq!(head.node, keel_agent::ROLLBACK_NODE);
+}
