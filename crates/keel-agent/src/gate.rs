@@ -4,9 +4,10 @@
 //! (with [`Waiting::Cancel`], as LangGraph Agent Server does). The strategies are
 //! written once, in [`ThreadGate::admit`].
 //!
-//! The gate holds entries (shared, as `Arc`s), not tasks: what an entry is (a waiting future, a queued
-//! server run) is its owner's; the gate tells the owner which entry now holds the
-//! thread, and tells entries they are preempted through [`Gated::preempt`].
+//! The gate holds entries (shared, as `Arc`s), not tasks: what an entry is (a waiting
+//! future, a queued server run) is its owner's; the gate tells the owner which entry
+//! now holds the thread, and tells entries they are preempted through
+//! [`Gated::preempt`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -91,10 +92,18 @@ pub enum Cancelled<T> {
     Absent,
 }
 
-/// The entries of one thread.
+/// The entries of a busy thread (an idle thread has no lane).
 struct Lane<T> {
-    active: Option<Arc<T>>,
+    active: Arc<T>,
     queue: VecDeque<Arc<T>>,
+}
+
+impl<T: Gated> Lane<T> {
+    /// Takes the waiting entry `id` off the queue.
+    fn take_waiting(&mut self, id: &str) -> Option<Arc<T>> {
+        let i = self.queue.iter().position(|q| q.id() == id)?;
+        self.queue.remove(i)
+    }
 }
 
 /// One active entry per thread and a queue behind it (see the module docs).
@@ -144,54 +153,48 @@ impl<T: Gated> ThreadGate<T> {
         strategy: MultitaskStrategy,
     ) -> Result<Admitted<T>, Refused> {
         let mut lanes = self.lanes.lock();
-        let mut admitted = Admitted {
-            started: false,
-            displaced: Vec::new(),
-        };
-        // A lane exists only while its thread is busy.
         let Some(lane) = lanes.get_mut(&**thread_id) else {
             let lane = Lane {
-                active: Some(entry),
+                active: entry,
                 queue: VecDeque::new(),
             };
             lanes.insert(thread_id.clone(), lane);
-            admitted.started = true;
-            return Ok(admitted);
+            return Ok(Admitted {
+                started: true,
+                displaced: Vec::new(),
+            });
         };
         let taken = |e: &Arc<T>| e.id() == entry.id();
-        if lane.active.iter().chain(lane.queue.iter()).any(taken) {
+        if taken(&lane.active) || lane.queue.iter().any(taken) {
             return Err(Refused::DuplicateId);
         }
-        let Some(active) = &lane.active else {
-            lane.active = Some(entry);
-            admitted.started = true;
-            return Ok(admitted);
-        };
-        match strategy.preempts() {
-            None if strategy == MultitaskStrategy::Reject => return Err(Refused::Busy),
-            None => {
-                if lane.queue.len() >= self.max_waiting {
-                    return Err(Refused::Full {
-                        waiting: lane.queue.len(),
-                    });
-                }
+        if strategy == MultitaskStrategy::Reject {
+            return Err(Refused::Busy);
+        }
+        let preempts = strategy.preempts();
+        // Checked before anyone is told: a refused arrival stops nobody. A preempting
+        // arrival under `Waiting::Cancel` empties the queue, so it is never refused.
+        let keeps_queue = preempts.is_none() || self.waiting == Waiting::Start;
+        if keeps_queue && lane.queue.len() >= self.max_waiting {
+            return Err(Refused::Full {
+                waiting: lane.queue.len(),
+            });
+        }
+        let mut displaced = Vec::new();
+        if let Some(action) = preempts {
+            lane.active.preempt(action);
+            for waiting in &lane.queue {
+                waiting.preempt(action);
             }
-            Some(action) => {
-                active.preempt(action);
-                for waiting in &lane.queue {
-                    waiting.preempt(action);
-                }
-                if self.waiting == Waiting::Cancel {
-                    admitted.displaced = lane.queue.drain(..).collect();
-                } else if lane.queue.len() >= self.max_waiting {
-                    return Err(Refused::Full {
-                        waiting: lane.queue.len(),
-                    });
-                }
+            if self.waiting == Waiting::Cancel {
+                displaced = lane.queue.drain(..).collect();
             }
         }
         lane.queue.push_back(entry);
-        Ok(admitted)
+        Ok(Admitted {
+            started: false,
+            displaced,
+        })
     }
 
     /// The entry `id` of `thread_id` is done (it ended, or its owner gave up waiting):
@@ -201,21 +204,19 @@ impl<T: Gated> ThreadGate<T> {
         let Some(lane) = lanes.get_mut(thread_id) else {
             return Left::Absent;
         };
-        let left = if lane.active.as_ref().is_some_and(|a| a.id() == id) {
-            lane.active = lane.queue.pop_front();
-            Left::Released {
-                next: lane.active.clone(),
-            }
-        } else {
-            match lane.queue.iter().position(|q| q.id() == id) {
-                Some(i) => lane.queue.remove(i).map_or(Left::Absent, Left::Withdrawn),
-                None => Left::Absent,
-            }
-        };
-        if lane.active.is_none() && lane.queue.is_empty() {
-            lanes.remove(thread_id);
+        if lane.active.id() != id {
+            return lane.take_waiting(id).map_or(Left::Absent, Left::Withdrawn);
         }
-        left
+        match lane.queue.pop_front() {
+            Some(next) => {
+                lane.active = next.clone();
+                Left::Released { next: Some(next) }
+            }
+            None => {
+                lanes.remove(thread_id);
+                Left::Released { next: None }
+            }
+        }
     }
 
     /// Stops the entry `id` of `thread_id` as `action` says: the active one is told
@@ -225,25 +226,22 @@ impl<T: Gated> ThreadGate<T> {
         let Some(lane) = lanes.get_mut(thread_id) else {
             return Cancelled::Absent;
         };
-        if let Some(active) = lane.active.as_ref().filter(|a| a.id() == id) {
-            active.preempt(action);
+        if lane.active.id() == id {
+            lane.active.preempt(action);
             return Cancelled::Signalled;
         }
-        match lane.queue.iter().position(|q| q.id() == id) {
-            Some(i) => match lane.queue.remove(i) {
-                Some(entry) => {
-                    entry.preempt(action);
-                    Cancelled::Withdrawn(entry)
-                }
-                None => Cancelled::Absent,
-            },
+        match lane.take_waiting(id) {
+            Some(entry) => {
+                entry.preempt(action);
+                Cancelled::Withdrawn(entry)
+            }
             None => Cancelled::Absent,
         }
     }
 
     /// The entry holding `thread_id`, if any.
     pub fn active(&self, thread_id: &str) -> Option<Arc<T>> {
-        self.lanes.lock().get(thread_id)?.active.clone()
+        Some(self.lanes.lock().get(thread_id)?.active.clone())
     }
 
     /// The entries waiting on `thread_id`, first in line first.
@@ -269,7 +267,7 @@ impl<T: Gated> ThreadGate<T> {
         self.lanes
             .lock()
             .values()
-            .flat_map(|lane| lane.active.iter().chain(lane.queue.iter()).cloned())
+            .flat_map(|lane| std::iter::once(&lane.active).chain(&lane.queue).cloned())
             .collect()
     }
 }
@@ -379,29 +377,52 @@ mod tests {
                 CancelAction::Rollback,
             ),
         ] {
-            let gate = ThreadGate::new(waiting).with_max_waiting(1);
+            let gate = ThreadGate::new(waiting).with_max_waiting(2);
             let (a, b) = (entry("a"), entry("b"));
             gate.admit(&key("t"), a.clone(), MultitaskStrategy::Enqueue)
                 .unwrap();
             gate.admit(&key("t"), b.clone(), MultitaskStrategy::Enqueue)
                 .unwrap();
-            let admitted = gate.admit(&key("t"), entry("c"), strategy);
+            let admitted = gate.admit(&key("t"), entry("c"), strategy).unwrap();
+            assert!(!admitted.started);
             assert_eq!(told(&a), [action], "{waiting:?}: the active run is told");
             assert_eq!(told(&b), [action], "{waiting:?}: the waiting run is told");
             let ids = |v: Vec<Arc<Entry>>| v.iter().map(|e| e.0).collect::<Vec<_>>();
             match waiting {
                 Waiting::Cancel => {
-                    let admitted = admitted.unwrap();
                     assert_eq!(ids(admitted.displaced), ["b"]);
                     assert_eq!(ids(gate.waiting("t")), ["c"]);
                 }
                 Waiting::Start => {
-                    // b stays (preempted), so the one free place is taken.
-                    assert_eq!(admitted.unwrap_err(), Refused::Full { waiting: 1 });
-                    assert_eq!(ids(gate.waiting("t")), ["b"]);
+                    // b stays, preempted, ahead of c.
+                    assert!(admitted.displaced.is_empty());
+                    assert_eq!(ids(gate.waiting("t")), ["b", "c"]);
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_refused_arrival_stops_nobody() {
+        // Under `Waiting::Start` the queue keeps its entries, so a preempting arrival
+        // can find it full: it is refused before the others are told.
+        let gate = ThreadGate::new(Waiting::Start).with_max_waiting(1);
+        let (a, b) = (entry("a"), entry("b"));
+        gate.admit(&key("t"), a.clone(), MultitaskStrategy::Enqueue)
+            .unwrap();
+        gate.admit(&key("t"), b.clone(), MultitaskStrategy::Enqueue)
+            .unwrap();
+        let full = gate.admit(&key("t"), entry("c"), MultitaskStrategy::Rollback);
+        assert_eq!(full.unwrap_err(), Refused::Full { waiting: 1 });
+        assert!(told(&a).is_empty() && told(&b).is_empty());
+        // Under `Waiting::Cancel` the same arrival empties the queue and is taken.
+        let gate = ThreadGate::new(Waiting::Cancel).with_max_waiting(1);
+        gate.admit(&key("t"), entry("a"), MultitaskStrategy::Enqueue)
+            .unwrap();
+        gate.admit(&key("t"), entry("b"), MultitaskStrategy::Enqueue)
+            .unwrap();
+        let taken = gate.admit(&key("t"), entry("c"), MultitaskStrategy::Rollback);
+        assert_eq!(taken.unwrap().displaced.len(), 1);
     }
 
     #[test]
