@@ -266,7 +266,7 @@ impl Run {
     ) -> Result<RunOutput, AgentError> {
         let inner = &*inner;
         let strategy = self.multitask.unwrap_or(inner.multitask);
-        let mut turn = match inner
+        let turn = match inner
             .registry
             .enter(&self.thread_id, &self.run_id, strategy)
             .await
@@ -288,7 +288,7 @@ impl Run {
         };
         let span = telemetry::agent_span(&self.thread_id, &self.run_id, inner.model.profile());
         let result = self
-            .run_turn(inner, &mut turn, input)
+            .run_turn(inner, &turn, input)
             .instrument(span.clone())
             .await;
         telemetry::record_agent(&span, self.model_steps, result.as_ref().map(|_| ()));
@@ -312,7 +312,7 @@ impl Run {
     async fn run_turn(
         &mut self,
         inner: &Inner,
-        turn: &mut Turn,
+        turn: &Turn,
         input: Vec<Message>,
     ) -> Result<(), AgentError> {
         // A run that a rollback preempts before it starts ends without writing: its work
@@ -341,10 +341,14 @@ impl Run {
             // itself, still holding the thread, so they are gone whether or not a run
             // comes after it.
             if let Some(action) = turn.preempted().filter(|_| phase != Phase::AfterAgent) {
-                match (action, self.base.clone()) {
-                    (CancelAction::Rollback, Some(base)) => self.roll_back_to(inner, &base).await?,
-                    (CancelAction::Rollback, None) => {}
-                    (CancelAction::Interrupt, _) => {
+                match action {
+                    CancelAction::Rollback => {
+                        // `start`, which ran before any step, set the base.
+                        if let Some(base) = self.base.clone() {
+                            self.roll_back_to(inner, &base).await?;
+                        }
+                    }
+                    CancelAction::Interrupt => {
                         self.node_hooks(inner, NodeHook::AfterAgent).await?;
                     }
                 }
