@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use keel_agent::{
     Agent, AgentError, CancelAction, InMemoryCheckpointer, MultitaskStrategy, RunOptions,
-    ThreadRuns,
+    RunOutput, ThreadRuns,
 };
 use keel_core::message::{Content, Message, ToolCall};
 use keel_core::state::StateUpdate;
@@ -169,6 +169,20 @@ async fn a_dangling_tool_call_is_answered_as_cancelled_when_the_thread_resumes()
     );
 }
 
+/// Starts a run on thread `t` in the background, its input one message whose text and
+/// id are `id`.
+fn spawn_run(
+    agent: &Agent,
+    id: &'static str,
+    options: RunOptions,
+) -> tokio::task::JoinHandle<Result<RunOutput, AgentError>> {
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        let input = vec![Message::human(id).with_id(id)];
+        agent.invoke_with("t", input, options).await
+    })
+}
+
 /// Waits until the agent shows `waiting` runs behind an active one on thread `t`.
 async fn until_waiting(agent: &Agent, waiting: usize) -> ThreadRuns {
     loop {
@@ -185,14 +199,7 @@ async fn a_run_s_own_strategy_overrides_the_agent_s() {
     let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
     // The agent enqueues; one run asks to reject, a later one to roll back.
     let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
-    let first = tokio::spawn({
-        let agent = agent.clone();
-        async move {
-            agent
-                .invoke("t", vec![Message::human("first").with_id("first")])
-                .await
-        }
-    });
+    let first = spawn_run(&agent, "first", RunOptions::new());
     started.notified().await;
     let reject = RunOptions::new().multitask(MultitaskStrategy::Reject);
     let err = agent
@@ -212,13 +219,7 @@ async fn a_run_s_own_strategy_overrides_the_agent_s() {
     let rollback = RunOptions::new()
         .multitask(MultitaskStrategy::Rollback)
         .run_id("second");
-    let second = tokio::spawn({
-        let agent = agent.clone();
-        async move {
-            let input = vec![Message::human("second").with_id("second")];
-            agent.invoke_with("t", input, rollback).await
-        }
-    });
+    let second = spawn_run(&agent, "second", rollback);
     until_waiting(&agent, 1).await;
     go.notify_one();
     let err = first.await.unwrap().unwrap_err();
@@ -237,15 +238,7 @@ async fn a_run_s_own_strategy_overrides_the_agent_s() {
 async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
     let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
     let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
-    let spawn = |id: &'static str| {
-        let agent = agent.clone();
-        tokio::spawn(async move {
-            let input = vec![Message::human(id).with_id(id)];
-            agent
-                .invoke_with("t", input, RunOptions::new().run_id(id))
-                .await
-        })
-    };
+    let spawn = |id: &'static str| spawn_run(&agent, id, RunOptions::new().run_id(id));
     let first = spawn("first");
     started.notified().await;
     // An id the thread's runs already use is refused before anything is written.
@@ -296,15 +289,7 @@ async fn waiting_runs_are_visible_and_each_run_can_be_cancelled() {
 async fn a_run_cancelled_with_rollback_reverts_its_steps_with_no_run_after_it() {
     let checkpointer = Arc::new(InMemoryCheckpointer::with_limits(0, 8));
     let (agent, started, go) = gated_agent(checkpointer.clone(), MultitaskStrategy::Enqueue);
-    let first = tokio::spawn({
-        let agent = agent.clone();
-        async move {
-            let input = vec![Message::human("first").with_id("first")];
-            agent
-                .invoke_with("t", input, RunOptions::new().run_id("first"))
-                .await
-        }
-    });
+    let first = spawn_run(&agent, "first", RunOptions::new().run_id("first"));
     started.notified().await;
     // Its input, the model's tool call, and (once the tool returns) the result are saved.
     assert!(agent.cancel_run("t", "first", CancelAction::Rollback));
