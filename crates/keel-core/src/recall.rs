@@ -44,6 +44,25 @@ const K1: f64 = 1.2;
 /// BM25's length normalisation.
 const B: f64 = 0.75;
 
+/// Weight of a context term (a term of the message before) against the document's own.
+pub const CONTEXT_WEIGHT: f64 = 0.5;
+
+/// The share of a term's weight a match in the context alone adds to coverage.
+pub const CONTEXT_COVERAGE: f64 = 0.25;
+
+/// Characters of the message before a document kept as its context.
+pub const CONTEXT_CHARS: usize = 300;
+
+/// Postings a search reads at most to find its candidates: query terms are taken rarest
+/// first until their document frequencies add up to this (the rarest is always taken).
+/// A common word in a long thread would otherwise make every call read most of it; its
+/// weight (inverse document frequency) is small, so the candidates it would add rarely
+/// win. Scoring still counts every query term.
+pub const MAX_POSTINGS: u64 = 4096;
+
+/// Candidates a search scores at most (the database's own rank picks them).
+pub const MAX_CANDIDATES: usize = 256;
+
 /// One indexed message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RecallDocument {
@@ -59,6 +78,61 @@ pub struct RecallDocument {
     pub text: String,
     /// True for tool output: data, never instructions.
     pub untrusted: bool,
+    /// When it was said, as the message's `timestamp` metadata gives it (any text:
+    /// shown as written, never parsed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// The text of the message before it (cut to [`CONTEXT_CHARS`] characters): what it
+    /// answers. Its terms are indexed at [`CONTEXT_WEIGHT`], so an answer is found by the
+    /// words of the question it answers ("which port?" / "8443").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context: String,
+}
+
+impl RecallDocument {
+    /// A document without time or context.
+    pub fn new(
+        message_id: impl Into<String>,
+        seq: u64,
+        role: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        RecallDocument {
+            message_id: message_id.into(),
+            seq,
+            role: role.into(),
+            who: None,
+            text: text.into(),
+            untrusted: false,
+            time: None,
+            context: String::new(),
+        }
+    }
+
+    /// The index terms of the document's own text and of its context.
+    pub fn terms(&self) -> DocumentTerms {
+        DocumentTerms {
+            own: terms(&self.text),
+            context: terms(&self.context),
+        }
+    }
+}
+
+/// The terms of one document: its own, and those of the message before it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DocumentTerms {
+    /// Terms of the document's text.
+    pub own: Vec<String>,
+    /// Terms of its context (the message before it).
+    pub context: Vec<String>,
+}
+
+impl DocumentTerms {
+    /// The document's length for BM25: its own terms, and its context's at
+    /// [`CONTEXT_WEIGHT`] (rounded up).
+    pub fn weighted_len(&self) -> u64 {
+        self.own.len() as u64 + (self.context.len() as u64).div_ceil(2)
+    }
 }
 
 /// A document found by [`RecallIndex::search`].
@@ -100,6 +174,14 @@ pub trait RecallIndex: Send + Sync {
         query: &[String],
         limit: usize,
     ) -> Result<Vec<RecallHit>, StoreError>;
+    /// For each of `seqs`, the first document of the scope after that position (the
+    /// reply to a message, when the message was a question), in no particular order;
+    /// positions with nothing after them give nothing.
+    async fn following(
+        &self,
+        scope: &SessionScope,
+        seqs: &[u64],
+    ) -> Result<Vec<RecallDocument>, StoreError>;
     /// How many documents the scope holds.
     async fn indexed_count(&self, scope: &SessionScope) -> Result<u64, StoreError>;
     /// Deletes the index of every context of `(flow_id, user_id, session_id)`; returns
@@ -239,24 +321,55 @@ fn idf(documents: u64, df: u64) -> f64 {
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
 }
 
-/// Scores one document for `query`: `(bm25, coverage)`. `df` holds the number of the
-/// scope's documents containing each query term; terms found in no document weigh
-/// nothing (coverage is relative to what the scope could match).
+/// The query terms a search reads postings for: those found in the scope, rarest first,
+/// until their document frequencies add up to [`MAX_POSTINGS`] (the rarest is always
+/// read).
+pub fn candidate_terms(query: &[String], df: &HashMap<String, u64>) -> Vec<String> {
+    let mut found: Vec<(&String, u64)> = query
+        .iter()
+        .filter_map(|q| df.get(q).filter(|&&n| n > 0).map(|&n| (q, n)))
+        .collect();
+    found.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+    let mut read = 0u64;
+    let mut out = Vec::new();
+    for (q, n) in found {
+        if !out.is_empty() && read + n > MAX_POSTINGS {
+            break;
+        }
+        read += n;
+        out.push(q.clone());
+    }
+    out
+}
+
+/// Scores one document for `query`: `(bm25, coverage)`. A term's frequency is its count
+/// in the document's own terms plus [`CONTEXT_WEIGHT`] times its count in the context's;
+/// a term only the context holds counts [`CONTEXT_COVERAGE`] of its weight towards
+/// coverage, so a message is not quoted for what the one before it said alone.
+/// `df` holds the number of the scope's documents containing each query term (in either);
+/// terms found in no document weigh nothing (coverage is relative to what the scope could
+/// match).
 pub fn score(
     query: &[String],
-    document_terms: &[String],
+    document: &DocumentTerms,
     df: &HashMap<String, u64>,
     stats: CorpusStats,
 ) -> (f64, f64) {
-    let dl = document_terms.len() as f64;
+    let dl = document.weighted_len() as f64;
     let avgdl = if stats.documents == 0 {
         1.0
     } else {
         (stats.total_terms as f64 / stats.documents as f64).max(1.0)
     };
-    let mut tf: HashMap<&str, u64> = HashMap::new();
-    for t in document_terms {
-        *tf.entry(t.as_str()).or_default() += 1;
+    // term -> (frequency, whether the document's own text holds it)
+    let mut tf: HashMap<&str, (f64, bool)> = HashMap::new();
+    for t in &document.own {
+        let e = tf.entry(t.as_str()).or_default();
+        e.0 += 1.0;
+        e.1 = true;
+    }
+    for t in &document.context {
+        tf.entry(t.as_str()).or_default().0 += CONTEXT_WEIGHT;
     }
     let (mut bm25, mut matched, mut weight) = (0.0, 0.0, 0.0);
     for q in query {
@@ -266,10 +379,9 @@ pub fn score(
         }
         let w = idf(stats.documents, n);
         weight += w;
-        if let Some(&f) = tf.get(q.as_str()) {
-            let f = f as f64;
+        if let Some(&(f, own)) = tf.get(q.as_str()) {
             bm25 += w * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * dl / avgdl));
-            matched += w;
+            matched += if own { w } else { w * CONTEXT_COVERAGE };
         }
     }
     let coverage = if weight > 0.0 { matched / weight } else { 0.0 };
@@ -279,7 +391,7 @@ pub fn score(
 /// Scores candidates and keeps the best `limit`: BM25 descending, then newest first.
 pub fn rank(
     query: &[String],
-    candidates: Vec<(RecallDocument, Vec<String>)>,
+    candidates: Vec<(RecallDocument, DocumentTerms)>,
     df: &HashMap<String, u64>,
     stats: CorpusStats,
     limit: usize,
@@ -305,11 +417,30 @@ pub fn rank(
     hits
 }
 
+/// `text` cut to its first `max` characters (on a character boundary).
+fn cut_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+/// The `timestamp` metadata of a message, when it is a text.
+fn timestamp(m: &Message) -> Option<String> {
+    m.metadata()
+        .get("timestamp")
+        .and_then(serde_json::Value::as_str)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
+
 /// The documents of `messages[from..]`, numbered by position in `messages` (`seq`).
 /// System messages, messages `skip` refuses, AI messages without text (their calls are
 /// quoted with their results) and messages without an id are left out. A tool result
 /// carries the call that produced it (`name(args) returned:`), found among the
-/// messages before it, and is marked untrusted.
+/// messages before it, and is marked untrusted. Each document carries the message's
+/// `timestamp` metadata and, as its context, the text of the message before it.
 pub fn documents(
     messages: &[Message],
     from: usize,
@@ -362,6 +493,12 @@ pub fn documents(
         if text.trim().is_empty() {
             continue;
         }
+        let context = messages[..seq]
+            .iter()
+            .rev()
+            .find(|p| !matches!(p.body(), MessageBody::System(_)) && !skip(p))
+            .map(|p| cut_chars(p.text().trim(), CONTEXT_CHARS).to_owned())
+            .unwrap_or_default();
         out.push(RecallDocument {
             message_id: m.id().to_owned(),
             seq: seq as u64,
@@ -369,6 +506,8 @@ pub fn documents(
             who,
             text,
             untrusted,
+            time: timestamp(m),
+            context,
         });
     }
     out
@@ -393,8 +532,10 @@ pub fn check_document(document: &RecallDocument) -> Result<(), StoreError> {
 #[derive(Default)]
 struct ScopeIndex {
     /// message id -> (document, its terms)
-    documents: BTreeMap<String, (RecallDocument, Vec<String>)>,
-    /// term -> message ids holding it
+    documents: HashMap<String, (RecallDocument, DocumentTerms)>,
+    /// position -> message id
+    by_seq: BTreeMap<u64, String>,
+    /// term -> message ids holding it (in the text or the context)
     postings: HashMap<String, HashSet<String>>,
     total_terms: u64,
 }
@@ -446,15 +587,16 @@ impl RecallIndex for MemoryRecallIndex {
             if index.documents.contains_key(&d.message_id) {
                 continue;
             }
-            let doc_terms = terms(&d.text);
-            for t in &doc_terms {
+            let doc_terms = d.terms();
+            for t in doc_terms.own.iter().chain(&doc_terms.context) {
                 index
                     .postings
                     .entry(t.clone())
                     .or_default()
                     .insert(d.message_id.clone());
             }
-            index.total_terms += doc_terms.len() as u64;
+            index.total_terms += doc_terms.weighted_len();
+            index.by_seq.insert(d.seq, d.message_id.clone());
             index
                 .documents
                 .insert(d.message_id.clone(), (d.clone(), doc_terms));
@@ -473,23 +615,56 @@ impl RecallIndex for MemoryRecallIndex {
         let Some(index) = scopes.get(scope) else {
             return Ok(Vec::new());
         };
-        let mut df = HashMap::new();
-        let mut ids = HashSet::new();
-        for q in query {
-            if let Some(p) = index.postings.get(q) {
-                df.insert(q.clone(), p.len() as u64);
-                ids.extend(p.iter().cloned());
-            }
-        }
-        let candidates = ids
+        let df: HashMap<String, u64> = query
             .iter()
-            .filter_map(|id| index.documents.get(id).cloned())
+            .filter_map(|q| index.postings.get(q).map(|p| (q.clone(), p.len() as u64)))
             .collect();
         let stats = CorpusStats {
             documents: index.documents.len() as u64,
             total_terms: index.total_terms,
         };
+        // The candidates the rarest terms reach, pre-ranked by the weight of the terms
+        // each holds (what a database's own rank does), so scoring stays bounded.
+        let mut reach: HashMap<&str, f64> = HashMap::new();
+        for q in candidate_terms(query, &df) {
+            let w = idf(stats.documents, df.get(&q).copied().unwrap_or(0));
+            for id in index.postings.get(&q).into_iter().flatten() {
+                *reach.entry(id.as_str()).or_default() += w;
+            }
+        }
+        let mut reach: Vec<(&str, f64)> = reach.into_iter().collect();
+        reach.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        reach.truncate(MAX_CANDIDATES);
+        let candidates = reach
+            .into_iter()
+            .filter_map(|(id, _)| index.documents.get(id).cloned())
+            .collect();
         Ok(rank(query, candidates, &df, stats, limit))
+    }
+
+    async fn following(
+        &self,
+        scope: &SessionScope,
+        seqs: &[u64],
+    ) -> Result<Vec<RecallDocument>, StoreError> {
+        let scopes = self.scopes.lock();
+        let Some(index) = scopes.get(scope) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<RecallDocument> = Vec::new();
+        for &seq in seqs {
+            let next = index
+                .by_seq
+                .range(seq.saturating_add(1)..)
+                .next()
+                .and_then(|(_, id)| index.documents.get(id));
+            if let Some((d, _)) = next
+                && !out.iter().any(|o| o.message_id == d.message_id)
+            {
+                out.push(d.clone());
+            }
+        }
+        Ok(out)
     }
 
     async fn indexed_count(&self, scope: &SessionScope) -> Result<u64, StoreError> {
@@ -556,14 +731,7 @@ mod tests {
     async fn memory_index_ranks_and_deletes() {
         let index = MemoryRecallIndex::new();
         let scope = SessionScope::new("f", "u", "s", "");
-        let doc = |id: &str, seq, text: &str| RecallDocument {
-            message_id: id.into(),
-            seq,
-            role: "user".into(),
-            who: None,
-            text: text.into(),
-            untrusted: false,
-        };
+        let doc = |id: &str, seq, text: &str| RecallDocument::new(id, seq, "user", text);
         let docs = [
             doc("a", 0, "the billing service runs build 42"),
             doc("b", 1, "lunch is at noon"),

@@ -173,15 +173,40 @@ fn clip(text: &str, query: &[String], max_chars: usize, keep_first: bool) -> Str
     out.trim_end().to_owned()
 }
 
-/// One excerpt's heading: `[message 57 · user ada · id m57]`.
+/// One excerpt's heading: `[message 57 · user ada · id m57 · 3 May 2026, 9:14]` (the
+/// time when the message carries one).
 fn heading(d: &RecallDocument) -> String {
     let who = match (&d.who, d.role.as_str()) {
         (Some(w), "tool") => format!("tool result of {w} · untrusted"),
         (Some(w), role) => format!("{role} {w}"),
         (None, role) => role.to_owned(),
     };
-    format!("[message {} · {who} · id {}]", d.seq + 1, d.message_id)
+    match &d.time {
+        Some(t) => format!(
+            "[message {} · {who} · id {} · {t}]",
+            d.seq + 1,
+            d.message_id
+        ),
+        None => format!("[message {} · {who} · id {}]", d.seq + 1, d.message_id),
+    }
 }
+
+/// True when `text` asks something (its reply may hold the answer).
+fn asks(text: &str) -> bool {
+    text.contains('?') || text.contains('？')
+}
+
+/// The share of the smaller term set that the other holds: 1.0 for the same words.
+fn overlap(a: &HashSet<String>, b: &HashSet<String>) -> f64 {
+    let small = a.len().min(b.len());
+    if small == 0 {
+        return 0.0;
+    }
+    a.intersection(b).count() as f64 / small as f64
+}
+
+/// Two excerpts this alike say the same thing: the second is left out.
+const NEAR_DUPLICATE: f64 = 0.8;
 
 /// The excerpt message's first paragraph, with its line break.
 fn preamble() -> String {
@@ -259,6 +284,16 @@ impl RecallMiddleware {
 
     /// The excerpts `request` lacks for its latest user message, oldest first, or
     /// `None` when it needs none.
+    ///
+    /// The best-ranked messages that match enough of the question (`min_score`) are
+    /// taken in rank order within the budget, each with:
+    /// - the message after it when it asks something and the reply comes from someone
+    ///   else (the answer to "which port?" is the next message, "8443");
+    /// - the newest later message that matches the question's words at least as fully,
+    ///   when there is one: a value stated and later changed never arrives without its
+    ///   change.
+    ///
+    /// A message that says nearly what a picked one says (the same words) is left out.
     pub async fn excerpts(
         &self,
         scope: &SessionScope,
@@ -278,40 +313,100 @@ impl RecallMiddleware {
             return Ok(None);
         }
         let s = &self.settings;
-        let hits: Vec<RecallHit> = self
-            .index
-            .search(scope, &query, s.max_excerpts * 4 + 16)
-            .await?;
         let present_ids: HashSet<&str> = messages.iter().map(Message::id).collect();
         let present_texts: HashSet<String> = messages
             .iter()
             .map(|m| m.text().trim().to_owned())
             .filter(|t| !t.is_empty())
             .collect();
+        let absent = |d: &RecallDocument| {
+            !present_ids.contains(d.message_id.as_str()) && !present_texts.contains(d.text.trim())
+        };
+        let hits: Vec<RecallHit> = self
+            .index
+            .search(scope, &query, s.max_excerpts * 4 + 16)
+            .await?
+            .into_iter()
+            .filter(|h| h.coverage >= s.min_score && absent(&h.document))
+            .collect();
+        if hits.is_empty() {
+            return Ok(None);
+        }
+        let query_set: HashSet<&str> = query.iter().map(String::as_str).collect();
+        let matched = |d: &RecallDocument| -> HashSet<String> {
+            terms(&d.text)
+                .into_iter()
+                .filter(|t| query_set.contains(t.as_str()))
+                .collect()
+        };
+        let asking: Vec<u64> = hits
+            .iter()
+            .filter(|h| asks(&h.document.text))
+            .map(|h| h.document.seq)
+            .collect();
+        let following = self.index.following(scope, &asking).await?;
+        let reply_to = |d: &RecallDocument| -> Option<RecallDocument> {
+            following
+                .iter()
+                .filter(|f| f.seq > d.seq)
+                .min_by_key(|f| f.seq)
+                .filter(|f| f.role != d.role || f.who != d.who)
+                .filter(|f| absent(f))
+                .cloned()
+        };
+        // The newest later hit that matches the question's words at least as fully as
+        // `d` does: what `d` says may have changed since.
+        let newer = |d: &RecallDocument| -> Option<RecallDocument> {
+            let mine = matched(d);
+            hits.iter()
+                .filter(|h| h.document.seq > d.seq && mine.is_subset(&matched(&h.document)))
+                .max_by_key(|h| h.document.seq)
+                .map(|h| h.document.clone())
+        };
         // The message is the preamble and the blocks, concatenated (then trimmed), and a
         // concatenation never counts more than its parts: charging each block its own
         // count keeps the whole within the budget.
         let header = approx_tokens(&preamble());
         let mut room = s.max_tokens.saturating_sub(header);
         let mut picked: Vec<(RecallDocument, String)> = Vec::new();
-        for hit in hits {
+        let mut words: Vec<HashSet<String>> = Vec::new();
+        for hit in &hits {
             if picked.len() >= s.max_excerpts {
                 break;
             }
-            let d = hit.document;
-            if hit.coverage < s.min_score
-                || present_ids.contains(d.message_id.as_str())
-                || present_texts.contains(d.text.trim())
-            {
+            let d = &hit.document;
+            if picked.iter().any(|(p, _)| p.message_id == d.message_id) {
                 continue;
             }
-            let text = clip(&d.text, &query, s.max_excerpt_chars, d.role == "tool");
-            let cost = approx_tokens(&block(&d, &text));
+            let own: HashSet<String> = terms(&d.text).into_iter().collect();
+            if words.iter().any(|w| overlap(w, &own) >= NEAR_DUPLICATE) {
+                continue;
+            }
+            let mut group = vec![d.clone()];
+            group.extend(reply_to(d));
+            group.extend(newer(d));
+            group.retain(|g| !picked.iter().any(|(p, _)| p.message_id == g.message_id));
+            group.dedup_by(|a, b| a.message_id == b.message_id);
+            group.truncate(s.max_excerpts - picked.len());
+            let clipped: Vec<(RecallDocument, String)> = group
+                .into_iter()
+                .map(|g| {
+                    let text = clip(&g.text, &query, s.max_excerpt_chars, g.role == "tool");
+                    (g, text)
+                })
+                .collect();
+            let cost: usize = clipped
+                .iter()
+                .map(|(g, t)| approx_tokens(&block(g, t)))
+                .sum();
             if cost > room {
                 continue;
             }
             room -= cost;
-            picked.push((d, text));
+            for (g, _) in &clipped {
+                words.push(terms(&g.text).into_iter().collect());
+            }
+            picked.extend(clipped);
         }
         if picked.is_empty() {
             return Ok(None);

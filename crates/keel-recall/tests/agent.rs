@@ -159,10 +159,26 @@ async fn with_a_summary_the_excerpts_go_right_before_it() {
 
 /// Ten older messages that all answer the question, each a few lines long.
 fn many_matches() -> Vec<Message> {
-    let mut t: Vec<Message> = (0..10)
-        .map(|i| {
+    // Ten different statements about the billing backups' vendor (near-duplicates would
+    // be merged into one excerpt).
+    const SAYINGS: [&str; 10] = [
+        "the first quote came from Arclight, priced per terabyte",
+        "legal wants the contract signed before March",
+        "the restore drill last week took 40 minutes end to end",
+        "encryption keys stay in our own KMS, never with them",
+        "the nightly window moved to 02:00 UTC to avoid the batch jobs",
+        "retention is 35 days for dailies and a year for monthlies",
+        "their support line answered within the hour on Sunday",
+        "finance asked for a cap of 1,200 euros a month",
+        "the old tape library gets switched off in June",
+        "audit needs a written report of each restore test",
+    ];
+    let mut t: Vec<Message> = SAYINGS
+        .iter()
+        .enumerate()
+        .map(|(i, saying)| {
             Message::human(format!(
-                "Billing backups note {i}: vendor candidate number {i}.\nBilling backups run nightly.\nBackups of billing go to the vendor bucket b-{i}.\nChecked by the vendor team."
+                "Billing backups, vendor note {i}: {saying}.\nChecked by the vendor team."
             ))
             .with_id(format!("match{i}"))
         })

@@ -1892,23 +1892,17 @@ pub async fn concurrent_cas<S: Storage + 'static>(store: Arc<S>, tasks: usize) -
     Ok(())
 }
 
-/// Runs the recall-index checks: [`recall_index`], [`recall_ranking`] and
-/// [`concurrent_recall_writers`] with 16 tasks.
+/// Runs the recall-index checks: [`recall_index`], [`recall_ranking`],
+/// [`recall_context`] and [`concurrent_recall_writers`] with 16 tasks.
 pub async fn run_recall<S: keel_core::recall::RecallIndex + 'static>(store: Arc<S>) -> Checked {
     recall_index(&*store).await?;
     recall_ranking(&*store).await?;
+    recall_context(&*store).await?;
     concurrent_recall_writers(store, 16).await
 }
 
 fn recall_doc(id: &str, seq: u64, text: &str) -> keel_core::recall::RecallDocument {
-    keel_core::recall::RecallDocument {
-        message_id: id.to_owned(),
-        seq,
-        role: "user".to_owned(),
-        who: None,
-        text: text.to_owned(),
-        untrusted: false,
-    }
+    keel_core::recall::RecallDocument::new(id, seq, "user", text)
 }
 
 /// Indexing skips ids already indexed, search is scoped (owner and thread), CJK and
@@ -2102,20 +2096,20 @@ pub async fn recall_ranking<S: keel_core::recall::RecallIndex>(store: &S) -> Che
     )?;
     // The reference: the shared scorer over every document of the scope.
     let query = query_terms("What is the current primary host?");
-    let all: Vec<_> = docs
-        .iter()
-        .map(|d| (d.clone(), keel_core::recall::terms(&d.text)))
-        .collect();
+    let all: Vec<_> = docs.iter().map(|d| (d.clone(), d.terms())).collect();
     let mut df = std::collections::HashMap::new();
     for q in &query {
-        let n = all.iter().filter(|(_, t)| t.contains(q)).count() as u64;
+        let n = all
+            .iter()
+            .filter(|(_, t)| t.own.contains(q) || t.context.contains(q))
+            .count() as u64;
         if n > 0 {
             df.insert(q.clone(), n);
         }
     }
     let stats = keel_core::recall::CorpusStats {
         documents: all.len() as u64,
-        total_terms: all.iter().map(|(_, t)| t.len() as u64).sum(),
+        total_terms: all.iter().map(|(_, t)| t.weighted_len()).sum(),
     };
     let want = keel_core::recall::rank(&query, all, &df, stats, 10);
     let hits = call(C, "search", store.search(&scope, &query, 10).await)?;
@@ -2150,6 +2144,92 @@ pub async fn recall_ranking<S: keel_core::recall::RecallIndex>(store: &S) -> Che
         store.search(&scope, &query_terms("primary host"), 2).await,
     )?;
     ensure!(C, limited.len() == 2, "limit 2 returned {}", limited.len());
+    Ok(())
+}
+
+/// A document's time and context round-trip; a reply is found by the words of the
+/// question before it (its context), ranked as the shared scorer ranks it; and
+/// `following` gives the next document after each position, within the scope only.
+pub async fn recall_context<S: keel_core::recall::RecallIndex>(store: &S) -> Checked {
+    use keel_core::recall::query_terms;
+    const C: &str = "recall_context";
+    let ns = namespace();
+    let scope = SessionScope::new(format!("{ns}-f"), "u", "t", "");
+    let other = SessionScope::new(format!("{ns}-f"), "u2", "t", "");
+    let mut question = recall_doc("q", 3, "Which port does the gateway listen on?");
+    question.time = Some("2 May 2026, 9:14".to_owned());
+    let mut answer = recall_doc("a", 5, "8443, behind the load balancer.");
+    answer.role = "assistant".to_owned();
+    answer.context = question.text.clone();
+    let later = recall_doc("z", 9, "thanks");
+    call(
+        C,
+        "index_documents",
+        store
+            .index_documents(&scope, &[question.clone(), answer.clone(), later.clone()])
+            .await,
+    )?;
+    call(
+        C,
+        "index_documents",
+        store
+            .index_documents(&other, &[recall_doc("x", 4, "someone else's reply")])
+            .await,
+    )?;
+    let hits = call(
+        C,
+        "search",
+        store
+            .search(&scope, &query_terms("gateway port number"), 5)
+            .await,
+    )?;
+    let found: Vec<&str> = hits
+        .iter()
+        .map(|h| h.document.message_id.as_str())
+        .collect();
+    ensure!(
+        C,
+        found.contains(&"q") && found.contains(&"a"),
+        "the question and its reply (by its context) should both be found, got {found:?}"
+    );
+    for h in &hits {
+        let want = if h.document.message_id == "q" {
+            &question
+        } else {
+            &answer
+        };
+        ensure!(
+            C,
+            &h.document == want,
+            "the document did not round-trip: {:?}",
+            h.document
+        );
+    }
+    let next = call(C, "following", store.following(&scope, &[3, 5, 9, 4]).await)?;
+    let mut ids: Vec<&str> = next.iter().map(|d| d.message_id.as_str()).collect();
+    ids.sort_unstable();
+    ensure!(
+        C,
+        ids == ["a", "z"],
+        "following 3, 5, 9 and 4 should give a (after 3 and 4) and z (after 5), got {ids:?}"
+    );
+    let gone = call(
+        C,
+        "delete_session_index",
+        store.delete_session_index(&scope.flow_id, "u", "t").await,
+    )?;
+    ensure!(C, gone == 3, "deleting removed {gone} documents, not 3");
+    let after = call(C, "following", store.following(&scope, &[0]).await)?;
+    ensure!(
+        C,
+        after.is_empty(),
+        "a deleted scope still follows: {after:?}"
+    );
+    call(
+        C,
+        "delete_session_index",
+        store.delete_session_index(&other.flow_id, "u2", "t").await,
+    )?;
     Ok(())
 }
 

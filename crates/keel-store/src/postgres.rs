@@ -85,6 +85,13 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0005_summary_leases.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            6,
+            "recall scoped terms".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0006_recall_scoped_terms.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
 

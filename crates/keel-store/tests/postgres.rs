@@ -107,14 +107,7 @@ async fn recall_terms_are_the_tsvector_lexemes() {
     .unwrap();
     assert_eq!(gin, 1);
     let scope = SessionScope::new("f", "u", "s", "");
-    let doc = RecallDocument {
-        message_id: "m1".into(),
-        seq: 0,
-        role: "user".into(),
-        who: None,
-        text: text.into(),
-        untrusted: false,
-    };
+    let doc = RecallDocument::new("m1", 0, "user", text);
     store.index_documents(&scope, &[doc]).await.unwrap();
     assert_eq!(store.delete_session_index("f", "u", "s").await.unwrap(), 1);
     let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM recall_documents")
@@ -187,7 +180,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 5);
+    assert_eq!(applied, 6);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

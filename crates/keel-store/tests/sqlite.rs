@@ -53,14 +53,7 @@ async fn recall_index_uses_fts5_and_deletes_its_rows() {
         .unwrap();
     assert_eq!(fts5, 1);
     let scope = SessionScope::new("f", "u", "s", "");
-    let doc = RecallDocument {
-        message_id: "m1".into(),
-        seq: 0,
-        role: "user".into(),
-        who: None,
-        text: "主数据库是db-1。".into(),
-        untrusted: false,
-    };
+    let doc = RecallDocument::new("m1", 0, "user", "主数据库是db-1。");
     store.index_documents(&scope, &[doc]).await.unwrap();
     let count = |sql: &'static str| {
         let pool = store.pool().clone();
@@ -70,17 +63,15 @@ async fn recall_index_uses_fts5_and_deletes_its_rows() {
         }
     };
     assert_eq!(count("SELECT count(*) FROM recall_documents").await, 1);
-    assert_eq!(
-        count("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'db'").await,
-        1
-    );
+    // Terms are indexed with the scope's tag (`s` and 16 hex digits) in front.
+    let db = "SELECT COALESCE(sum(doc), 0) FROM recall_vocab WHERE substr(term, 18) = 'db'";
+    assert_eq!(count(db).await, 1);
+    assert_eq!(count("SELECT documents FROM recall_scopes").await, 1);
     assert_eq!(store.delete_session_index("f", "u", "s").await.unwrap(), 1);
     assert_eq!(count("SELECT count(*) FROM recall_documents").await, 0);
-    assert_eq!(
-        count("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'db'").await,
-        0
-    );
-    assert_eq!(count("SELECT count(*) FROM recall_fts").await, 0);
+    assert_eq!(count(db).await, 0);
+    assert_eq!(count("SELECT count(*) FROM recall_vocab").await, 0);
+    assert_eq!(count("SELECT count(*) FROM recall_scopes").await, 0);
 }
 
 #[tokio::test]
@@ -133,14 +124,17 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "checkpoint_steps",
         "checkpoints",
         "recall_documents",
-        "recall_fts",
+        "recall_documents_seq",
+        "recall_scopes",
+        "recall_terms",
+        "recall_vocab",
         "session_memory_state",
         "summary_cache",
         "summary_leases",
     ] {
         assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
     }
-    assert_eq!(applied(&first).await, 5);
+    assert_eq!(applied(&first).await, 6);
     first
         .save_state(&scope, &SessionMemoryState::default(), 0)
         .await
@@ -152,7 +146,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     // A restarted process: connect migrates again; nothing changes, nothing is lost.
     let second = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(tables(&second).await, schema);
-    assert_eq!(applied(&second).await, 5);
+    assert_eq!(applied(&second).await, 6);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
     assert_eq!(
         second.get_summary("k").await.unwrap(),

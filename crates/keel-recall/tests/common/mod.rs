@@ -117,6 +117,13 @@ impl RecallIndex for CountingIndex {
     ) -> Result<Vec<RecallHit>, StoreError> {
         self.inner.search(scope, query, limit).await
     }
+    async fn following(
+        &self,
+        scope: &SessionScope,
+        seqs: &[u64],
+    ) -> Result<Vec<RecallDocument>, StoreError> {
+        self.inner.following(scope, seqs).await
+    }
     async fn indexed_count(&self, scope: &SessionScope) -> Result<u64, StoreError> {
         self.inner.indexed_count(scope).await
     }
