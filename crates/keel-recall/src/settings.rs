@@ -6,14 +6,16 @@ use std::ops::RangeInclusive;
 use keel_core::store::SessionScope;
 use serde::{Deserialize, Serialize};
 
-/// Default `max_excerpts`: messages quoted at most per model call.
-pub const DEFAULT_MAX_EXCERPTS: usize = 4;
+/// Default `max_excerpts`: messages quoted at most per model call. Recall is the
+/// backbone of what a compacted request remembers, so it quotes many short excerpts
+/// rather than a few long ones.
+pub const DEFAULT_MAX_EXCERPTS: usize = 16;
 /// Default `max_tokens`: the excerpt message's budget (approximate tokens).
-pub const DEFAULT_MAX_TOKENS: usize = 400;
+pub const DEFAULT_MAX_TOKENS: usize = 1200;
 /// Default `min_score`: the share of the question's weight a message must match.
-pub const DEFAULT_MIN_SCORE: f64 = 0.3;
+pub const DEFAULT_MIN_SCORE: f64 = 0.2;
 /// Default `max_excerpt_chars`: one excerpt is cut to its best sentences within this.
-pub const DEFAULT_MAX_EXCERPT_CHARS: usize = 400;
+pub const DEFAULT_MAX_EXCERPT_CHARS: usize = 300;
 
 /// Allowed range of `max_excerpts`.
 pub const MAX_EXCERPTS_RANGE: RangeInclusive<usize> = 1..=50;
@@ -40,16 +42,16 @@ pub struct RecallSettingsError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecallSettings {
-    /// Messages quoted at most per model call (default 4, in [1, 50]).
+    /// Messages quoted at most per model call (default 16, in [1, 50]).
     pub max_excerpts: usize,
-    /// Budget of the excerpt message in approximate tokens (default 400, in [20,
+    /// Budget of the excerpt message in approximate tokens (default 1200, in [20,
     /// 20000]): four characters of Latin text or one CJK character a token.
     pub max_tokens: usize,
     /// The share (0 to 1) of the question's weight (inverse document frequency of its
-    /// terms) a message must match to be quoted (default 0.3).
+    /// terms) a message must match to be quoted (default 0.2).
     pub min_score: f64,
     /// One excerpt is cut to its sentences that best match the question within this
-    /// many characters (default 400, in [40, 20000]).
+    /// many characters (default 300, in [40, 20000]).
     pub max_excerpt_chars: usize,
     /// The flow (agent) the index is scoped to (default `keel`).
     pub flow_id: String,

@@ -74,6 +74,10 @@ pub struct ReplayOptions {
     /// they come (a dump written by a [`ReplayObserver`]) keeps memory flat on a long
     /// transcript.
     pub discard_requests: bool,
+    /// Recall of the exact evidence: `None` is the default (on with session memory, or
+    /// when the configuration has a `recall:` section), `Some(true)` on (with the
+    /// configuration's settings when it has them), `Some(false)` off.
+    pub recall: Option<bool>,
 }
 
 /// A replay that could not start. Nothing was written.
@@ -333,21 +337,46 @@ fn load_config(
         return Ok(ConfigSections::default());
     };
     let root = parse_config(path, options.max_config_bytes)?;
-    let (config, config_warnings) = summarization_from_root(
-        path,
-        &root,
-        options.context_window,
-        options.summary_model.as_deref(),
-    )?;
-    warnings.extend(config_warnings);
+    // A file holding only a `recall:` section configures recall alone.
+    let recall_only = matches!(&root.value, Yaml::Map(entries)
+        if !entries.is_empty() && entries.iter().all(|(key, _, _)| key == "recall"));
+    let summarization = if recall_only {
+        None
+    } else {
+        let (config, config_warnings) = summarization_from_root(
+            path,
+            &root,
+            options.context_window,
+            options.summary_model.as_deref(),
+        )?;
+        warnings.extend(config_warnings);
+        Some((path.clone(), config))
+    };
     let mut recall = recall_from_root(path, &root)?;
-    if let Some(r) = &mut recall {
-        r.flow_id = REPLAY_FLOW_ID.to_owned();
-        r.user_id = REPLAY_USER_ID.to_owned();
+    if recall_only && recall.is_none() {
+        recall = Some(RecallSettings::default());
     }
     Ok(ConfigSections {
-        summarization: Some((path.clone(), config)),
+        summarization,
         recall,
+    })
+}
+
+/// The recall a replay runs with: the configuration's settings or the defaults, as
+/// [`ReplayOptions::recall`] asks, scoped to the replay's flow and user.
+fn recall_settings(
+    options: &ReplayOptions,
+    configured: Option<RecallSettings>,
+) -> Option<RecallSettings> {
+    let on = match options.recall {
+        Some(on) => on,
+        None => configured.is_some() || options.memory.is_some(),
+    };
+    on.then(|| {
+        let mut r = configured.unwrap_or_default();
+        r.flow_id = REPLAY_FLOW_ID.to_owned();
+        r.user_id = REPLAY_USER_ID.to_owned();
+        r
     })
 }
 
@@ -514,7 +543,7 @@ pub async fn prepare(
     let mut stack: Vec<Arc<dyn Middleware>> = Vec::new();
     // Recall sits outermost and still sees the final request (it adds its excerpts
     // after the inner middleware ran); with a database it indexes there.
-    if let Some(settings) = config.recall {
+    if let Some(settings) = recall_settings(options, config.recall) {
         stack.push(recall_middleware(settings, store.as_ref(), options)?);
     }
     let mut memory = None;

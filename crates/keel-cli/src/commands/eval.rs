@@ -59,7 +59,9 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         )),
         None => None,
     };
-    let options = args.stack.options(caps);
+    let mut options = args.stack.options(caps);
+    // Evidence is recalled by default when asking about a transcript.
+    options.recall.get_or_insert(true);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

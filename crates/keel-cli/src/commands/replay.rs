@@ -74,6 +74,13 @@ pub struct StackArgs {
         value_parser = clap::value_parser!(u64).range(1..),
     )]
     pub context_window: Option<u64>,
+    /// Recall of the exact evidence on (it is by default with session memory, in
+    /// `keel eval`, and when the --config file has a `recall:` section).
+    #[arg(long, conflicts_with = "no_recall")]
+    pub recall: bool,
+    /// Recall off, even where it is on by default.
+    #[arg(long)]
+    pub no_recall: bool,
 }
 
 impl StackArgs {
@@ -92,6 +99,13 @@ impl StackArgs {
             limits: caps.limits(),
             max_config_bytes: Some(caps.max_config_bytes),
             discard_requests: true,
+            recall: if self.no_recall {
+                Some(false)
+            } else if self.recall {
+                Some(true)
+            } else {
+                None
+            },
         }
     }
 }
