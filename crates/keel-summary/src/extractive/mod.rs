@@ -921,6 +921,18 @@ fn goal_text(text: &str) -> Option<String> {
             let question = s.ends_with('?') || s.ends_with('？');
             !(scoring::is_filler(s, &info, false)
                 || scoring::is_exclamation(s, &info)
+                || scoring::is_remark(&scoring::compress(s), &info)
+                // About the speaker, the listener or something unnamed, asking and
+                // naming nothing ("They've been there for me for 4 years.").
+                || (scoring::opens_with_pronoun(&scoring::compress(s))
+                    && info.cues == 0
+                    && !question
+                    && !info.values.iter().any(|(k, _)| {
+                        !matches!(
+                            k,
+                            Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Quantity
+                        )
+                    }))
                 || scoring::is_past_narration(s, &info)
                 || scoring::is_record(s)
                 || (question && info.is_empty() && info.content < 2))
@@ -1067,10 +1079,12 @@ fn judge(sentence: &str, speaker: Speaker<'_>, stats: &Stats) -> Option<Judged> 
     // Filler by its shape: two words with no value, an acknowledgement, a greeting or
     // compliment shouted, a story about the past, narration of one's own work, an
     // announcement of what follows, a remark without content words.
-    let short = grouping::count_words(&sentence) <= 2 && !scoring::substantive(&info);
-    let plain = info.is_empty()
-        && (info.content < PLAIN_CONTENT || scoring::opens_with_pronoun(&sentence))
-        && !sentence.chars().any(scoring::is_cjk);
+    // Scripts without spaces have no words to count.
+    let spaced = !sentence.chars().any(scoring::is_cjk);
+    let short = spaced && grouping::count_words(&sentence) <= 2 && !scoring::substantive(&info);
+    let plain = spaced
+        && info.is_empty()
+        && (info.content < PLAIN_CONTENT || scoring::opens_with_pronoun(&sentence));
     if (short
         || plain
         || scoring::is_filler(&sentence, &info, !human)

@@ -513,7 +513,7 @@ const INTENT_OPENINGS: &[&str] = &[
 /// Words at the start of a sentence that carry no meaning in a summary.
 const DISCOURSE: &[&str] = &[
     "okay", "ok", "so", "btw", "oh", "also", "anyway", "well", "right", "sure", "great", "yes",
-    "yeah", "hmm", "and",
+    "yeah", "hmm", "and", "wow",
 ];
 /// Verbs that announce a new value for a subject ("set the TTL to ...").
 const CHANGE_VERBS: &[&str] = &[
@@ -890,7 +890,7 @@ const FREQUENCY: &[&str] = &[
 /// Words after which a frequency adverb directs: a subject that binds a group, a modal,
 /// a conjunction joining it to a directive.
 const DIRECTING: &[&str] = &[
-    "we", "you", "must", "should", "shall", "please", "and", "to", "will", "then", "so",
+    "we", "you", "must", "should", "shall", "please", "to", "will", "then", "so",
 ];
 /// Negated modals: a rule when they bind someone ("we can't ship it", "don't restart"),
 /// not when the speaker says what they cannot do or know ("I can't wait", "I don't
@@ -916,8 +916,13 @@ fn directive(lower: &[&str], i: usize) -> bool {
     if l == "must" || l == "must've" {
         let next = lower.get(i + 1).copied().unwrap_or("");
         let then = lower.get(i + 2).copied().unwrap_or("");
-        let perfect =
-            l == "must've" || (next == "have" && (then == "been" || then.ends_with("ed")));
+        // "You must have a badge" binds; "they must have felt it" guesses.
+        let perfect = l == "must've"
+            || (next == "have"
+                && !matches!(
+                    then,
+                    "a" | "an" | "the" | "your" | "our" | "their" | "this" | "that" | "no"
+                ));
         return !perfect;
     }
     true
@@ -1012,6 +1017,22 @@ const ACK_MAX_WORDS: usize = 5;
 
 /// True for an acknowledgement, a greeting, or an announcement of work with nothing in it.
 pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> bool {
+    // Thanking, congratulating, apologising, greeting, taking leave: a social act
+    // whatever follows ("Thanks for the support.", "Bye Sam."), a name in it being whom
+    // it is addressed to.
+    let social = sentence
+        .split_whitespace()
+        .next()
+        .is_some_and(|w| SOCIAL.contains(&plain_word(w).as_str()));
+    let addressed = info.values.iter().all(|(k, _)| {
+        matches!(
+            k,
+            Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Proper
+        )
+    });
+    if social && addressed && info.cues == 0 {
+        return true;
+    }
     if substantive(info) {
         return false;
     }
@@ -1034,11 +1055,6 @@ pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> 
     // Past the acknowledgements, a sentence with a cue is judged by its cue.
     if !info.is_empty() {
         return false;
-    }
-    // Thanking, congratulating, apologising, greeting, taking leave: a social act
-    // whatever follows ("Thanks for the support and encouragement.").
-    if words.first().is_some_and(|w| SOCIAL.contains(&w.as_str())) {
-        return true;
     }
     if words.len() <= 3 {
         return true;
@@ -1132,7 +1148,7 @@ pub(crate) fn substantive(info: &Information) -> bool {
 const PRONOUNS: &[&str] = &[
     "i", "i'm", "i've", "i'd", "i'll", "you", "you're", "you've", "you'd", "you'll", "it", "it's",
     "that", "that's", "this", "these", "those", "they", "they're", "he", "she", "he's", "she's",
-    "there", "there's", "your",
+    "there", "there's", "your", "they've", "they'd", "they'll", "it'll", "that'll",
 ];
 
 /// Intensifiers: a sentence with one and nothing else to hold on to rates something
@@ -1153,7 +1169,9 @@ const INTENSIFIERS: &[&str] = &[
 /// or rates with an intensifier ([`INTENSIFIERS`]), and holds no cue and no value but
 /// a hyphenated word ("self-care"), dates and numbers.
 pub(crate) fn is_remark(sentence: &str, info: &Information) -> bool {
-    if info.cues != 0
+    // A cue with one content word at most, after a pronoun, tells nothing ("There's
+    // something I want to tell you.").
+    if (info.cues != 0 && !(info.content <= 1 && opens_with_pronoun(sentence)))
         || info.values.iter().any(|(k, _)| {
             !matches!(
                 k,
