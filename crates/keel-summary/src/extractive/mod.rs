@@ -203,6 +203,26 @@ const CORRECTIONS: &[&str] = &[
     "eigentlich",
 ];
 
+/// Words that say a statement gives a value that holds from now on, without saying it
+/// corrects one ("production is now on build 5124", "the exports are moving to
+/// eu-west-3", "no longer 30 s"): a correction only of a value of the same named
+/// subject.
+const CHANGES: &[&str] = &[
+    "now", "moving", "move", "update", "updated", "replace", "replaced", "revert", "reverted",
+    "anymore", "longer", "nun", "jetzt", "ahora",
+];
+
+/// True when `text` says its value holds from now on ([`CHANGES`]) or assigns it ("set
+/// the request timeout to 90 s", "has request_timeout set to 238 seconds").
+fn changes(text: &str) -> bool {
+    text.split(|c: char| !c.is_alphanumeric()).any(|w| {
+        CHANGES
+            .iter()
+            .chain(scoring::CHANGE_VERBS)
+            .any(|c| w.eq_ignore_ascii_case(c))
+    })
+}
+
 /// What the whole input says, for judging one sentence: how many sentences hold each
 /// term, and how often each line shape recurs with other values.
 #[derive(Default)]
@@ -762,6 +782,8 @@ fn collect(
     // The goal is the span's first user message, when it asks for something (a
     // greeting states no goal, and a later message is not taken for one).
     let mut seen_goal = has_goal;
+    // The question the last message ended with, and whether the user asked it.
+    let mut asked: Option<(bool, String)> = None;
     for (index, m) in messages.iter().enumerate() {
         if m.name() == Some(SUMMARY_NAME) {
             continue;
@@ -792,8 +814,13 @@ fn collect(
                     name: if human { "user" } else { "note" },
                     human,
                     open: human && Some(index) == last.human && !last.answered,
+                    asked: asked
+                        .as_ref()
+                        .filter(|(by_human, _)| human && !by_human)
+                        .map(|(_, q)| q.as_str()),
                 };
                 statements(text, speaker, &source, order, out);
+                asked = last_question(text).map(|q| (human, q));
             }
             MessageBody::Ai(_) => {
                 let full = m.text();
@@ -804,8 +831,16 @@ fn collect(
                     name: "assistant",
                     human: false,
                     open,
+                    asked: asked
+                        .as_ref()
+                        .filter(|(by_human, _)| *by_human)
+                        .map(|(_, q)| q.as_str()),
                 };
                 statements(text, speaker, &source, order, out);
+                // A message with only tool calls answers nothing yet.
+                if !text.trim().is_empty() {
+                    asked = last_question(text).map(|q| (false, q));
+                }
             }
             MessageBody::Tool(t) => {
                 let (name, target) =
@@ -906,8 +941,86 @@ fn statements(
     out: &mut Vec<Candidate>,
 ) {
     for (k, sentence) in scoring::sentences(text).into_iter().enumerate() {
+        if k == 0
+            && let Some(question) = speaker.asked
+            && let Some(c) = answer(question, sentence, speaker, source, order)
+        {
+            out.push(c);
+            continue;
+        }
         statement(sentence, speaker, source, order + k.min(63), out);
     }
+}
+
+/// Words of a short answer at most: longer, the answer stands on its own.
+const ANSWER_WORDS: usize = 4;
+
+/// The last sentence of `text` when it is a question, without a chat prefix.
+fn last_question(text: &str) -> Option<String> {
+    let last = scoring::strip_chat_prefix(scoring::sentences(text).pop()?);
+    (last.ends_with('?') || last.ends_with('？')).then(|| last.to_owned())
+}
+
+/// A short answer to the other speaker's question ("Bach and Mozart.", "Yes, pin
+/// it."), written with the question it answers: alone it says nothing, together they
+/// are a preference or a decision. `None` when the answer is long enough to stand on
+/// its own, is a question, or the question names nothing.
+fn answer(
+    question: &str,
+    sentence: &str,
+    speaker: Speaker<'_>,
+    source: &Source<'_>,
+    order: usize,
+) -> Option<Candidate> {
+    let reply = scoring::compress(scoring::strip_chat_prefix(sentence));
+    let words = grouping::count_words(&reply);
+    if words == 0
+        || words > ANSWER_WORDS
+        || reply.ends_with('?')
+        || reply.ends_with('？')
+        || scoring::is_record(&reply)
+    {
+        return None;
+    }
+    let asked = scoring::information(question);
+    if !scoring::substantive(&asked) && asked.cues == 0 && asked.content < 2 {
+        return None; // "How have you been?": small talk
+    }
+    // "Yes." and "No." answer; "Will do." and "Checking." only acknowledge.
+    let mine = scoring::information(&reply);
+    let first = reply
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .next()
+        .unwrap_or("")
+        .to_lowercase();
+    let affirms = matches!(
+        first.as_str(),
+        "yes" | "yeah" | "yep" | "yup" | "no" | "nope" | "correct" | "exactly" | "agreed"
+    );
+    let says = scoring::substantive(&mine) || mine.content > 0 || scoring::names(&reply);
+    if !affirms && (!says || scoring::is_narration(&reply, &mine)) {
+        return None;
+    }
+    let info = scoring::information(&format!("{question} {reply}"));
+    let asker = if speaker.human { "assistant" } else { "user" };
+    let text = first_words(
+        &format!("{asker} asked: {question} {}: {reply}", speaker.name),
+        source.per_item,
+    );
+    let base = if speaker.human { USER } else { ASSISTANT };
+    let mut c = Candidate::new(
+        Line {
+            section: Section::Facts,
+            reference: source.reference.clone(),
+            text,
+        },
+        &info,
+        base + 1,
+        order,
+    );
+    c.id = Some(source.id.to_owned());
+    c.subject = scoring::subject(&reply);
+    Some(c)
 }
 
 /// The goal: a user message without its greetings and small talk, cut to
@@ -949,6 +1062,8 @@ struct Speaker<'a> {
     human: bool,
     /// The sentence is part of the last, unanswered turn.
     open: bool,
+    /// The other speaker's question this message may answer.
+    asked: Option<&'a str>,
 }
 
 /// One sentence of the user (or the assistant, or a system note) as a candidate.
@@ -966,6 +1081,7 @@ fn statement(
         name: speaker,
         human,
         open,
+        ..
     } = speaker;
     let Judged {
         sentence,
@@ -1567,10 +1683,19 @@ fn corrections(candidates: &mut [Candidate]) -> Vec<bool> {
         let key = tool_key(&candidates[i].line.text);
         // Only someone speaking corrects with words: a tool's output saying "switch" (a
         // commit message, a log line) is data about something else.
-        let says = candidates[i].correction && tool_of_line(&candidates[i].line.text).is_none();
+        let spoken = tool_of_line(&candidates[i].line.text).is_none();
+        let changing = spoken
+            && !candidates[i].correction
+            && !candidates[i].shaped.is_empty()
+            && changes(speech(&candidates[i].line.text));
+        let topic = if (spoken && candidates[i].correction) || changing || key.is_some() {
+            topic(&candidates[i].line.text)
+        } else {
+            BTreeSet::new()
+        };
+        let says = spoken && (candidates[i].correction || (changing && !topic.is_empty()));
         if says || key.is_some() {
             let mut was: Option<String> = None;
-            let topic = topic(&candidates[i].line.text);
             // A correction that names what it corrects replaces a value of the same
             // subject only, the newest one with a word of the subject in common ("bump
             // the request timeout to 90 s" after "set the request timeout to 30 s",
@@ -1642,10 +1767,15 @@ fn topic(text: &str) -> BTreeSet<String> {
     let info = scoring::information(body);
     let mut out = BTreeSet::new();
     scoring::topic_terms(body, |t| {
-        // A value's own words (`release/26.11`, a name) are what changes, not what.
+        // A value's own words (`release/26.11`, a person) are what changes, not what;
+        // a hyphenated or underscored name (`request_timeout`) names the subject.
         if !CORRECTIONS.contains(&t)
+            && !CHANGES.contains(&t)
             && !matches!(t, "change" | "plan")
-            && !info.values.iter().any(|(_, v)| v.contains(t))
+            && !info
+                .values
+                .iter()
+                .any(|(k, v)| *k != Entity::Name && v.contains(t))
         {
             out.insert(t.to_owned());
         }

@@ -516,7 +516,7 @@ const DISCOURSE: &[&str] = &[
     "yeah", "hmm", "and", "wow",
 ];
 /// Verbs that announce a new value for a subject ("set the TTL to ...").
-const CHANGE_VERBS: &[&str] = &[
+pub(crate) const CHANGE_VERBS: &[&str] = &[
     "set",
     "change",
     "changed",
@@ -1104,6 +1104,24 @@ pub(crate) fn is_narration(sentence: &str, info: &Information) -> bool {
         .unwrap_or_default();
     // An opening gerund narrates too ("Pulling the next batch of logs.").
     NARRATION.contains(&first.as_str()) || (first.len() > 5 && first.ends_with("ing"))
+}
+
+/// True when `text` names someone or something: a capitalised word of three letters or
+/// more that is no function, cue, social or discourse word ("Bach and Mozart.", not
+/// "Will do." or "Sure, checking.").
+pub(crate) fn names(text: &str) -> bool {
+    text.split_whitespace().any(|w| {
+        let t = trim_token(w);
+        let p = plain_word(t);
+        t.chars().next().is_some_and(char::is_uppercase)
+            && p.chars().count() >= 3
+            && word_classes(&p) == 0
+            && !NARRATION.contains(&p.as_str())
+            && !SOCIAL.contains(&p.as_str())
+            && !DISCOURSE.contains(&p.as_str())
+            && !ACKS.contains(&p.as_str())
+            && !NOT_PROPER.contains(&t)
+    })
 }
 
 /// Past-tense markers: auxiliaries and the commonest irregular verbs, and words that

@@ -472,3 +472,42 @@ fn chat_filler_by_shape() {
     // The speaker's label is not repeated in the line.
     assert!(!s.contains("Robin: I want"), "{s}");
 }
+
+/// A value said to hold from now on replaces the value of the same named subject, in
+/// other words than a correction's.
+#[test]
+fn a_change_in_other_words_supersedes_the_same_subject() {
+    let msgs = vec![
+        Message::human("Keep the nightly exports healthy.").with_id("m0"),
+        Message::human("Ship the nightly exports to eu-west-1.").with_id("m1"),
+        Message::human("The audit logs stay in eu-north-1.").with_id("m2"),
+        Message::human("The nightly exports are moving to eu-west-3 from Monday.").with_id("m3"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(s.contains("eu-west-3 from Monday. (was eu-west-1)"), "{s}");
+    assert!(s.contains("The audit logs stay in eu-north-1."), "{s}");
+    assert_eq!(s.matches("eu-west-1").count(), 1, "{s}");
+}
+
+/// A short answer is kept with the question it answers: alone, "Yes." and "Bach and
+/// Mozart." say nothing.
+#[test]
+fn answers_in_the_next_turn_keep_their_question() {
+    let msgs = vec![
+        Message::human("Fix the flaky test in ci/run.sh.").with_id("m1"),
+        Message::ai("Should I also pin the toolchain to 1.89?").with_id("m2"),
+        Message::human("Yes.").with_id("m3"),
+        Message::human("Which classical composers does the client like for the hold music?")
+            .with_id("m4"),
+        Message::ai("Bach and Mozart.").with_id("m5"),
+        Message::human("How have you been?").with_id("m6"),
+        Message::ai("Good, thanks.").with_id("m7"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(
+        s.contains("- [m3] assistant asked: Should I also pin the toolchain to 1.89? user: Yes."),
+        "{s}"
+    );
+    assert!(s.contains("user asked: Which classical composers does the client like for the hold music? assistant: Bach and Mozart."), "{s}");
+    assert!(!s.contains("Good, thanks"), "{s}");
+}
