@@ -983,7 +983,9 @@ fn answer(
         return None;
     }
     let asked = scoring::information(question);
-    if !scoring::substantive(&asked) && asked.cues == 0 && asked.content < 2 {
+    if (!scoring::substantive(&asked) && asked.cues == 0 && asked.content < 2)
+        || scoring::is_small_talk(question, &asked)
+    {
         return None; // "How have you been?": small talk
     }
     // "Yes." and "No." answer; "Will do." and "Checking." only acknowledge.
@@ -1048,7 +1050,8 @@ fn goal_text(text: &str) -> Option<String> {
                     }))
                 || scoring::is_past_narration(s, &info)
                 || scoring::is_record(s)
-                || (question && info.is_empty() && info.content < 2))
+                || (question && info.is_empty() && info.content < 2)
+                || (question && scoring::is_small_talk(s, &info)))
         })
         .collect();
     let goal = first_words(&kept.join(" "), GOAL_WORDS);
@@ -1197,7 +1200,15 @@ fn judge(sentence: &str, speaker: Speaker<'_>, stats: &Stats) -> Option<Judged> 
     // announcement of what follows, a remark without content words.
     // Scripts without spaces have no words to count.
     let spaced = !sentence.chars().any(scoring::is_cjk);
-    let short = spaced && grouping::count_words(&sentence) <= 2 && !scoring::substantive(&info);
+    // A hyphenated word alone ("Breath-taking.") is an exclamation, not a name.
+    let short = spaced
+        && grouping::count_words(&sentence) <= 2
+        && info.values.iter().all(|(k, _)| {
+            matches!(
+                k,
+                Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Name
+            )
+        });
     let plain = spaced
         && info.is_empty()
         && (info.content < PLAIN_CONTENT || scoring::opens_with_pronoun(&sentence));

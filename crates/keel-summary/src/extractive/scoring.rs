@@ -904,6 +904,13 @@ fn directive(lower: &[&str], i: usize) -> bool {
     let l = lower[i];
     let prev = if i > 0 { lower[i - 1] } else { "" };
     if FREQUENCY.contains(&l) {
+        // "Never saw this coming": a story, not a rule.
+        let next = lower.get(i + 1).copied().unwrap_or("");
+        if PAST.contains(&next)
+            || (next.len() > 4 && next.ends_with("ed") && !next.ends_with("eed"))
+        {
+            return false;
+        }
         return i == 0
             || DIRECTING.contains(&prev)
             || word_classes(prev) & (W_RULE | W_REQUIREMENT) != 0;
@@ -1214,6 +1221,21 @@ pub(crate) fn opens_with_pronoun(sentence: &str) -> bool {
         .next()
         .map(plain_word)
         .is_some_and(|w| PRONOUNS.contains(&w.as_str()))
+}
+
+/// True for small talk: a question to the listener ("How have you been?", "Anything
+/// exciting happening for you?") with no cue, no value and fewer than three content
+/// words.
+pub(crate) fn is_small_talk(question: &str, info: &Information) -> bool {
+    info.cues == 0
+        && !substantive(info)
+        && info.content < 3
+        && question.split_whitespace().any(|w| {
+            matches!(
+                plain_word(w).as_str(),
+                "you" | "your" | "you're" | "you've" | "how're" | "ya"
+            )
+        })
 }
 
 /// True for a story about the past with nothing to act on: no cue, no value but dates
