@@ -36,11 +36,16 @@ use keel_testkit::styles::{Style, StyledSession, generate};
 /// default reporting seeds (1000-1002) so that a regression fails.
 const PLAIN: f64 = 80.0;
 const CORRECTED: f64 = 80.0;
-const READ_TOOLS: f64 = 70.0;
+/// Tool findings no later message relies on stay out of the summary (their evidence is
+/// recall's to bring back), so only the findings an assistant states count here: 26 %
+/// on seeds 1000-1007 (80 % when the summary kept unreferenced tool output).
+const READ_TOOLS: f64 = 20.0;
 /// Of the facts that fit the 300-word budget.
 const DENSE: f64 = 70.0;
 const MULTILINGUAL: f64 = 70.0;
-const LONG: f64 = 80.0;
+/// Long sessions mix in the read-tools findings (see [`READ_TOOLS`]): 78.8 % on seeds
+/// 1000-1007 (85.0 % before).
+const LONG: f64 = 75.0;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -203,6 +203,26 @@ const CORRECTIONS: &[&str] = &[
     "eigentlich",
 ];
 
+/// Words that say a statement gives a value that holds from now on, without saying it
+/// corrects one ("production is now on build 5124", "the exports are moving to
+/// eu-west-3", "no longer 30 s"): a correction only of a value of the same named
+/// subject.
+const CHANGES: &[&str] = &[
+    "now", "moving", "move", "update", "updated", "replace", "replaced", "revert", "reverted",
+    "anymore", "longer", "nun", "jetzt", "ahora",
+];
+
+/// True when `text` says its value holds from now on ([`CHANGES`]) or assigns it ("set
+/// the request timeout to 90 s", "has request_timeout set to 238 seconds").
+fn changes(text: &str) -> bool {
+    text.split(|c: char| !c.is_alphanumeric()).any(|w| {
+        CHANGES
+            .iter()
+            .chain(scoring::CHANGE_VERBS)
+            .any(|c| w.eq_ignore_ascii_case(c))
+    })
+}
+
 /// What the whole input says, for judging one sentence: how many sentences hold each
 /// term, and how often each line shape recurs with other values.
 #[derive(Default)]
@@ -618,6 +638,135 @@ fn tool_lines(text: &str) -> impl Iterator<Item = &str> {
         .take(TOOL_LINES)
 }
 
+/// Where the span's words are said: for each key (a value-like piece or a content
+/// term, see [`reference_keys`]), the last message whose user or assistant statements
+/// hold it. A record (a tool's output line, a pasted log line) is kept only when a
+/// later message relies on it: names one of its values or rare terms.
+#[derive(Default)]
+struct Mentions {
+    last: HashMap<String, usize>,
+}
+
+impl Mentions {
+    /// The mentions in the statements of `messages` (filler and narration say nothing
+    /// about a record: "Pulling the next batch of logs.") and in the arguments of the
+    /// tool calls they make.
+    fn of(messages: &[&Message]) -> Mentions {
+        let mut last = HashMap::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.name() == Some(SUMMARY_NAME) || !(m.is_human() || m.is_ai()) {
+                continue;
+            }
+            let text = m.text();
+            for sentence in scoring::sentences(scoring::strip_label(&text, m.name())) {
+                let sentence = scoring::strip_chat_prefix(sentence);
+                if scoring::is_record(sentence) {
+                    continue;
+                }
+                let info = scoring::information(sentence);
+                if scoring::is_filler(sentence, &info, m.is_ai())
+                    || scoring::is_narration(sentence, &info)
+                {
+                    continue;
+                }
+                reference_keys(sentence, |k| {
+                    last.insert(k, i);
+                });
+            }
+            // A call made with a record's value relies on it (a path found, then read).
+            for call in m.tool_calls() {
+                pieces(&call.args.to_string(), |p| {
+                    last.insert(p.to_owned(), i);
+                });
+            }
+        }
+        Mentions { last }
+    }
+
+    /// True when a message after `index` mentions `key`.
+    fn after(&self, key: &str, index: usize) -> bool {
+        self.last.get(key).is_some_and(|&j| j > index)
+    }
+
+    /// True when a message after `index` relies on `line`: names one of its value-like
+    /// pieces, one of its terms rare in the session, or (`about`: the call's tool and
+    /// target) what it was about.
+    fn rely_on(&self, line: &str, about: &str, index: usize, stats: &Stats) -> bool {
+        let mut hit = false;
+        pieces(line, |p| hit |= self.after(p, index));
+        if hit {
+            return true;
+        }
+        scoring::terms(line, |t| {
+            hit |= stats.df.get(t).is_some_and(|e| e.0 <= RELIED_DF) && self.after(t, index);
+        });
+        if hit {
+            return true;
+        }
+        scoring::terms(about, |t| hit |= self.after(t, index));
+        hit
+    }
+}
+
+/// A term in at most this many sentences can show that a later one relies on a record.
+const RELIED_DF: u32 = 3;
+
+/// The keys a statement can name a record by: value-like pieces ([`pieces`]) and
+/// content terms.
+fn reference_keys(text: &str, mut each: impl FnMut(String)) {
+    pieces(text, |p| each(p.to_owned()));
+    scoring::terms(text, |t| each(t.to_owned()));
+}
+
+/// The value-like pieces of a text, lower-cased: runs between spaces and punctuation
+/// (`/ : = , ; ( ) [ ] { } " ' < >`) of four characters or more with a digit or an
+/// inner `-`, `_` or `.` (`build-5312`, `registry.acme.internal`, `9888605`).
+fn pieces(text: &str, mut each: impl FnMut(&str)) {
+    for raw in text.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '/' | ':'
+                    | '='
+                    | ','
+                    | ';'
+                    | '('
+                    | ')'
+                    | '['
+                    | ']'
+                    | '{'
+                    | '}'
+                    | '"'
+                    | '\''
+                    | '<'
+                    | '>'
+                    | '`'
+            )
+    }) {
+        let p = raw
+            .trim_end_matches(['.', '!', '?'])
+            .trim_start_matches(['#', '@']);
+        if p.len() < 4 {
+            continue;
+        }
+        let digit = p.bytes().any(|b| b.is_ascii_digit());
+        let joined = p.trim_matches(['-', '_', '.']).contains(['-', '_', '.']);
+        if digit || joined {
+            each(&p.to_lowercase());
+        }
+    }
+}
+
+/// True for a `key: value` line with a short value (`image: registry/x:build-5312`,
+/// `Not After: 2026-12-24 23:59:59 UTC`): a field of a record, not a sentence.
+fn is_field(line: &str) -> bool {
+    line.split_once(": ").is_some_and(|(key, value)| {
+        !key.is_empty()
+            && key.split_whitespace().count() <= 3
+            && value.split_whitespace().count() <= 4
+    })
+}
+
 /// Candidates from the span's messages.
 fn collect(
     messages: &[&Message],
@@ -629,7 +778,12 @@ fn collect(
     tools: &mut BTreeMap<String, (usize, usize)>,
 ) {
     let last = LastTurn::of(messages);
+    let mentions = Mentions::of(messages);
+    // The goal is the span's first user message, when it asks for something (a
+    // greeting states no goal, and a later message is not taken for one).
     let mut seen_goal = has_goal;
+    // The question the last message ended with, and whether the user asked it.
+    let mut asked: Option<(bool, String)> = None;
     for (index, m) in messages.iter().enumerate() {
         if m.name() == Some(SUMMARY_NAME) {
             continue;
@@ -639,16 +793,19 @@ fn collect(
         let source = Source {
             reference: &reference,
             id: m.id(),
+            index,
             per_item,
             stats,
+            mentions: &mentions,
         };
         match m.body() {
             MessageBody::Human(_) | MessageBody::System(_) => {
-                let text = m.text();
+                let full = m.text();
+                let text = scoring::strip_label(&full, m.name());
                 let human = m.is_human();
                 if human && !seen_goal {
                     seen_goal = true;
-                    if let Some(c) = goal_candidate(&text, &reference, order) {
+                    if let Some(c) = goal_candidate(text, &reference, order) {
                         out.push(c);
                         continue;
                     }
@@ -657,19 +814,33 @@ fn collect(
                     name: if human { "user" } else { "note" },
                     human,
                     open: human && Some(index) == last.human && !last.answered,
+                    asked: asked
+                        .as_ref()
+                        .filter(|(by_human, _)| human && !by_human)
+                        .map(|(_, q)| q.as_str()),
                 };
-                statements(&text, speaker, &source, order, out);
+                statements(text, speaker, &source, order, out);
+                asked = last_question(text).map(|q| (human, q));
             }
             MessageBody::Ai(_) => {
-                let text = m.text();
+                let full = m.text();
+                let text = scoring::strip_label(&full, m.name());
                 let open = Some(index) == last.ai_text
                     && !messages[index + 1..].iter().any(|m| m.is_human());
                 let speaker = Speaker {
                     name: "assistant",
                     human: false,
                     open,
+                    asked: asked
+                        .as_ref()
+                        .filter(|(by_human, _)| *by_human)
+                        .map(|(_, q)| q.as_str()),
                 };
-                statements(&text, speaker, &source, order, out);
+                statements(text, speaker, &source, order, out);
+                // A message with only tool calls answers nothing yet.
+                if !text.trim().is_empty() {
+                    asked = last_question(text).map(|q| (false, q));
+                }
             }
             MessageBody::Tool(t) => {
                 let (name, target) =
@@ -733,9 +904,19 @@ struct Source<'a> {
     reference: &'a Option<String>,
     /// The message's id.
     id: &'a str,
+    /// The message's position in the span.
+    index: usize,
     /// Maximum words of one line.
     per_item: usize,
     stats: &'a Stats,
+    mentions: &'a Mentions,
+}
+
+impl Source<'_> {
+    /// True when a later message relies on the record `line` (see [`Mentions`]).
+    fn relied_on(&self, line: &str, about: &str) -> bool {
+        self.mentions.rely_on(line, about, self.index, self.stats)
+    }
 }
 
 /// The goal line of the first user message, when it has one.
@@ -760,25 +941,120 @@ fn statements(
     out: &mut Vec<Candidate>,
 ) {
     for (k, sentence) in scoring::sentences(text).into_iter().enumerate() {
+        if k == 0
+            && let Some(question) = speaker.asked
+            && let Some(c) = answer(question, sentence, speaker, source, order)
+        {
+            out.push(c);
+            continue;
+        }
         statement(sentence, speaker, source, order + k.min(63), out);
     }
 }
 
-/// The goal: the first user message without its greetings, cut to [`GOAL_WORDS`].
+/// Words of a short answer at most: longer, the answer stands on its own.
+const ANSWER_WORDS: usize = 4;
+
+/// The last sentence of `text` when it is a question, without a chat prefix.
+fn last_question(text: &str) -> Option<String> {
+    let last = scoring::strip_chat_prefix(scoring::sentences(text).pop()?);
+    (last.ends_with('?') || last.ends_with('？')).then(|| last.to_owned())
+}
+
+/// A short answer to the other speaker's question ("Bach and Mozart.", "Yes, pin
+/// it."), written with the question it answers: alone it says nothing, together they
+/// are a preference or a decision. `None` when the answer is long enough to stand on
+/// its own, is a question, or the question names nothing.
+fn answer(
+    question: &str,
+    sentence: &str,
+    speaker: Speaker<'_>,
+    source: &Source<'_>,
+    order: usize,
+) -> Option<Candidate> {
+    let reply = scoring::compress(scoring::strip_chat_prefix(sentence));
+    let words = grouping::count_words(&reply);
+    if words == 0
+        || words > ANSWER_WORDS
+        || reply.ends_with('?')
+        || reply.ends_with('？')
+        || scoring::is_record(&reply)
+    {
+        return None;
+    }
+    let asked = scoring::information(question);
+    if (!scoring::substantive(&asked) && asked.cues == 0 && asked.content < 2)
+        || scoring::is_small_talk(question, &asked)
+    {
+        return None; // "How have you been?": small talk
+    }
+    // "Yes." and "No." answer; "Will do." and "Checking." only acknowledge.
+    let mine = scoring::information(&reply);
+    let first = reply
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .next()
+        .unwrap_or("")
+        .to_lowercase();
+    let affirms = matches!(
+        first.as_str(),
+        "yes" | "yeah" | "yep" | "yup" | "no" | "nope" | "correct" | "exactly" | "agreed"
+    );
+    let says = scoring::substantive(&mine) || mine.content > 0 || scoring::names(&reply);
+    if !affirms && (!says || scoring::is_narration(&reply, &mine)) {
+        return None;
+    }
+    let info = scoring::information(&format!("{question} {reply}"));
+    let asker = if speaker.human { "assistant" } else { "user" };
+    let text = first_words(
+        &format!("{asker} asked: {question} {}: {reply}", speaker.name),
+        source.per_item,
+    );
+    let base = if speaker.human { USER } else { ASSISTANT };
+    let mut c = Candidate::new(
+        Line {
+            section: Section::Facts,
+            reference: source.reference.clone(),
+            text,
+        },
+        &info,
+        base + 1,
+        order,
+    );
+    c.id = Some(source.id.to_owned());
+    c.subject = scoring::subject(&reply);
+    Some(c)
+}
+
+/// The goal: a user message without its greetings and small talk, cut to
+/// [`GOAL_WORDS`]; `None` when nothing is left (a greeting states no goal).
 fn goal_text(text: &str) -> Option<String> {
     let kept: Vec<&str> = scoring::sentences(text)
         .into_iter()
         .filter(|s| {
+            let s = scoring::strip_chat_prefix(s);
             let info = scoring::information(s);
-            !scoring::is_filler(s, &info, false) || s.ends_with('?')
+            let question = s.ends_with('?') || s.ends_with('？');
+            !(scoring::is_filler(s, &info, false)
+                || scoring::is_exclamation(s, &info)
+                || scoring::is_remark(&scoring::compress(s), &info)
+                // About the speaker, the listener or something unnamed, asking and
+                // naming nothing ("They've been there for me for 4 years.").
+                || (scoring::opens_with_pronoun(&scoring::compress(s))
+                    && info.cues == 0
+                    && !question
+                    && !info.values.iter().any(|(k, _)| {
+                        !matches!(
+                            k,
+                            Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Quantity
+                        )
+                    }))
+                || scoring::is_past_narration(s, &info)
+                || scoring::is_record(s)
+                || (question && info.is_empty() && info.content < 2)
+                || (question && scoring::is_small_talk(s, &info)))
         })
         .collect();
-    // A first message that is all filler by these rules is still the user's opening.
-    let goal = if kept.is_empty() {
-        first_words(text, GOAL_WORDS)
-    } else {
-        first_words(&kept.join(" "), GOAL_WORDS)
-    };
+    let goal = first_words(&kept.join(" "), GOAL_WORDS);
     (!goal.is_empty()).then_some(goal)
 }
 
@@ -789,6 +1065,8 @@ struct Speaker<'a> {
     human: bool,
     /// The sentence is part of the last, unanswered turn.
     open: bool,
+    /// The other speaker's question this message may answer.
+    asked: Option<&'a str>,
 }
 
 /// One sentence of the user (or the assistant, or a system note) as a candidate.
@@ -806,6 +1084,7 @@ fn statement(
         name: speaker,
         human,
         open,
+        ..
     } = speaker;
     let Judged {
         sentence,
@@ -813,9 +1092,17 @@ fn statement(
         rare,
         question,
         empty,
+        record,
     } = judged;
+    // A pasted record (a log line, a row, JSON) is evidence, not a statement: it goes
+    // in only when a later message relies on it, and weighs what a tool's line does.
+    if record && !(question && open) && !source.relied_on(&sentence, "") {
+        return;
+    }
     let text = first_words(&sentence, source.per_item);
-    let (section, text, base) = if question {
+    let (section, text, base) = if record && !question {
+        (Section::Facts, format!("{speaker}: {text}"), TOOL)
+    } else if question {
         if open {
             let base = if human { USER + 2 } else { 1 };
             (Section::Open, format!("{speaker} asked: {text}"), base)
@@ -847,8 +1134,7 @@ fn statement(
         c.score = base + info.score() / 2;
     }
     if empty && section != Section::Open {
-        // Nothing recognisable: kept only when the budget has room to spare.
-        c.score = if human { 1 } else { 0 };
+        return; // nothing recognisable: a narrow summary leaves the room unused
     }
     if c.score > 0 {
         c.subject = scoring::subject(&sentence);
@@ -866,7 +1152,13 @@ struct Judged {
     question: bool,
     /// No value, cue or rare terms to speak of.
     empty: bool,
+    /// Machine output pasted into a message ([`scoring::is_record`]).
+    record: bool,
 }
+
+/// Content words a statement with no cue and no value needs to be one ("The mobile
+/// team is frozen."); fewer, it is a remark.
+const PLAIN_CONTENT: u32 = 3;
 
 /// What a sentence says, or `None` when it is worth no line: a repeated report, an
 /// assistant sentence with nothing in it, a past question naming little, filler,
@@ -879,22 +1171,57 @@ fn judge(sentence: &str, speaker: Speaker<'_>, stats: &Stats) -> Option<Judged> 
     if stats.noise(sentence) && !open {
         return None; // a report repeated with other values: a status line, not a fact
     }
+    let record = scoring::is_record(sentence);
     let sentence = scoring::compress(sentence);
     let info = scoring::information(&sentence);
     let rare = stats.rare(&sentence);
     let question = sentence.ends_with('?') || sentence.ends_with('？');
     let empty = info.is_empty() && rare < 2;
-    if empty && !(human || open) {
-        return None; // an assistant sentence with nothing in it: no line, whatever it says
+    let kept_open = question && open;
+    if record {
+        // Judged by whether a later message relies on it (see `statement`).
+        return Some(Judged {
+            sentence,
+            info,
+            rare,
+            question,
+            empty,
+            record,
+        });
+    }
+    if empty && !kept_open {
+        return None; // nothing in it: no line, whoever says it
     }
     if question && !open && info.score() < 4 {
         return None;
     }
-    if (scoring::is_filler(&sentence, &info, !human)
+    // Filler by its shape: two words with no value, an acknowledgement, a greeting or
+    // compliment shouted, a story about the past, narration of one's own work, an
+    // announcement of what follows, a remark without content words.
+    // Scripts without spaces have no words to count.
+    let spaced = !sentence.chars().any(scoring::is_cjk);
+    // A hyphenated word alone ("Breath-taking.") is an exclamation, not a name.
+    let short = spaced
+        && grouping::count_words(&sentence) <= 2
+        && info.values.iter().all(|(k, _)| {
+            matches!(
+                k,
+                Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Name
+            )
+        });
+    let plain = spaced
+        && info.is_empty()
+        && (info.content < PLAIN_CONTENT || scoring::opens_with_pronoun(&sentence));
+    if (short
+        || plain
+        || scoring::is_filler(&sentence, &info, !human)
+        || scoring::is_exclamation(&sentence, &info)
+        || scoring::is_past_narration(&sentence, &info)
+        || scoring::is_remark(&sentence, &info)
         || sentence.ends_with(':')
         || scoring::is_narration(&sentence, &info)
         || slight(&sentence, &info, rare))
-        && !(question && open)
+        && !kept_open
     {
         return None;
     }
@@ -904,6 +1231,7 @@ fn judge(sentence: &str, speaker: Speaker<'_>, stats: &Stats) -> Option<Judged> 
         rare,
         question,
         empty,
+        record,
     })
 }
 
@@ -919,6 +1247,7 @@ fn past_question(
     let info = Information {
         cues: 0,
         values: info.values.clone(),
+        content: info.content,
     };
     let mut c = Candidate::new(
         Line {
@@ -942,6 +1271,19 @@ struct Call<'a> {
     name: &'a str,
     target: &'a str,
     failed: bool,
+}
+
+impl Call<'_> {
+    /// What the call was about, as a later message may name it: the last part of the
+    /// tool's name (`check_disk`: disk) and its target.
+    fn about(&self) -> String {
+        let object = self
+            .name
+            .rsplit(['_', '-', '.'])
+            .next()
+            .unwrap_or(self.name);
+        format!("{object} {}", self.target)
+    }
 }
 
 /// The lines of a tool result worth a place, as `name target returned: line` (or
@@ -1020,6 +1362,15 @@ fn outcome_lines(
         if source.stats.noise(line) && !error {
             continue;
         }
+        // A record (a field, a row, a log line) goes in only when a later message
+        // relies on it; a sentence the tool writes ("Created incident INC-7.") and a
+        // failure's error line are outcomes.
+        if !error
+            && (scoring::is_record(line) || is_field(line))
+            && !source.relied_on(line, &call.about())
+        {
+            continue;
+        }
         let shown = first_words(line, source.per_item.min(TOOL_WORDS));
         let info = scoring::information(&shown);
         let rare = source.stats.rare(&shown);
@@ -1066,7 +1417,10 @@ fn whole_answer(
     } else {
         String::new()
     };
-    if joined.is_empty() || grouping::count_words(&joined) > TOOL_WORDS {
+    if joined.is_empty()
+        || grouping::count_words(&joined) > TOOL_WORDS
+        || !source.relied_on(&joined, &call.about())
+    {
         return None;
     }
     let info = scoring::information(&joined);
@@ -1331,45 +1685,73 @@ fn with_full_references(chosen: Vec<(usize, Option<String>, Line)>) -> Vec<Line>
 fn corrections(candidates: &mut [Candidate]) -> Vec<bool> {
     let n = candidates.len();
     let mut replaced = vec![false; n];
-    let mut latest: HashMap<u64, usize> = HashMap::new();
+    // Per value shape, the candidates holding one, oldest first.
+    let mut history: HashMap<u64, Vec<usize>> = HashMap::new();
     for i in 0..n {
         if candidates[i].goal {
             continue;
         }
         let key = tool_key(&candidates[i].line.text);
-        if candidates[i].correction || key.is_some() {
+        // Only someone speaking corrects with words: a tool's output saying "switch" (a
+        // commit message, a log line) is data about something else.
+        let spoken = tool_of_line(&candidates[i].line.text).is_none();
+        let changing = spoken
+            && !candidates[i].correction
+            && !candidates[i].shaped.is_empty()
+            && changes(speech(&candidates[i].line.text));
+        let topic = if (spoken && candidates[i].correction) || changing || key.is_some() {
+            topic(&candidates[i].line.text)
+        } else {
+            BTreeSet::new()
+        };
+        let says = spoken && (candidates[i].correction || (changing && !topic.is_empty()));
+        if says || key.is_some() {
             let mut was: Option<String> = None;
+            // A correction that names what it corrects replaces a value of the same
+            // subject only, the newest one with a word of the subject in common ("bump
+            // the request timeout to 90 s" after "set the request timeout to 30 s",
+            // whatever values of the kind were said between). One that names nothing
+            // ("change of plan: eu-west-3 instead") replaces the newest value of its
+            // kind; so does a tool's `key: value`.
+            let named = says && !topic.is_empty();
             for (shape, value) in &candidates[i].shaped {
-                let Some(&j) = latest.get(shape) else {
+                let Some(earlier) = history.get(shape) else {
+                    continue;
+                };
+                let look = if named { CORRECTION_LOOK_BACK } else { 1 };
+                let found = earlier.iter().rev().take(look).copied().find(|&j| {
+                    let o = &candidates[j];
+                    let c = &candidates[i];
+                    if replaced[j] || o.shaped.iter().any(|(_, v)| v == value) {
+                        return false;
+                    }
+                    // Without a word saying it corrects, two statements about subjects
+                    // with no word in common are about two things ("the ledger-api TTL"
+                    // and "the billing pool size").
+                    if !says
+                        && let (Some(a), Some(b)) = (&c.subject, &o.subject)
+                        && !a.split(' ').any(|w| b.split(' ').any(|x| x == w))
+                    {
+                        return false;
+                    }
+                    if named && !same_topic(&topic, &self::topic(&o.line.text)) {
+                        return false;
+                    }
+                    // A tool's `key: value` corrects what someone said about the key,
+                    // not the same tool's earlier output (a poll is not a correction).
+                    let said = tool_of_line(&o.line.text).is_none();
+                    (says && (said || key.is_none()))
+                        || (said && key.as_deref().is_some_and(|k| mentions(&o.line.text, k)))
+                });
+                let Some(j) = found else {
                     continue;
                 };
                 let o = &candidates[j];
-                if replaced[j] || o.shaped.iter().any(|(_, v)| v == value) {
-                    continue;
-                }
-                let c = &candidates[i];
-                // Without a word saying it corrects, two statements about subjects with
-                // no word in common are about two things ("the ledger-api TTL" and "the
-                // billing pool size").
-                if !c.correction
-                    && let (Some(a), Some(b)) = (&c.subject, &o.subject)
-                    && !a.split(' ').any(|w| b.split(' ').any(|x| x == w))
-                {
-                    continue;
-                }
-                // A tool's `key: value` corrects what someone said about the key, not
-                // the same tool's earlier output (a poll is not a correction).
-                let said = tool_of_line(&o.line.text).is_none();
-                if !(c.correction && (said || key.is_none()))
-                    && !(said && key.as_deref().is_some_and(|k| mentions(&o.line.text, k)))
-                {
-                    continue;
-                }
                 let Some((_, old)) = o.shaped.iter().find(|(s, _)| s == shape) else {
                     continue;
                 };
-                replaced[j] = true;
                 was = Some(as_written(&o.line.text, old));
+                replaced[j] = true;
             }
             if was.is_some() {
                 let c = &mut candidates[i];
@@ -1378,10 +1760,56 @@ fn corrections(candidates: &mut [Candidate]) -> Vec<bool> {
             }
         }
         for (shape, _) in &candidates[i].shaped {
-            latest.insert(*shape, i);
+            history.entry(*shape).or_default().push(i);
         }
     }
     replaced
+}
+
+/// Earlier values of its kind a correction naming its subject looks through.
+const CORRECTION_LOOK_BACK: usize = 16;
+
+/// What a line is about: its content terms (see [`scoring::terms`]) other than the
+/// words that say it corrects or changes something ("change of plan", "switch",
+/// "bump") and units, so "Change of plan: eu-west-3 instead." is about nothing named
+/// and "Bump the request timeout to 90 seconds." about the request timeout.
+fn topic(text: &str) -> BTreeSet<String> {
+    let body = without_was(speech(text));
+    let info = scoring::information(body);
+    let mut out = BTreeSet::new();
+    scoring::topic_terms(body, |t| {
+        // A value's own words (`release/26.11`, a person) are what changes, not what;
+        // a hyphenated or underscored name (`request_timeout`) names the subject.
+        if !CORRECTIONS.contains(&t)
+            && !CHANGES.contains(&t)
+            && !matches!(t, "change" | "plan")
+            && !info
+                .values
+                .iter()
+                .any(|(k, v)| *k != Entity::Name && v.contains(t))
+        {
+            out.insert(t.to_owned());
+        }
+    });
+    // Hyphenated words whole (`cut-over`, `on-call`): their halves are short or common.
+    for w in body.split_whitespace() {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+        if w.contains('-') && w.chars().all(|c| c.is_alphabetic() || c == '-') {
+            out.insert(w.to_lowercase().replace('-', ""));
+        }
+    }
+    out
+}
+
+/// True when two topics share a word, a plural or a short inflection counting as the
+/// same ("export" and "exports").
+fn same_topic(a: &BTreeSet<String>, b: &BTreeSet<String>) -> bool {
+    a.iter().any(|x| {
+        b.iter().any(|y| {
+            let (short, long) = if x.len() <= y.len() { (x, y) } else { (y, x) };
+            long.starts_with(short.as_str()) && long.len() - short.len() <= 2 && short.len() >= 4
+        })
+    })
 }
 
 /// The key of a tool-output line `name returned: key: value` (or `key = value`).

@@ -57,6 +57,9 @@ pub(crate) struct Information {
     pub cues: u8,
     /// The values found, lower-cased, in order of appearance.
     pub values: Vec<(Entity, String)>,
+    /// Content words: lower-case words of four letters or more that are neither
+    /// function words, cue words, intensifiers nor units (what a cue applies to).
+    pub content: u32,
 }
 
 impl Information {
@@ -399,6 +402,7 @@ const NOT_PROPER: &[&str] = &[
     "Yes",
     "No",
     "Hi",
+    "Hey",
     "Hello",
     "Thanks",
     "Sure",
@@ -477,6 +481,22 @@ const ACKS: &[&str] = &[
     "ok carry on",
     "carry on",
 ];
+/// Words that open a social act rather than a statement.
+const SOCIAL: &[&str] = &[
+    "thanks",
+    "thank",
+    "thx",
+    "congrats",
+    "congratulations",
+    "sorry",
+    "hey",
+    "hi",
+    "hello",
+    "bye",
+    "goodbye",
+    "welcome",
+    "cheers",
+];
 /// Openings of an assistant sentence that announce work instead of stating anything.
 const INTENT_OPENINGS: &[&str] = &[
     "let me",
@@ -493,10 +513,10 @@ const INTENT_OPENINGS: &[&str] = &[
 /// Words at the start of a sentence that carry no meaning in a summary.
 const DISCOURSE: &[&str] = &[
     "okay", "ok", "so", "btw", "oh", "also", "anyway", "well", "right", "sure", "great", "yes",
-    "yeah", "hmm", "and",
+    "yeah", "hmm", "and", "wow",
 ];
 /// Verbs that announce a new value for a subject ("set the TTL to ...").
-const CHANGE_VERBS: &[&str] = &[
+pub(crate) const CHANGE_VERBS: &[&str] = &[
     "set",
     "change",
     "changed",
@@ -641,6 +661,16 @@ fn is_date_or_time(t: &str, lower: &str) -> bool {
 }
 
 fn is_identifier(t: &str) -> Option<Entity> {
+    // An ordinal (`18th`, `2nd`) is a number.
+    let digits_end = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits_end > 0
+        && matches!(
+            t[digits_end..].to_ascii_lowercase().as_str(),
+            "st" | "nd" | "rd" | "th"
+        )
+    {
+        return None;
+    }
     let letters = t.chars().any(|c| c.is_ascii_alphabetic());
     let digits = t.chars().any(|c| c.is_ascii_digit());
     let joined = t.contains(['-', '_']) || t.starts_with('#');
@@ -733,10 +763,86 @@ pub(crate) fn information(sentence: &str) -> Information {
         tokens.push(t);
         lower.push(&lowered[start..start + t.len()]);
     }
-    Information {
-        cues: sentence_cues(sentence, &lower),
-        values: sentence_values(&raw, &tokens, &lower),
+    let values = sentence_values(&raw, &tokens, &lower);
+    let content = content_words(&tokens, &lower);
+    let mut cues = sentence_cues(sentence, &lower);
+    // A cue with nothing it applies to ("Totally agree!", "There's something I want to
+    // tell you.") is no rule, decision or requirement. Scripts without spaces have no
+    // words to count.
+    let valued = values
+        .iter()
+        .any(|(k, _)| !matches!(k, Entity::Number | Entity::Acronym));
+    if content == 0 && !valued && !sentence.chars().any(is_cjk) {
+        cues = 0;
     }
+    // "No X ..." opening a sentence forbids X ("No customer data leaves the region",
+    // "no long essays"); "No, ..." answers and "No doubts." says nothing.
+    if (content >= 2 || valued) && raw.first().is_some_and(|w| w.eq_ignore_ascii_case("no")) {
+        cues |= RULE;
+    }
+    Information {
+        cues,
+        values,
+        content,
+    }
+}
+
+/// Words that say how much, not what: intensifiers and vague pronouns.
+const VAGUE: &[&str] = &[
+    "totally",
+    "really",
+    "actually",
+    "definitely",
+    "absolutely",
+    "completely",
+    "truly",
+    "super",
+    "pretty",
+    "quite",
+    "something",
+    "anything",
+    "everything",
+    "nothing",
+    "someone",
+    "anyone",
+    "everyone",
+    "somebody",
+    "anybody",
+    "everybody",
+    "thing",
+    "things",
+    "stuff",
+    "kind",
+    "lots",
+    "even",
+    "ever",
+    "mean",
+];
+
+/// How many content words the sentence has (see [`Information::content`]): `tokens`
+/// trimmed as written (a capitalised word is a name, an address or an opening, not
+/// counted), `lower` the same lower-cased.
+fn content_words(tokens: &[&str], lower: &[&str]) -> u32 {
+    let mut n = 0;
+    for (t, l) in tokens.iter().zip(lower) {
+        let letters = t.chars().filter(|c| c.is_alphabetic()).count();
+        if letters < 4
+            || !t
+                .chars()
+                .all(|c| (c.is_alphabetic() && !c.is_uppercase()) || c == '\'' || c == '-')
+            || VAGUE.contains(l)
+        {
+            continue;
+        }
+        let class = word_classes(l);
+        if class & (W_COMMON | W_RULE | W_DECISION | W_REQUIREMENT | W_DATETIME | W_UNIT) == 0
+            && !NARRATION.contains(l)
+            && !CHANGE_VERBS.contains(l)
+        {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The [`RULE`], [`DECISION`] and [`REQUIREMENT`] bits of a sentence (CJK spaced),
@@ -762,7 +868,7 @@ fn sentence_cues(sentence: &str, lower: &[&str]) -> u8 {
         let pair = |pairs: &[(&str, &str)]| {
             class & W_PAIR != 0 && pairs.iter().any(|(a, b)| l == *a && next == *b)
         };
-        if class & W_RULE != 0 || pair(RULE_PAIRS) {
+        if (class & W_RULE != 0 || pair(RULE_PAIRS)) && directive(lower, i) {
             cues |= RULE;
         }
         if class & W_DECISION != 0 || pair(DECISION_PAIRS) {
@@ -773,6 +879,60 @@ fn sentence_cues(sentence: &str, lower: &[&str]) -> u8 {
         }
     }
     cues
+}
+
+/// Frequency adverbs that are rule words only where they direct ("Never restart it",
+/// "we always tag releases"), not where they describe ("I've always liked it", "it's
+/// not always easy").
+const FREQUENCY: &[&str] = &[
+    "always", "never", "immer", "nie", "niemals", "nunca", "siempre",
+];
+/// Words after which a frequency adverb directs: a subject that binds a group, a modal,
+/// a conjunction joining it to a directive.
+const DIRECTING: &[&str] = &[
+    "we", "you", "must", "should", "shall", "please", "to", "will", "then", "so",
+];
+/// Negated modals: a rule when they bind someone ("we can't ship it", "don't restart"),
+/// not when the speaker says what they cannot do or know ("I can't wait", "I don't
+/// know").
+const NEGATED: &[&str] = &["don't", "can't", "cannot", "mustn't", "do"];
+
+/// True when the rule word at `i` of the lower-cased tokens directs rather than
+/// describes: a frequency adverb opening the sentence or after [`DIRECTING`], a negated
+/// modal not after "I", and "must" not in "must have been" (a guess about the past).
+fn directive(lower: &[&str], i: usize) -> bool {
+    let l = lower[i];
+    let prev = if i > 0 { lower[i - 1] } else { "" };
+    if FREQUENCY.contains(&l) {
+        // "Never saw this coming": a story, not a rule.
+        let next = lower.get(i + 1).copied().unwrap_or("");
+        if PAST.contains(&next)
+            || (next.len() > 4 && next.ends_with("ed") && !next.ends_with("eed"))
+        {
+            return false;
+        }
+        return i == 0
+            || DIRECTING.contains(&prev)
+            || word_classes(prev) & (W_RULE | W_REQUIREMENT) != 0;
+    }
+    if NEGATED.contains(&l) {
+        // "Can't wait to see it.": the speaker, unnamed.
+        let unnamed = i == 0 && matches!(l, "can't" | "cannot");
+        return prev != "i" && !unnamed;
+    }
+    if l == "must" || l == "must've" {
+        let next = lower.get(i + 1).copied().unwrap_or("");
+        let then = lower.get(i + 2).copied().unwrap_or("");
+        // "You must have a badge" binds; "they must have felt it" guesses.
+        let perfect = l == "must've"
+            || (next == "have"
+                && !matches!(
+                    then,
+                    "a" | "an" | "the" | "your" | "our" | "their" | "this" | "that" | "no"
+                ));
+        return !perfect;
+    }
+    true
 }
 
 /// The values of a sentence, lower-cased, in order: classified tokens, numbers with
@@ -820,10 +980,12 @@ fn sentence_values(raw: &[&str], tokens: &[&str], lower: &[&str]) -> Vec<(Entity
         // Two or more capitalised words, not opening the sentence with a common word.
         if is_capitalised(t) && !NOT_PROPER.contains(&t) && !t.starts_with("I'") {
             let mut j = i + 1;
+            // A day or a month is a date, not part of a name ("Last Friday").
             while j < tokens.len()
                 && is_capitalised(tokens[j])
                 && !NOT_PROPER.contains(&tokens[j])
                 && !tokens[j].starts_with("I'")
+                && word_classes(lower[j]) & W_DATETIME == 0
             {
                 // A sentence break or a comma ends a name.
                 if raw[j - 1].ends_with(['.', ',', ';', ':']) {
@@ -862,7 +1024,23 @@ const ACK_MAX_WORDS: usize = 5;
 
 /// True for an acknowledgement, a greeting, or an announcement of work with nothing in it.
 pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> bool {
-    if !info.is_empty() {
+    // Thanking, congratulating, apologising, greeting, taking leave: a social act
+    // whatever follows ("Thanks for the support.", "Bye Sam."), a name in it being whom
+    // it is addressed to.
+    let social = sentence
+        .split_whitespace()
+        .next()
+        .is_some_and(|w| SOCIAL.contains(&plain_word(w).as_str()));
+    let addressed = info.values.iter().all(|(k, _)| {
+        matches!(
+            k,
+            Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Proper
+        )
+    });
+    if social && addressed && info.cues == 0 {
+        return true;
+    }
+    if substantive(info) {
         return false;
     }
     // Only the first words decide (an acknowledgement has at most ACK_MAX_WORDS, an
@@ -880,6 +1058,10 @@ pub(crate) fn is_filler(sentence: &str, info: &Information, assistant: bool) -> 
     let p = words.join(" ");
     if words.is_empty() || (words.len() <= ACK_MAX_WORDS && ACKS.contains(&p.as_str())) {
         return true;
+    }
+    // Past the acknowledgements, a sentence with a cue is judged by its cue.
+    if !info.is_empty() {
+        return false;
     }
     if words.len() <= 3 {
         return true;
@@ -929,6 +1111,203 @@ pub(crate) fn is_narration(sentence: &str, info: &Information) -> bool {
         .unwrap_or_default();
     // An opening gerund narrates too ("Pulling the next batch of logs.").
     NARRATION.contains(&first.as_str()) || (first.len() > 5 && first.ends_with("ing"))
+}
+
+/// True when `text` names someone or something: a capitalised word of three letters or
+/// more that is no function, cue, social or discourse word ("Bach and Mozart.", not
+/// "Will do." or "Sure, checking.").
+pub(crate) fn names(text: &str) -> bool {
+    text.split_whitespace().any(|w| {
+        let t = trim_token(w);
+        let p = plain_word(t);
+        t.chars().next().is_some_and(char::is_uppercase)
+            && p.chars().count() >= 3
+            && word_classes(&p) == 0
+            && !NARRATION.contains(&p.as_str())
+            && !SOCIAL.contains(&p.as_str())
+            && !DISCOURSE.contains(&p.as_str())
+            && !ACKS.contains(&p.as_str())
+            && !NOT_PROPER.contains(&t)
+    })
+}
+
+/// Past-tense markers: auxiliaries and the commonest irregular verbs, and words that
+/// place a sentence in the past.
+const PAST: &[&str] = &[
+    "was",
+    "were",
+    "had",
+    "did",
+    "didn't",
+    "wasn't",
+    "weren't",
+    "hadn't",
+    "went",
+    "got",
+    "made",
+    "took",
+    "came",
+    "felt",
+    "found",
+    "met",
+    "told",
+    "thought",
+    "saw",
+    "ran",
+    "gave",
+    "yesterday",
+    "ago",
+    "been",
+];
+
+/// True for a value a line can be about: anything but a bare number, an acronym, or a
+/// date or time alone ("last Saturday" places an event; it is not what a summary keeps).
+pub(crate) fn substantive(info: &Information) -> bool {
+    info.values
+        .iter()
+        .any(|(k, _)| !matches!(k, Entity::Number | Entity::Acronym | Entity::DateTime))
+}
+
+/// Pronouns a sentence may open with: its subject is the speaker, the listener, or
+/// something said before ("it", "that"), which an extractive summary cannot resolve.
+const PRONOUNS: &[&str] = &[
+    "i", "i'm", "i've", "i'd", "i'll", "you", "you're", "you've", "you'd", "you'll", "it", "it's",
+    "that", "that's", "this", "these", "those", "they", "they're", "he", "she", "he's", "she's",
+    "there", "there's", "your", "they've", "they'd", "they'll", "it'll", "that'll",
+];
+
+/// Intensifiers: a sentence with one and nothing else to hold on to rates something
+/// ("The colours really blend nicely.") rather than stating it.
+const INTENSIFIERS: &[&str] = &[
+    "really",
+    "very",
+    "totally",
+    "super",
+    "pretty",
+    "quite",
+    "such",
+    "absolutely",
+    "truly",
+];
+
+/// True for a remark rather than a statement: it opens with a pronoun ([`PRONOUNS`])
+/// or rates with an intensifier ([`INTENSIFIERS`]), and holds no cue and no value but
+/// a hyphenated word ("self-care"), dates and numbers.
+pub(crate) fn is_remark(sentence: &str, info: &Information) -> bool {
+    // A cue with one content word at most, after a pronoun, tells nothing ("There's
+    // something I want to tell you.").
+    if (info.cues != 0 && !(info.content <= 1 && opens_with_pronoun(sentence)))
+        || info.values.iter().any(|(k, _)| {
+            !matches!(
+                k,
+                Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Name
+            )
+        })
+    {
+        return false;
+    }
+    opens_with_pronoun(sentence)
+        || sentence
+            .split_whitespace()
+            .any(|w| INTENSIFIERS.contains(&plain_word(w).as_str()))
+}
+
+/// True when the sentence's first word is one of [`PRONOUNS`]: without a cue or a
+/// value, such a sentence is a remark about the speaker, the listener or something
+/// unnamed ("It was so powerful.", "That sounds lovely.", "I'm so happy for you.").
+pub(crate) fn opens_with_pronoun(sentence: &str) -> bool {
+    sentence
+        .split_whitespace()
+        .next()
+        .map(plain_word)
+        .is_some_and(|w| PRONOUNS.contains(&w.as_str()))
+}
+
+/// True for small talk: a question to the listener ("How have you been?", "Anything
+/// exciting happening for you?") with no cue, no value and fewer than three content
+/// words.
+pub(crate) fn is_small_talk(question: &str, info: &Information) -> bool {
+    info.cues == 0
+        && !substantive(info)
+        && info.content < 3
+        && question.split_whitespace().any(|w| {
+            matches!(
+                plain_word(w).as_str(),
+                "you" | "your" | "you're" | "you've" | "how're" | "ya"
+            )
+        })
+}
+
+/// True for a story about the past with nothing to act on: no cue, no value but dates
+/// and numbers, and a past-tense marker ("I went to a support group yesterday", "we
+/// painted it together"). What happened stays reachable through recall; a summary keeps
+/// what holds now.
+pub(crate) fn is_past_narration(sentence: &str, info: &Information) -> bool {
+    if info.cues != 0 || substantive(info) {
+        return false;
+    }
+    let words: Vec<String> = sentence.split_whitespace().map(plain_word).collect();
+    words.iter().enumerate().any(|(i, w)| {
+        PAST.contains(&w.as_str())
+            || (matches!(w.as_str(), "i" | "we" | "have" | "has" | "had")
+                && words
+                    .get(i + 1)
+                    .is_some_and(|v| v.len() > 4 && v.ends_with("ed")))
+    })
+}
+
+/// True for an exclamation with nothing in it but feeling ("Congrats, that's amazing!",
+/// "let's make it happen!"): it ends with `!` and holds no value but dates and numbers.
+/// A prohibition shouted is still a rule ("Never restart it!").
+pub(crate) fn is_exclamation(sentence: &str, info: &Information) -> bool {
+    // A name in an exclamation is whom it is shouted at ("Congrats Sam!").
+    let valued = info.values.iter().any(|(k, _)| {
+        !matches!(
+            k,
+            Entity::Number | Entity::Acronym | Entity::DateTime | Entity::Proper
+        )
+    });
+    if !sentence.trim_end().ends_with('!') || valued {
+        return false;
+    }
+    let first = sentence
+        .split_whitespace()
+        .next()
+        .map(plain_word)
+        .unwrap_or_default();
+    !(info.cues & RULE != 0 && word_classes(&first) & (W_RULE | W_PAIR) != 0)
+}
+
+/// True for a line of machine output rather than something said: a log record, JSON
+/// or markup, `key=value` fields, a table row, or a line of few plain words (ids,
+/// numbers, paths). Such a line is evidence, kept only when a later message relies on it.
+pub(crate) fn is_record(line: &str) -> bool {
+    let line = line.trim();
+    if is_log_record(line) || line.starts_with(['{', '[', '<', '"', '|']) {
+        return true;
+    }
+    let mut tokens = 0usize;
+    let mut plain = 0usize;
+    let mut fields = 0usize;
+    for t in line.split_whitespace() {
+        tokens += 1;
+        let core = trim_token(t);
+        if !core.is_empty()
+            && core
+                .chars()
+                .all(|c| c.is_alphabetic() || c == '\'' || c == '-')
+        {
+            plain += 1;
+        }
+        if let Some((k, v)) = core.split_once('=')
+            && !k.is_empty()
+            && !v.is_empty()
+            && !v.starts_with('=')
+        {
+            fields += 1;
+        }
+    }
+    fields >= 2 || line.matches(" | ").count() >= 2 || (tokens >= 4 && plain * 5 < tokens * 2)
 }
 
 /// The sentence without opening discourse words ("Okay, ...", "btw ...") and without
@@ -1086,6 +1465,43 @@ pub(crate) fn strip_chat_prefix(line: &str) -> &str {
     }
 }
 
+/// A message's text without the labels a chat export puts before it: a time stamp
+/// with a speaker (`1:56 pm on 8 May, 2023: Sam: `, `[09:12] Sam: `), or the speaker's
+/// own name (`Sam: ` in a message named `Sam`). A stamp alone stays: a date at the start
+/// of a sentence may be what it says.
+pub(crate) fn strip_label<'a>(text: &'a str, name: Option<&str>) -> &'a str {
+    let rest = text.trim_start();
+    let named = |s: &'a str| -> Option<&'a str> {
+        let (label, after) = s.split_once(": ")?;
+        let is_name = name.is_some_and(|n| !n.is_empty() && n == label)
+            || (label.split_whitespace().count() <= 2
+                && label.split_whitespace().all(|w| {
+                    w.chars().next().is_some_and(char::is_uppercase)
+                        && w.chars().skip(1).all(|c| c.is_alphabetic() || c == '-')
+                }));
+        is_name.then_some(after)
+    };
+    if let Some((head, after)) = rest.split_once(": ")
+        && head.len() <= 40
+        && head.bytes().any(|b| b.is_ascii_digit())
+        && {
+            let mut dated = true;
+            terms(head, |t| dated &= word_classes(t) & W_DATETIME != 0);
+            dated
+        }
+        && let Some(said) = named(after)
+    {
+        return said;
+    }
+    if let Some(n) = name
+        && !n.is_empty()
+        && let Some(said) = rest.strip_prefix(n).and_then(|r| r.strip_prefix(": "))
+    {
+        return said;
+    }
+    text
+}
+
 fn is_stamp(s: &str) -> bool {
     let b = s.as_bytes();
     (5..=8).contains(&b.len())
@@ -1182,6 +1598,20 @@ pub(crate) fn terms(text: &str, mut each: impl FnMut(&str)) {
     if !word.starts_with('0') {
         flush_word(&mut word, &mut each);
     }
+}
+
+/// The content terms of a text ([`terms`]) that can name a subject: without cue
+/// words, change verbs ("set", "bump"), units, days, months and time zones.
+pub(crate) fn topic_terms(text: &str, mut each: impl FnMut(&str)) {
+    terms(text, |t| {
+        let class = word_classes(t);
+        if class & (W_RULE | W_DECISION | W_REQUIREMENT | W_UNIT | W_DATETIME) == 0
+            && !CHANGE_VERBS.contains(&t)
+            && !VAGUE.contains(&t)
+        {
+            each(t);
+        }
+    });
 }
 
 /// True for a log record: a line that opens with a date and time (`2026-11-30T08:12:01Z

@@ -314,3 +314,200 @@ fn references_stay_unique() {
         assert!(s.contains(&format!("[export-0000{i}]")), "{s}");
     }
 }
+
+/// A tool's output saying "switch" (a commit message) corrects nothing: the customer
+/// named earlier is not shown as superseded by it.
+#[test]
+fn tool_output_never_supersedes_by_its_words() {
+    let msgs = vec![
+        Message::human("Prepare the release notes for the checkout service.").with_id("m0"),
+        Message::human("The customer is Fernwood Outfitters.").with_id("m1"),
+        Message::ai("")
+            .with_tool_calls(vec![ToolCall::new("c1", "git_log", json!({"path": "."}))])
+            .with_id("m2"),
+        Message::tool(
+            "c1",
+            "4f2a1c9e Switch checkout payments to Stripe Connect\n9b1d0e2f Fix typo",
+        )
+        .with_id("m3"),
+        Message::ai("Commit 4f2a1c9e moved checkout payments to Stripe Connect.").with_id("m4"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(s.contains("Fernwood Outfitters"), "{s}");
+    assert!(!s.contains("(was Fernwood Outfitters)"), "{s}");
+    assert!(current_values(&s).is_empty(), "{s}");
+}
+
+/// A correction that names its subject replaces a value of that subject only; one that
+/// names nothing replaces the newest value of its kind.
+#[test]
+fn a_value_is_superseded_only_on_the_same_subject() {
+    let msgs = vec![
+        Message::human("Tune the export worker.").with_id("m0"),
+        Message::human("Set the request timeout to 30 seconds.").with_id("m1"),
+        Message::human("Bump the retry delay to 90 seconds.").with_id("m2"),
+        Message::human("Actually, the request timeout is 60 seconds.").with_id("m3"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(!s.contains("90 seconds. (was"), "{s}");
+    assert!(s.contains("Bump the retry delay to 90 seconds."), "{s}");
+    assert!(s.contains("60 seconds. (was 30 seconds)"), "{s}");
+    let v = current_values(&s);
+    assert_eq!(v.len(), 1, "{s}");
+    assert_eq!(v[0].value, "60 seconds");
+}
+
+/// Log lines pasted or returned go in only when a later message relies on them; the
+/// plain-language rule between them always does. Trace ids and hashes are not
+/// informative by themselves.
+#[test]
+fn records_only_when_relied_on() {
+    let paste = "Here is what the gateway printed.\n\
+        ts=2026-11-30T08:12:01Z level=error trace=f1d8b1ab01a786a8 msg=\"upstream reset\"\n\
+        ts=2026-11-30T08:12:04Z level=warn trace=0c9e77d21a5b43f0 msg=\"retrying\"\n\
+        Please never restart the payments primary during business hours.\n\
+        ts=2026-11-30T08:12:09Z level=error trace=77aa01c3e9d2b6f4 msg=\"pool exhausted\"";
+    let msgs = vec![
+        Message::human("Find out why checkout requests fail.").with_id("m0"),
+        Message::human(paste).with_id("m1"),
+        Message::ai("")
+            .with_tool_calls(vec![ToolCall::new(
+                "c1",
+                "grep_logs",
+                json!({"query": "checkout"}),
+            )])
+            .with_id("m2"),
+        Message::tool(
+            "c1",
+            "ts=2026-11-30T08:13:00Z trace=5e4d3c2b1a0f9e8d span=aa01 status=502\n\
+             ts=2026-11-30T08:13:02Z trace=9f8e7d6c5b4a3928 span=bb02 status=200",
+        )
+        .with_id("m3"),
+        Message::ai("The requests fail once the pool is exhausted.").with_id("m4"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(
+        s.contains("never restart the payments primary during business hours"),
+        "{s}"
+    );
+    for id in [
+        "f1d8b1ab01a786a8",
+        "0c9e77d21a5b43f0",
+        "5e4d3c2b1a0f9e8d",
+        "9f8e7d6c5b4a3928",
+    ] {
+        assert!(!s.contains(id), "{id}: {s}");
+    }
+    // Named later, the record is evidence something relies on.
+    let mut relied = msgs.clone();
+    relied
+        .push(Message::human("Trace 5e4d3c2b1a0f9e8d is the one the customer saw.").with_id("m5"));
+    let s = summarize(None, &relied, &ExtractiveOptions::default());
+    assert!(s.contains("grep_logs checkout returned: ts="), "{s}");
+}
+
+/// Chat between people: greetings, compliments, thanks, stories of the past and
+/// remarks are filler by their shape; a plan or a preference stays.
+#[test]
+fn chat_filler_by_shape() {
+    let msgs = vec![
+        Message::human(
+            "7:55 pm on 9 June, 2031: Robin: Hey Sam! Good to see you! How have you been?",
+        )
+        .with_name("Robin")
+        .with_id("c1"),
+        Message::ai("Sam: Hey Robin! Swamped with work. What's new?")
+            .with_name("Sam")
+            .with_id("c2"),
+        Message::human("Robin: I went to the lake yesterday and it was so calming.")
+            .with_name("Robin")
+            .with_id("c3"),
+        Message::ai("Sam: Congrats Robin! It must have been special.")
+            .with_name("Sam")
+            .with_id("c4"),
+        Message::human("Robin: Totally agree, Sam. Can't wait!")
+            .with_name("Robin")
+            .with_id("c5"),
+        Message::ai("Sam: Thanks for the support and encouragement.")
+            .with_name("Sam")
+            .with_id("c6"),
+        Message::human("Robin: I want to adopt a rescue dog next spring.")
+            .with_name("Robin")
+            .with_id("c7"),
+        Message::ai("Sam: The colours really blend nicely.")
+            .with_name("Sam")
+            .with_id("c8"),
+        Message::human("Robin: I've always loved the mountains.")
+            .with_name("Robin")
+            .with_id("c9"),
+        Message::ai("Sam: I prefer the quiet trails over the crowded ones.")
+            .with_name("Sam")
+            .with_id("c10"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    for filler in [
+        "Hey",
+        "Good to see",
+        "Swamped",
+        "lake",
+        "Congrats",
+        "must have",
+        "agree",
+        "Can't wait",
+        "Thanks",
+        "colours",
+        "always loved",
+        "Goal:",
+    ] {
+        assert!(!s.contains(filler), "{filler}: {s}");
+    }
+    assert!(
+        s.contains("I want to adopt a rescue dog next spring."),
+        "{s}"
+    );
+    assert!(
+        s.contains("I prefer the quiet trails over the crowded ones."),
+        "{s}"
+    );
+    // The speaker's label is not repeated in the line.
+    assert!(!s.contains("Robin: I want"), "{s}");
+}
+
+/// A value said to hold from now on replaces the value of the same named subject, in
+/// other words than a correction's.
+#[test]
+fn a_change_in_other_words_supersedes_the_same_subject() {
+    let msgs = vec![
+        Message::human("Keep the nightly exports healthy.").with_id("m0"),
+        Message::human("Ship the nightly exports to eu-west-1.").with_id("m1"),
+        Message::human("The audit logs stay in eu-north-1.").with_id("m2"),
+        Message::human("The nightly exports are moving to eu-west-3 from Monday.").with_id("m3"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(s.contains("eu-west-3 from Monday. (was eu-west-1)"), "{s}");
+    assert!(s.contains("The audit logs stay in eu-north-1."), "{s}");
+    assert_eq!(s.matches("eu-west-1").count(), 1, "{s}");
+}
+
+/// A short answer is kept with the question it answers: alone, "Yes." and "Bach and
+/// Mozart." say nothing.
+#[test]
+fn answers_in_the_next_turn_keep_their_question() {
+    let msgs = vec![
+        Message::human("Fix the flaky test in ci/run.sh.").with_id("m1"),
+        Message::ai("Should I also pin the toolchain to 1.89?").with_id("m2"),
+        Message::human("Yes.").with_id("m3"),
+        Message::human("Which classical composers does the client like for the hold music?")
+            .with_id("m4"),
+        Message::ai("Bach and Mozart.").with_id("m5"),
+        Message::human("How have you been?").with_id("m6"),
+        Message::ai("Good, thanks.").with_id("m7"),
+    ];
+    let s = summarize(None, &msgs, &ExtractiveOptions::default());
+    assert!(
+        s.contains("- [m3] assistant asked: Should I also pin the toolchain to 1.89? user: Yes."),
+        "{s}"
+    );
+    assert!(s.contains("user asked: Which classical composers does the client like for the hold music? assistant: Bach and Mozart."), "{s}");
+    assert!(!s.contains("Good, thanks"), "{s}");
+}
