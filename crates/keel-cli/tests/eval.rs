@@ -52,7 +52,9 @@ fn bundled_session_keeps_every_probe_and_costs_less_than_the_last_100() {
         assert_eq!(totals["found"], 11, "{extra:?}: {report:#}");
         assert_eq!(totals["stale_as_current"], 0);
         let ratio = totals["sent_vs_last100"].as_f64().unwrap();
-        assert!(ratio > 0.0 && ratio < 0.5, "{extra:?}: {ratio}");
+        // Each question carries its recalled excerpts (up to 1,200 tokens) besides the
+        // compacted history: a little over half of the last-100 window here.
+        assert!(ratio > 0.0 && ratio < 0.6, "{extra:?}: {ratio}");
         // Each question is the last message of its own request.
         for p in report["probes"].as_array().unwrap() {
             assert!(p["request_tokens"].as_u64().unwrap() < p["baseline_tokens"].as_u64().unwrap());
