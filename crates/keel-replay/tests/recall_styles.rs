@@ -133,3 +133,18 @@ async fn multilingual_facts() {
 async fn long_sessions() {
     check(Style::Long).await;
 }
+
+#[tokio::test]
+async fn rules_between_pasted_logs() {
+    check(Style::PasteHeavy).await;
+}
+
+#[tokio::test]
+async fn corrections_in_other_words() {
+    check(Style::Reworded).await;
+}
+
+#[tokio::test]
+async fn answers_in_the_next_turn() {
+    check(Style::AnswerNext).await;
+}
