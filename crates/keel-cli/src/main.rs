@@ -40,7 +40,8 @@ enum Command {
     Replay(commands::replay::Args),
     /// Ask probe questions after a recorded conversation, offline: does the request the
     /// model would receive hold each probe's evidence, does it present a corrected value
-    /// as current, and what does it cost against sending the last 100 messages?
+    /// as current, and what does it cost against sending the last 100 messages? With
+    /// `--format locomo`, on conversations of the LoCoMo benchmark.
     Eval(commands::eval::Args),
     /// Run one turn of a middleware stack (a YAML stack file) on a thread with a scripted
     /// model, offline: the final thread, every request the model received, and the

@@ -120,12 +120,20 @@ impl Probe {
         self.missing_in(text).is_empty()
     }
 
-    /// The needles `text` does not hold (case-insensitively).
+    /// The needles `text` does not hold (case-insensitively, a run of whitespace
+    /// counting as one space: a needle `EU cluster` is in `eu\ncluster`).
     pub fn missing_in(&self, text: &str) -> Vec<String> {
-        let lower = text.to_lowercase();
+        self.missing_in_folded(&[&fold(text)])
+    }
+
+    /// The needles that none of `parts` holds, each part already [`fold`]ed.
+    fn missing_in_folded(&self, parts: &[&str]) -> Vec<String> {
         self.needles
             .iter()
-            .filter(|n| !lower.contains(&n.to_lowercase()))
+            .filter(|n| {
+                let needle = fold(n);
+                !parts.iter().any(|p| p.contains(needle.as_str()))
+            })
             .cloned()
             .collect()
     }
@@ -196,6 +204,25 @@ pub fn read_probes(path: &Path, limits: Limits) -> Result<Vec<Probe>, ProbeError
     Ok(probes)
 }
 
+/// `text` lowercased, with every run of whitespace as one space: the form needles and
+/// requests are compared in.
+pub fn fold(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            if !space {
+                out.push(' ');
+            }
+            space = true;
+        } else {
+            space = false;
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
+}
+
 /// The byte offset of the last occurrence of `value` in `text` as a whole value (not
 /// inside a longer word or number) that is not marked as superseded (`was value`).
 fn last_unmarked(text: &str, value: &str) -> Option<usize> {
@@ -217,8 +244,13 @@ fn last_unmarked(text: &str, value: &str) -> Option<usize> {
 /// Everything the model reads in a request: the system prompt, message text and
 /// tool-call arguments, one message per line.
 pub fn request_text(request: &SentRequest) -> String {
+    messages_text(request.system.iter().chain(request.messages.iter()))
+}
+
+/// The text of `messages` as [`request_text`] writes it.
+fn messages_text<'a>(messages: impl Iterator<Item = &'a Message>) -> String {
     let mut out = String::new();
-    for m in request.system.iter().chain(request.messages.iter()) {
+    for m in messages {
         out.push_str(&m.text());
         out.push('\n');
         for c in m.tool_calls() {
@@ -265,6 +297,11 @@ pub struct ProbeResult {
     pub request_tokens: u64,
     /// Tokens of the system prompt, the last 100 messages and the question, verbatim.
     pub baseline_tokens: u64,
+    /// Whether that last-100 window (system prompt, last 99 messages, question) holds
+    /// every needle: what a plain window would have found.
+    pub found_in_last100: bool,
+    /// Tokens of the system prompt, the whole transcript and the question, verbatim.
+    pub full_history_tokens: u64,
     /// The model's answer, with `--model`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
@@ -287,6 +324,13 @@ pub struct EvalTotals {
     pub baseline_last100_tokens: u64,
     /// `sent_tokens / baseline_last100_tokens` (0 when the baseline is 0).
     pub sent_vs_last100: f64,
+    /// Probes whose last-100 window holds every needle.
+    pub found_in_last100: usize,
+    /// Tokens of the full history (system prompt, whole transcript, question) over all
+    /// probe requests.
+    pub full_history_tokens: u64,
+    /// `sent_tokens / full_history_tokens` (0 when that is 0).
+    pub sent_vs_full_history: f64,
     /// Answers holding every needle, with `--model`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answered: Option<usize>,
@@ -347,11 +391,20 @@ impl EvalReport {
         );
         let _ = writeln!(
             out,
-            "tokens sent {} against {} for the last {BASELINE_WINDOW} messages ({:.1} %), over {} transcript messages",
+            "tokens sent {} against {} for the last {BASELINE_WINDOW} messages ({:.1} %) and {} for the full history ({:.1} %), over {} transcript messages",
             t.sent_tokens,
             t.baseline_last100_tokens,
             100.0 * t.sent_vs_last100,
+            t.full_history_tokens,
+            100.0 * t.sent_vs_full_history,
             self.transcript_messages,
+        );
+        let _ = writeln!(
+            out,
+            "the last {BASELINE_WINDOW} messages alone would hold the evidence for {}/{} probes ({:.1} %)",
+            t.found_in_last100,
+            t.probes,
+            share(t.found_in_last100, t.probes),
         );
         if let (Some(answered), Some(errors)) = (t.answered, t.answer_errors) {
             let _ = writeln!(
@@ -440,6 +493,10 @@ pub async fn evaluate_with_requests(
     let transcript = &prepared.transcript;
     let messages = transcript.messages();
     let tail = &messages[messages.len().saturating_sub(BASELINE_WINDOW - 1)..];
+    // What the last-100 window reads, without its question (added per probe).
+    let tail_text = fold(&messages_text(transcript.system().into_iter().chain(tail)));
+    let mut full: Vec<Message> = messages.to_vec();
+    full.push(Message::human(String::new()));
     let mut totals = EvalTotals {
         probes: probes.len(),
         ..EvalTotals::default()
@@ -450,6 +507,14 @@ pub async fn evaluate_with_requests(
         let mut baseline: Vec<Message> = tail.to_vec();
         baseline.push(asked);
         let baseline_tokens = counter.count_request(transcript.system(), &baseline, engine.tools());
+        let question_text = fold(&probe.question);
+        let found_in_last100 = probe
+            .missing_in_folded(&[&tail_text, &question_text])
+            .is_empty();
+        if let Some(last) = full.last_mut() {
+            *last = Message::human(probe.question.clone());
+        }
+        let full_history_tokens = counter.count_request(transcript.system(), &full, engine.tools());
         let (text, request_messages, request_tokens) = match request {
             Some(r) => (
                 request_text(r),
@@ -469,6 +534,8 @@ pub async fn evaluate_with_requests(
         totals.stale_as_current += usize::from(!stale_as_current.is_empty());
         totals.sent_tokens += request_tokens;
         totals.baseline_last100_tokens += baseline_tokens;
+        totals.found_in_last100 += usize::from(found_in_last100);
+        totals.full_history_tokens += full_history_tokens;
         if model.is_some() {
             let answered = totals.answered.get_or_insert(0);
             *answered += usize::from(answer.as_ref().is_some_and(|a| a.found));
@@ -485,11 +552,16 @@ pub async fn evaluate_with_requests(
             request_messages,
             request_tokens,
             baseline_tokens,
+            found_in_last100,
+            full_history_tokens,
             answer,
         });
     }
     if totals.baseline_last100_tokens > 0 {
         totals.sent_vs_last100 = totals.sent_tokens as f64 / totals.baseline_last100_tokens as f64;
+    }
+    if totals.full_history_tokens > 0 {
+        totals.sent_vs_full_history = totals.sent_tokens as f64 / totals.full_history_tokens as f64;
     }
     let report = EvalReport {
         transcript_messages: messages.len(),
@@ -572,6 +644,17 @@ mod tests {
         let p = probe(&["PRJ-123", "EU cluster"], &[]);
         assert!(p.found_in("project prj-123 on the eu cluster"));
         assert_eq!(p.missing_in("project PRJ-123"), ["EU cluster"]);
+        // A run of whitespace is one space, on either side.
+        assert!(p.found_in("PRJ-123 on the EU\n   cluster"));
+        assert!(probe(&["eu  \t cluster"], &[]).found_in("the eu cluster"));
+        assert!(!probe(&["eu cluster"], &[]).found_in("the eucluster"));
+    }
+
+    #[test]
+    fn folding_lowercases_and_collapses_whitespace() {
+        assert_eq!(fold("  A\n\n B\tc  "), " a b c ");
+        assert_eq!(fold("ÀB"), "àb");
+        assert_eq!(fold(""), "");
     }
 
     #[test]

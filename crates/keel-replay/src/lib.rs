@@ -55,6 +55,7 @@ pub mod check;
 pub mod engine;
 pub mod eval;
 pub mod input;
+pub mod locomo;
 pub mod report;
 pub mod setup;
 pub mod transcript;
@@ -69,6 +70,6 @@ pub use input::Limits;
 pub use report::{CallReport, ReplayReport, Totals};
 pub use setup::{
     DEFAULT_DB_URL, FinishError, MemoryOptions, Prepared, ReplayOptions, SetupError, load_recall,
-    load_summarization, prepare, transcript_warnings,
+    load_summarization, prepare, prepare_transcript, transcript_warnings,
 };
 pub use transcript::{InvalidTranscript, LoadError, Transcript};

@@ -524,7 +524,24 @@ pub async fn prepare(
     options: &ReplayOptions,
 ) -> Result<Prepared, SetupError> {
     let transcript_path = transcript.as_ref();
-    let transcript = Transcript::read_for_replay(transcript_path, options.limits)?;
+    let loaded = Transcript::read_for_replay(transcript_path, options.limits)?;
+    prepare_transcript(loaded, transcript_path, options).await
+}
+
+/// [`prepare`] on a transcript already built in memory (a converted benchmark file, for
+/// example). `source` names it in warnings and in the run's thread id; it is not read.
+pub async fn prepare_transcript(
+    transcript: Transcript,
+    source: &Path,
+    options: &ReplayOptions,
+) -> Result<Prepared, SetupError> {
+    let transcript_path = source;
+    if transcript.model_calls() == 0 {
+        return Err(LoadError::NoModelCalls {
+            path: source.to_owned(),
+        }
+        .into());
+    }
     let thread_id = thread_id_for(transcript_path, options);
     let mut profile = ModelProfile::new("transcript", "replay");
     profile.max_input_tokens = options.context_window;

@@ -6,7 +6,8 @@
 //!     --config examples/summarization.yaml
 //! ```
 //!
-//! Styles: plain, corrected, read-tools, dense, multilingual, long. Tune on seeds 1-99;
+//! Styles: plain, corrected, read-tools, dense, multilingual, long, paste-heavy,
+//! reworded, answer-next. Tune on seeds 1-99;
 //! report figures on seeds 1000 and up.
 
 use std::process::ExitCode;

@@ -1,8 +1,10 @@
 //! Sessions written in other styles than [`planted`](crate::planted)'s: facts in plain
 //! language without ids or numbers, values corrected later, facts that only a read-only
 //! tool result or an assistant finding establishes, dense sessions, facts in German,
-//! Spanish or Chinese inside an English session, and long sessions with facts until
-//! the end. Every fact comes with a [`Probe`]: a question, the needles a request must
+//! Spanish or Chinese inside an English session, long sessions with facts until the
+//! end; and three shapes that real sessions showed: rules said in plain words between
+//! long pasted logs full of ids, corrections said in other words, and questions whose
+//! answer is the next turn. Every fact comes with a [`Probe`]: a question, the needles a request must
 //! hold to answer it, and the stale values (a corrected value) it must not present as
 //! current.
 //!
@@ -55,17 +57,30 @@ pub enum Style {
     Multilingual,
     /// 3,000+ messages, with facts also in the last tenth.
     Long,
+    /// Long pasted logs and tool outputs full of ids, hashes, trace ids and timestamps,
+    /// with rules, constraints and preferences said in plain words between them; the
+    /// probes ask for the rules, not the ids.
+    PasteHeavy,
+    /// Values corrected later in other words than "actually X, not Y" ("we moved it over
+    /// to ...", "scratch that, ...", the subject itself reworded), with stale values.
+    Reworded,
+    /// A question in one turn whose answer is the next turn alone ("what port does the
+    /// gateway use?" then "8443."), asked about again later.
+    AnswerNext,
 }
 
 impl Style {
     /// Every style, in a fixed order.
-    pub const ALL: [Style; 6] = [
+    pub const ALL: [Style; 9] = [
         Style::Plain,
         Style::Corrected,
         Style::ReadTools,
         Style::Dense,
         Style::Multilingual,
         Style::Long,
+        Style::PasteHeavy,
+        Style::Reworded,
+        Style::AnswerNext,
     ];
 
     /// The style named `name` (as [`as_str`](Self::as_str) spells it).
@@ -82,6 +97,9 @@ impl Style {
             Style::Dense => "dense",
             Style::Multilingual => "multilingual",
             Style::Long => "long",
+            Style::PasteHeavy => "paste-heavy",
+            Style::Reworded => "reworded",
+            Style::AnswerNext => "answer-next",
         }
     }
 }
@@ -287,8 +305,29 @@ const ZH_CITIES: &[&str] = &[
 ];
 const ZH_NAMES: &[&str] = &["王伟", "李娜", "张敏", "刘洋", "陈静", "杨帆", "赵磊"];
 
+const LANGUAGES: &[&str] = &[
+    "German",
+    "Dutch",
+    "Polish",
+    "Portuguese",
+    "Italian",
+    "Swedish",
+    "French",
+];
+const NUMBER_WORDS: &[&str] = &[
+    "three", "four", "five", "six", "seven", "eight", "nine", "eleven", "twelve",
+];
+const TIERS: &[&str] = &[
+    "Gold",
+    "Platinum",
+    "Enterprise Plus",
+    "Business Critical",
+    "Premier",
+];
+
 /// Everything the generator draws from.
 struct Gen {
+    style: Style,
     b: Builder,
     rng: Rng,
     cities: Deck,
@@ -303,6 +342,9 @@ struct Gen {
     /// Every value a needle uses, so no two facts share one.
     used: BTreeSet<String>,
     clock: u64,
+    /// Templates not used yet in this session, for the kinds that use each at most once
+    /// (drawn lazily, so the other kinds' sessions stay as they were).
+    templates: Vec<u64>,
 }
 
 /// A fact ready to state: its sentence, needles and question.
@@ -323,6 +365,7 @@ fn capitalise(s: &str) -> String {
 impl Gen {
     fn new(seed: u64, style: Style) -> Gen {
         Gen {
+            style,
             b: Builder {
                 seed,
                 messages: Vec::new(),
@@ -340,7 +383,20 @@ impl Gen {
             zh_names: Deck::new(ZH_NAMES),
             used: BTreeSet::new(),
             clock: 8 * 60,
+            templates: Vec::new(),
         }
+    }
+
+    /// The next of `count` templates, each used once before any is used again.
+    fn template(&mut self, count: u64) -> u64 {
+        if self.templates.is_empty() {
+            self.templates = (0..count).collect();
+            for i in (1..self.templates.len()).rev() {
+                let j = (self.rng.next() % (i as u64 + 1)) as usize;
+                self.templates.swap(i, j);
+            }
+        }
+        self.templates.pop().unwrap_or(0)
     }
 
     fn push(&mut self, m: Message) -> usize {
@@ -494,11 +550,188 @@ impl Gen {
     }
 
     fn filler(&mut self) {
+        match self.style {
+            Style::PasteHeavy => {
+                match self.rng.range(0, 9) {
+                    0..=3 => self.paste(),
+                    4 | 5 => self.tool_noise(),
+                    _ => self.chatter(),
+                }
+                return;
+            }
+            Style::AnswerNext => {
+                if self.rng.chance(40) {
+                    self.quiet_tool();
+                } else {
+                    self.chatter();
+                }
+                return;
+            }
+            _ => {}
+        }
         if self.rng.chance(55) {
             self.tool_noise();
         } else {
             self.chatter();
         }
+    }
+
+    /// A long block of machine output: log lines, trace spans, commits, a stack
+    /// trace or cluster events, full of ids, hashes and timestamps.
+    fn paste_block(&mut self) -> String {
+        let svc = self.rng.pick(planted::SERVICES);
+        let r = &mut self.rng;
+        let lines = r.range(10, 50);
+        let ts = |r: &mut Rng| {
+            format!(
+                "2026-11-30T{:02}:{:02}:{:02}.{:03}Z",
+                r.range(6, 11),
+                r.range(0, 59),
+                r.range(0, 59),
+                r.range(0, 999)
+            )
+        };
+        let text: Vec<String> = match r.range(0, 4) {
+            0 => (0..lines).map(|_| planted::log_line(r, svc)).collect(),
+            1 => (0..lines)
+                .map(|_| {
+                    format!(
+                        "{{\"ts\":\"{}\",\"trace_id\":\"{}\",\"span_id\":\"{}\",\"parent_id\":\"{}\",\"service\":\"{svc}\",\"op\":\"POST /v1/export\",\"status\":{},\"duration_ms\":{}}}",
+                        ts(r),
+                        r.hex(32),
+                        r.hex(16),
+                        r.hex(16),
+                        if r.chance(30) { 500 } else { 200 },
+                        r.range(2, 9000)
+                    )
+                })
+                .collect(),
+            2 => (0..lines / 4 + 2)
+                .map(|_| {
+                    format!(
+                        "commit {}\nAuthor: ci-bot <ci@acme.internal>\nDate:   {}\n\n    build: bump {svc} to {}",
+                        r.hex(40),
+                        ts(r),
+                        r.hex(7)
+                    )
+                })
+                .collect(),
+            3 => {
+                let mut t = vec![
+                    format!("{} ERROR request_id={} unhandled exception", ts(r), r.hex(24)),
+                    "Traceback (most recent call last):".to_owned(),
+                ];
+                for _ in 0..lines / 3 + 2 {
+                    t.push(format!(
+                        "  File \"/srv/{svc}/app/{}.py\", line {}, in handle_{}",
+                        r.pick(&["handlers", "export", "batch", "client", "retry"]),
+                        r.range(12, 880),
+                        r.hex(6)
+                    ));
+                }
+                t.push(format!("KeyError: 'order_{}'", r.hex(8)));
+                t
+            }
+            _ => {
+                let mut t = vec!["LAST SEEN   TYPE      REASON      OBJECT                              MESSAGE".to_owned()];
+                for _ in 0..lines {
+                    t.push(format!(
+                        "{}m         {}   {}   pod/{svc}-{}-{}   {} (sha256:{})",
+                        r.range(1, 59),
+                        r.pick(&["Warning", "Normal "]),
+                        r.pick(&["BackOff   ", "Pulled    ", "Killing   ", "Unhealthy "]),
+                        r.hex(9),
+                        r.hex(5),
+                        r.pick(&[
+                            "Back-off restarting failed container",
+                            "Container image pulled",
+                            "Stopping container",
+                            "Readiness probe failed: HTTP probe failed with statuscode: 503",
+                        ]),
+                        r.hex(12)
+                    ));
+                }
+                t
+            }
+        };
+        text.join("\n")
+    }
+
+    /// A pasted block, by the user or as a read-only tool's result.
+    fn paste(&mut self) {
+        let block = self.paste_block();
+        if self.rng.chance(50) {
+            let intro = self.rng.pick(&[
+                "here's the latest from the pod:",
+                "more logs:",
+                "this is what grep gives me:",
+                "pasting the trace:",
+                "output below",
+                "same thing again, newer:",
+            ]);
+            self.push(Message::human(format!("{intro}\n```\n{block}\n```")));
+            let a = self.rng.pick(&[
+                "Thanks, reading it.",
+                "Looking through it.",
+                "Got it.",
+                "The same failure pattern as before.",
+            ]);
+            self.push(Message::ai(a));
+        } else {
+            let name = self.rng.pick(&[
+                "grep_logs",
+                "get_traces",
+                "kubectl_events",
+                "git_log",
+                "tail_logs",
+            ]);
+            let id = self.b.call_id();
+            let svc = self.rng.pick(planted::SERVICES);
+            let call = ToolCall::new(id.clone(), name, json!({"target": svc}));
+            self.push(Message::ai("").with_tool_calls(vec![call]));
+            self.tool_result(&id, name, &block);
+            let a = self.rng.pick(&[
+                "Nothing new in there.",
+                "Let's continue.",
+                "More of the same.",
+            ]);
+            self.push(Message::ai(a));
+        }
+    }
+
+    /// A read-only tool loop whose output is status words, no numbers.
+    fn quiet_tool(&mut self) {
+        let svc = self.rng.pick(planted::SERVICES);
+        let name = self.rng.pick(&[
+            "check_health",
+            "get_status",
+            "describe_service",
+            "list_alerts",
+        ]);
+        let id = self.b.call_id();
+        let call = ToolCall::new(id.clone(), name, json!({"target": svc}));
+        self.push(Message::ai("Checking.").with_tool_calls(vec![call]));
+        let mut lines = vec![format!("service: {svc}")];
+        for key in ["pods", "queue", "alerts", "last deploy", "dependencies"] {
+            if self.rng.chance(70) {
+                let v = self.rng.pick(&[
+                    "all running",
+                    "draining",
+                    "none firing",
+                    "healthy",
+                    "yesterday evening",
+                    "degraded upstream",
+                    "ok",
+                    "paused",
+                ]);
+                lines.push(format!("{key}: {v}"));
+            }
+        }
+        self.tool_result(&id, name, &lines.join("\n"));
+        let after = self
+            .rng
+            .pick(&["Looks fine.", "Nothing alarming.", "Let's continue."]);
+        self.push(Message::ai(after));
     }
 
     // ---- stating facts -----------------------------------------------------------
@@ -1076,6 +1309,304 @@ impl Gen {
     }
 }
 
+impl Gen {
+    /// A rule, constraint or preference in plain words (each of the twelve at most once
+    /// per session).
+    fn rule_fact(&mut self) -> Fact {
+        let r = &mut self.rng;
+        let (data, city, system, team, person, vendor) = (
+            self.data.draw(r),
+            self.cities.draw(r),
+            self.systems.draw(r),
+            self.teams.draw(r),
+            self.people.draw(r),
+            self.vendors.draw(r),
+        );
+        let t = self.template(12);
+        let (sentence, needles, question): (String, Vec<String>, String) = match t {
+            0 => (
+                format!("keep your answers short, {person} reads them on a phone between meetings"),
+                vec!["short".into(), person.into()],
+                "How long should the answers be, and why?".into(),
+            ),
+            1 => {
+                let day = self.rng.pick(planted::DAYS);
+                (
+                    format!(
+                        "the {team} is frozen until {day}, nothing of theirs ships before then"
+                    ),
+                    vec![team.into(), day.into()],
+                    "Which team is frozen, and until when?".into(),
+                )
+            }
+            2 => (
+                format!("nobody restarts anything on the {system} without asking {person} first"),
+                vec![person.into()],
+                format!("Who has to be asked before anything on the {system} is restarted?"),
+            ),
+            3 => (
+                format!("never paste {data} into a ticket, link to the vault entry"),
+                vec![data.into()],
+                "What must never be pasted into a ticket?".into(),
+            ),
+            4 => {
+                let lang = self.rng.pick(LANGUAGES);
+                (
+                    format!(
+                        "write every status update in {lang}, the customer's managers read them"
+                    ),
+                    vec![lang.into()],
+                    "Which language are the status updates written in?".into(),
+                )
+            }
+            5 => (
+                format!(
+                    "{person} wants a phone call, not a chat message, when the {system} is down"
+                ),
+                vec!["phone call".into()],
+                format!("How does {person} want to hear that the {system} is down?"),
+            ),
+            6 => (
+                format!("rollbacks of the {system} need a second pair of eyes from the {team}"),
+                vec![team.into()],
+                format!("Who has to review a rollback of the {system}?"),
+            ),
+            7 => {
+                let h = self.fresh(1, 5, |h| format!("{h} pm"));
+                (
+                    format!("no deploys after {h} on Fridays, whatever the ticket says"),
+                    vec![h],
+                    "What is the cut-off for deploys on Fridays?".into(),
+                )
+            }
+            8 => {
+                let n = self.fresh(3, 40, |n| format!("{n} support tickets"));
+                (
+                    format!("the {vendor} contract caps us at {n} a month, so batch the questions"),
+                    vec![n],
+                    format!("How many support tickets a month does the {vendor} contract allow?"),
+                )
+            }
+            9 => (
+                format!("the {data} stay in {city}, no other region, not even for a test"),
+                vec![city.into()],
+                format!("Where must the {data} stay?"),
+            ),
+            10 => (
+                format!("every reply that goes to the customer passes through {person} first"),
+                vec![person.into()],
+                "Who checks replies before they go to the customer?".into(),
+            ),
+            _ => (
+                "don't say outage to the customer, call it degraded service".to_owned(),
+                vec!["degraded service".into()],
+                "What do we call an outage when we talk to the customer?".into(),
+            ),
+        };
+        Fact {
+            sentence,
+            needles,
+            question,
+        }
+    }
+
+    /// States a rule between pastes: on its own, after or before a pasted block in the
+    /// same message, or in a pasted chat line.
+    fn paste_rule(&mut self) -> Probe {
+        let f = self.rule_fact();
+        let sentence = capitalise(&f.sentence);
+        let i = match self.rng.range(0, 6) {
+            0..=2 => {
+                let lead = self.rng.pick(&[
+                    "",
+                    "Also, ",
+                    "One rule for this whole thing: ",
+                    "Before I forget: ",
+                ]);
+                let text = if lead.is_empty() {
+                    format!("{sentence}.")
+                } else {
+                    format!("{lead}{}.", f.sentence)
+                };
+                self.push(Message::human(text))
+            }
+            3 => {
+                let block = self.paste_block();
+                self.push(Message::human(format!(
+                    "newest batch:\n```\n{block}\n```\nand {}.",
+                    f.sentence
+                )))
+            }
+            4 => {
+                let block = self.paste_block();
+                self.push(Message::human(format!(
+                    "{sentence}. Anyway, here is the next batch:\n```\n{block}\n```"
+                )))
+            }
+            _ => {
+                let (s, m) = (self.stamp(), self.mate());
+                self.push(Message::human(format!(
+                    "from the incident channel:\n{s} {m}: {}",
+                    f.sentence
+                )))
+            }
+        };
+        self.probe(f, i)
+    }
+
+    /// States a correction of the value `key` names in other words than
+    /// [`correct`](Gen::correct): the subject reworded or left out, and no "actually"
+    /// or "instead".
+    fn reword(&mut self, new: &str, key: &str) -> usize {
+        let aliases: &[&str] = match key {
+            "primary_host" => &["main database box", "database primary", "primary"],
+            "request_timeout" => &["timeout", "request budget"],
+            "export_region" => &["nightly export target", "export destination"],
+            "worker_replicas" => &["worker count", "number of workers"],
+            "hotfix_branch" => &["hotfix base", "branch we hotfix from"],
+            "oncall_owner" => &["on-call", "person holding the pager this week"],
+            "cutover_date" => &["cut-over", "switch date"],
+            _ => &["import batch", "batch setting of the importer"],
+        };
+        let a = self.rng.pick(aliases);
+        let text = match self.rng.range(0, 8) {
+            0 => format!("Scratch that, the {a} is {new}."),
+            1 => format!("We moved the {a} over to {new} this morning."),
+            2 => format!("Heads up: {a} is {new} from now on."),
+            3 => format!("Forget what I said about the {a}, go with {new}."),
+            4 => format!("After the review we settled on {new} for the {a}."),
+            5 => format!("Ops changed the {a} overnight, it's {new} now."),
+            6 => format!("{new} is the {a} going forward; the earlier one is retired."),
+            _ => {
+                let (s, m) = (self.stamp(), self.mate());
+                format!("from the change log:\n{s} {m}: {a} -> {new}")
+            }
+        };
+        if self.rng.chance(25) {
+            self.push(Message::human("anything changed while I was away?"));
+            self.push(Message::ai(text))
+        } else {
+            self.push(Message::human(text))
+        }
+    }
+
+    /// A question and, in the very next turn, its answer alone.
+    fn answer_next(&mut self) -> Probe {
+        let svc = self.rng.pick(planted::SERVICES);
+        let r = &mut self.rng;
+        let (person, region, vendor) = (
+            self.people.draw(r),
+            self.regions.draw(r),
+            self.vendors.draw(r),
+        );
+        let t = self.template(12);
+        let (ask, value, question): (String, String, String) = match t {
+            0 => (
+                format!("What port does the {svc} gateway listen on?"),
+                self.fresh(1025, 65000, |n| n.to_string()),
+                format!("Which port does the {svc} gateway listen on?"),
+            ),
+            1 => (
+                "Which region holds the disaster-recovery copy?".into(),
+                region.into(),
+                "Where is the disaster-recovery copy kept?".into(),
+            ),
+            2 => (
+                "Who's on call tonight?".into(),
+                person.into(),
+                "Who is on call tonight?".into(),
+            ),
+            3 => (
+                "When is the maintenance window?".into(),
+                self.fresh(1, 11, |h| format!("{h} am UTC")),
+                "What time is the maintenance window?".into(),
+            ),
+            4 => {
+                let (a, b) = (self.rng.range(1, 4), self.rng.range(0, 30));
+                (
+                    "Which version is live right now?".into(),
+                    self.fresh(0, 20, |c| format!("v{a}.{b}.{c}")),
+                    "Which version is live?".into(),
+                )
+            }
+            5 => {
+                let n = self.rng.pick(NUMBER_WORDS);
+                self.used.insert(n.to_owned());
+                (
+                    "How many retries does the importer get before it gives up?".into(),
+                    n.into(),
+                    "How many retries does the importer get?".into(),
+                )
+            }
+            6 => {
+                let word = self.rng.pick(planted::WORDS);
+                (
+                    "Where do the exports land?".into(),
+                    self.fresh(10, 99, |n| format!("s3://{word}-exports-{n}")),
+                    "Which bucket do the exports land in?".into(),
+                )
+            }
+            7 => (
+                "Who signs off on the budget for this?".into(),
+                person.into(),
+                "Who approves the budget?".into(),
+            ),
+            8 => (
+                "What's the ticket number for this?".into(),
+                self.fresh(100, 9999, |n| format!("TCK-{n}")),
+                "Which ticket is this tracked in?".into(),
+            ),
+            9 => (
+                "Which vendor keeps the backups?".into(),
+                vendor.into(),
+                "Who hosts the backups?".into(),
+            ),
+            10 => (
+                format!("Which database does the {svc} write to?"),
+                self.host(),
+                format!("Where does the {svc} write its data?"),
+            ),
+            _ => {
+                let tier = self.rng.pick(TIERS);
+                self.used.insert(tier.to_owned());
+                (
+                    "What support tier is the customer on?".into(),
+                    tier.into(),
+                    "Which support tier does the customer have?".into(),
+                )
+            }
+        };
+        let answer = match self.rng.range(0, 6) {
+            0 => format!("{}.", capitalise(&value)),
+            1 => value.clone(),
+            2 => format!("It's {value}."),
+            3 => format!("{}, I just checked.", capitalise(&value)),
+            4 => format!("That's {value}."),
+            _ => format!("Should be {value}."),
+        };
+        let i = if self.rng.chance(50) {
+            self.push(Message::human(ask));
+            self.push(Message::ai(answer))
+        } else {
+            self.push(Message::ai(format!(
+                "Quick question before I go on: {}",
+                ask.to_lowercase()
+            )));
+            let i = self.push(Message::human(answer));
+            let ack = self.rng.pick(&["Thanks.", "Got it.", "Noted, continuing."]);
+            self.push(Message::ai(ack));
+            i
+        };
+        Probe {
+            question,
+            needles: vec![value],
+            stale: Vec::new(),
+            message_index: i,
+            stale_index: None,
+        }
+    }
+}
+
 /// Messages and facts of each style.
 fn layout(style: Style) -> (usize, usize) {
     match style {
@@ -1085,6 +1616,9 @@ fn layout(style: Style) -> (usize, usize) {
         Style::Dense => (1200, 60),
         Style::Multilingual => (400, 9),
         Style::Long => (3000, 20),
+        Style::PasteHeavy => (400, 10),
+        Style::Reworded => (400, 6),
+        Style::AnswerNext => (400, 10),
     }
 }
 
@@ -1127,7 +1661,11 @@ pub fn generate(style: Style, seed: u64) -> StyledSession {
         let here = g.b.messages.len() as u64;
         if let Some(k) = corrections.iter().position(|c| c.0 <= here) {
             let (_, p, subject, new, key) = corrections.remove(k);
-            let i = g.correct(&subject, &new, &key);
+            let i = if style == Style::Reworded {
+                g.reword(&new, &key)
+            } else {
+                g.correct(&subject, &new, &key)
+            };
             let probe = &mut probes[p];
             probe.stale_index = Some(probe.message_index);
             probe.message_index = i;
@@ -1143,7 +1681,9 @@ pub fn generate(style: Style, seed: u64) -> StyledSession {
                     1 => g.read_tool(),
                     _ => g.value(),
                 },
-                Style::Corrected => {
+                Style::PasteHeavy => g.paste_rule(),
+                Style::AnswerNext => g.answer_next(),
+                Style::Corrected | Style::Reworded => {
                     let (subject, old, new, sentence, key) =
                         g.corrected_pair(subjects[next % subjects.len()]);
                     let i = g.state(&sentence);
@@ -1211,6 +1751,53 @@ mod tests {
                     let at = p.stale_index.unwrap();
                     assert!(at < p.message_index);
                     assert!(s.messages[at].text().contains(stale.as_str()));
+                }
+            }
+        }
+    }
+
+    /// The three kinds from real shapes, on tuning and reporting seeds alike: every
+    /// needle is in its message and nowhere else, and each kind has its shape.
+    #[test]
+    fn kinds_from_real_shapes_hold_on_many_seeds() {
+        for style in [Style::PasteHeavy, Style::Reworded, Style::AnswerNext] {
+            for seed in (1..=30).chain(1000..=1030) {
+                let s = generate(style, seed);
+                assert_eq!(s.probes.len(), layout(style).1, "{style:?} {seed}");
+                for p in &s.probes {
+                    let holders: Vec<usize> = (0..s.messages.len())
+                        .filter(|&i| p.kept_in(&s.messages[i].text()))
+                        .collect();
+                    assert!(
+                        holders.contains(&p.message_index)
+                            && holders
+                                .iter()
+                                .all(|&i| i == p.message_index || i == p.message_index + 1),
+                        "{style:?} {seed}: {p:?} {holders:?}"
+                    );
+                    let text = s.messages[p.message_index].text().to_lowercase();
+                    match style {
+                        Style::Reworded => {
+                            // The correction does not restate the old value (unless the
+                            // new one contains it: release/26.10 and release/26.1).
+                            let stale = p.stale[0].to_lowercase();
+                            let new = p.needles[0].to_lowercase();
+                            assert!(new.contains(&stale) || !text.contains(&stale), "{p:?}");
+                            assert!(!text.contains("actually") && !text.contains("instead"));
+                        }
+                        Style::AnswerNext => {
+                            // The turn before asks; it does not hold the answer.
+                            let ask = s.messages[p.message_index - 1].text();
+                            assert!(ask.ends_with('?'), "{ask}");
+                            assert!(text.len() < 60, "{text}");
+                        }
+                        _ => {}
+                    }
+                }
+                if style == Style::PasteHeavy {
+                    // Pastes are long and full of ids: most of the session's text.
+                    let long = s.messages.iter().filter(|m| m.text().len() > 1500).count();
+                    assert!(long >= 30, "{seed}: {long}");
                 }
             }
         }
