@@ -142,3 +142,11 @@ scripts/serve-tests.sh usestream
 # installs the servers and the SDK under target/mcp-tests/.
 echo "== MCP"
 scripts/mcp-tests.sh
+# --- a Rust developer's first agent ---
+# A crate outside the workspace made from the README's dependency block (path form) and
+# examples/first_agent.rs, built and run against a local OpenAI-compatible server (a
+# Python stub, standard library only): it must print a context_compacting event. Then
+# every Rust snippet of README.md and docs/*.md compiled as doc tests of such a crate.
+# Shares the workspace's target dir and Cargo.lock.
+echo "== first agent (outside the workspace)"
+scripts/first-agent-tests.sh
