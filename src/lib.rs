@@ -159,3 +159,9 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The middleware guide's examples, the same way (they use the facade's paths, as a
+// user's crate that depends on `keel` writes them).
+#[cfg(all(doctest, feature = "agent"))]
+#[doc = include_str!("../docs/writing-middleware.md")]
+struct WritingMiddlewareDoctests;
