@@ -9,6 +9,8 @@
 //! `postgres`, `openai`, `recall`).
 //!
 //! The repository's `examples/` walk the whole path through this facade:
+//! `first_agent` (feature `openai`; a real model, a hand-written tool, summarization
+//! from YAML and session memory on SQLite; docs/first-agent.md),
 //! `cargo run --example yaml_agent` (summarization from YAML, session memory on SQLite,
 //! streamed events and the `context_compacting` toast, offline by default),
 //! `custom_middleware`, and `postgres_sessions` (feature `postgres`).
