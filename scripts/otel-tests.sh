@@ -77,7 +77,8 @@ start_phoenix() {
 }
 
 run_export() {
-    cargo build -q -p keel-cli --features otel
+    # The default build, as a user builds it: export is on without a feature flag.
+    cargo build -q -p keel-cli
     phoenix_env
     start_phoenix
     OTEL_EXPORTER_OTLP_ENDPOINT="$PHOENIX_URL" OTEL_METRICS_EXPORTER=none \

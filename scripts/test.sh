@@ -36,10 +36,13 @@ echo "== PostgreSQL"
 source scripts/postgres.sh
 
 echo "== cargo test"
-cargo test --workspace --all-targets
-cargo test --workspace --doc
-# The store conformance suite, migrations and cross-pool tests on PostgreSQL.
-cargo test -p keel-store --features postgres --test postgres
+# The PostgreSQL tests (keel-store's conformance suite, migrations and cross-pool tests;
+# keel-memory, keel-recall and keel-server on PostgreSQL) are listed as ignored in a plain
+# `cargo test --workspace`, which needs no database; these features run them, against
+# the server provisioned above (they fail, never skip, without KEEL_TEST_POSTGRES_URL).
+postgres_tests=keel-store/postgres-tests,keel-memory/postgres-tests,keel-recall/postgres-tests,keel-server/postgres-tests
+cargo test --workspace --all-targets --features "$postgres_tests"
+cargo test --workspace --doc --features "$postgres_tests"
 
 # The top-level examples run as a user would run them (`cargo test` above built the
 # ones the default features allow).
@@ -106,7 +109,8 @@ rm -rf "$soak_dir"
 # machine (Phoenix installed with uv), 15 s once its venv exists, besides building
 # keel-cli with the feature.
 echo "== tracing (OpenTelemetry, Phoenix)"
-cargo clippy -p keel-cli --features otel --all-targets -- -D warnings
+# The exporter is in the CLI's default build; lint the build without it too.
+cargo clippy -p keel-cli --no-default-features --all-targets -- -D warnings
 scripts/otel-tests.sh
 # --- keel serve ---
 # The server with the official Python and JavaScript SDKs, the chat page in headless
@@ -138,3 +142,11 @@ scripts/serve-tests.sh usestream
 # installs the servers and the SDK under target/mcp-tests/.
 echo "== MCP"
 scripts/mcp-tests.sh
+# --- a Rust developer's first agent ---
+# A crate outside the workspace made from the README's dependency block (path form) and
+# examples/first_agent.rs, built and run against a local OpenAI-compatible server (a
+# Python stub, standard library only): it must print a context_compacting event. Then
+# every Rust snippet of README.md and docs/*.md compiled as doc tests of such a crate.
+# Shares the workspace's target dir and Cargo.lock.
+echo "== first agent (outside the workspace)"
+scripts/first-agent-tests.sh

@@ -9,6 +9,8 @@
 //! `postgres`, `openai`, `recall`).
 //!
 //! The repository's `examples/` walk the whole path through this facade:
+//! `first_agent` (feature `openai`; a real model, a hand-written tool, summarization
+//! from YAML and session memory on SQLite; docs/first-agent.md),
 //! `cargo run --example yaml_agent` (summarization from YAML, session memory on SQLite,
 //! streamed events and the `context_compacting` toast, offline by default),
 //! `custom_middleware`, and `postgres_sessions` (feature `postgres`).
@@ -159,3 +161,9 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The middleware guide's examples, the same way (they use the facade's paths, as a
+// user's crate that depends on `keel` writes them).
+#[cfg(all(doctest, feature = "agent"))]
+#[doc = include_str!("../docs/writing-middleware.md")]
+struct WritingMiddlewareDoctests;

@@ -92,10 +92,3 @@ pub use pipeline::{INPUT_NODE, MODEL_NODE, ROLLBACK_NODE, TOOLS_NODE};
 pub use stack::{StackError, check_stack};
 pub use strategy::{CancelAction, MultitaskStrategy};
 pub use stream::AgentStream;
-
-// The middleware guide's examples are compiled and run as doc tests here, so the
-// documentation cannot drift from the API (the README's run in the facade, `keel`,
-// whose prelude they use).
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/writing-middleware.md")]
-struct WritingMiddlewareDoctests;

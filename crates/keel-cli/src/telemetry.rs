@@ -35,8 +35,11 @@ pub fn init(
     let fmt = log.then(|| {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // Colour only on a terminal: logs redirected to a file or a collector get plain
+        // text, not escape codes.
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_filter(filter)
     });
     #[cfg(feature = "otel")]
@@ -61,9 +64,16 @@ pub fn init(
     {
         if let Some(endpoint) = otlp {
             return Err(format!(
-                "--otlp {endpoint}: this keel was built without OpenTelemetry export; build it with `cargo build -p keel-cli --features otel`"
+                "--otlp {endpoint}: this keel was built without OpenTelemetry export (--no-default-features); build it with the `otel` feature, on by default"
             )
             .into());
+        }
+        // Never ignored without a word: the variable says the user expects traces.
+        if let Some(endpoint) = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            eprintln!(
+                "keel: warning: OTEL_EXPORTER_OTLP_ENDPOINT={} is ignored: this keel was built without OpenTelemetry export (--no-default-features); build it with the `otel` feature, on by default",
+                endpoint.to_string_lossy()
+            );
         }
         if fmt.is_some() {
             let _ = tracing_subscriber::registry().with(fmt).try_init();

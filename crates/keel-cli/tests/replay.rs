@@ -201,3 +201,52 @@ fn two_processes_replay_into_one_session_and_progress_can_be_lines() {
         assert_eq!(err.matches("keel: call ").count(), 102, "{err}");
     }
 }
+
+/// The text report opens with what was replayed through which stack, then the key to
+/// the table's columns; `--json` has neither (its shape is unchanged).
+#[test]
+fn the_text_report_opens_with_a_title_and_a_legend() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = root()
+        .join("examples/summarization.yaml")
+        .display()
+        .to_string();
+    let out = keel(
+        dir.path(),
+        &[&session(), "--config", &config, "--progress", "none"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let title = lines.next().unwrap();
+    assert!(title.starts_with("keel replay "), "{title}");
+    assert!(
+        title.contains("support-prj123.jsonl: 102 model calls through summarization from "),
+        "{title}"
+    );
+    assert!(
+        title.contains("examples/summarization.yaml (extractive summaries)"),
+        "{title}"
+    );
+    assert!(title.contains("tokens counted with approximate"), "{title}");
+    let legend = lines.next().unwrap();
+    assert!(legend.starts_with("columns: call = model call"), "{legend}");
+    for column in ["hist.tok", "sent.tok", "summary", "events"] {
+        assert!(
+            legend.contains(column),
+            "{column} is not explained: {legend}"
+        );
+    }
+    assert_eq!(lines.next(), Some(""));
+    assert!(lines.next().unwrap().trim_start().starts_with("call  line"));
+
+    let json = keel(dir.path(), &[&session(), "--config", &config, "--json"]);
+    assert!(
+        json.stdout.starts_with(b"{"),
+        "--json output is one JSON object, no title"
+    );
+}

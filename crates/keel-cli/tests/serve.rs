@@ -223,3 +223,86 @@ fn connection_flags_out_of_range_are_refused_naming_the_range() {
         );
     }
 }
+
+/// A config error names the file as given (not a fixed `keel.yaml`), the key with its
+/// line (top-level keys and `model.*` too), and the value as the user wrote it.
+#[test]
+fn config_errors_name_the_real_file_the_line_and_the_value_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agents").join("support-agent.yaml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let cases = [
+        (
+            "name: support\nmodel:\n  provider: openia\n  model: gpt-4o-mini\n",
+            "model.provider = \"openia\" (line 3): is not a provider; allowed: offline, openai",
+        ),
+        ("name: \"  \"\n", "name (line 1): must not be empty"),
+        (
+            "name: support\nmodel:\n  provider: openai\n",
+            "model.model (line 2): the model name is required for provider openai",
+        ),
+        (
+            "name: support\nmiddleware:\n  - pii: {pii_type: email}\n  - summarization:\n      enabled: true\n      triger: [{type: messages, value: 6}]\n",
+            "unknown key middleware[1].summarization.triger (line 6) (did you mean `trigger`?)",
+        ),
+        (
+            "name: support\ntools: [echo, grep]\n",
+            "tools[1] (line 2): \"grep\" is not a built-in tool; available: echo",
+        ),
+    ];
+    for (yaml, want) in cases {
+        std::fs::write(&config, yaml).unwrap();
+        let out = keel()
+            .args(["serve", "--database", "memory:", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{yaml}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("{}: ", config.display())),
+            "the real path: {stderr}"
+        );
+        assert!(!stderr.contains("Some("), "no Debug form: {stderr}");
+        assert!(stderr.contains(want), "want `{want}` in: {stderr}");
+    }
+}
+
+/// Logs written to a file (not a terminal) carry no colour codes; and a summarization
+/// entry that can never compact is reported when the agent is built.
+#[test]
+fn logs_to_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.yaml");
+    std::fs::write(
+        &config,
+        "middleware:\n  - summarization: {enabled: false, trigger: [{type: messages, value: 6}]}\n",
+    )
+    .unwrap();
+    let log = dir.path().join("serve.log");
+    let mut child = keel()
+        .args(["serve", "--port", "0", "--database", "memory:", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("listening on"), "{line}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("summarization.enabled is false"),
+        "{logged}"
+    );
+    assert!(logged.contains("WARN"), "{logged}");
+    assert!(
+        !logged.contains('\u{1b}'),
+        "escape codes in a log file: {logged:?}"
+    );
+}

@@ -66,7 +66,7 @@ pub enum StackError {
     },
     /// An entry's own loader refused its settings (its error names the key, the value
     /// and the line), e.g. keel-summarization's for `summarization`.
-    #[error("middleware[{index}].{source}")]
+    #[error("{}", entry_message(*index, source.as_ref()))]
     Entry {
         /// Position in the list (0-based).
         index: usize,
@@ -95,6 +95,17 @@ pub enum StackError {
         /// The line.
         line: u64,
     },
+}
+
+/// An entry loader's error with the entry's place in the list: its key path gets the
+/// `middleware[i].` prefix (`unknown key middleware[1].summarization.triger`, not
+/// `middleware[1].unknown key summarization.triger`).
+fn entry_message(index: usize, source: &(dyn std::error::Error + Send + Sync)) -> String {
+    let text = source.to_string();
+    match text.strip_prefix("unknown key ") {
+        Some(rest) => format!("unknown key middleware[{index}].{rest}"),
+        None => format!("middleware[{index}].{text}"),
+    }
 }
 
 fn at(line: Option<u64>) -> String {

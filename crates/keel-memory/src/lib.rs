@@ -68,5 +68,5 @@ mod tail;
 pub mod window;
 
 pub use compressor::{FoldEngine, FoldOutcome, SessionCompressor, TurnMemory, render_memory};
-pub use middleware::{SessionMemoryBuilder, SessionMemoryMiddleware};
+pub use middleware::{Inactive, SessionMemoryBuilder, SessionMemoryMiddleware};
 pub use settings::{SessionMemorySettings, SettingsError};

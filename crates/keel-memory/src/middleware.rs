@@ -62,6 +62,31 @@ impl std::fmt::Debug for SessionMemoryMiddleware {
     }
 }
 
+/// Why a [`SessionMemoryMiddleware`] would never fold a summary. It is logged through
+/// `tracing` (warning level) when such a middleware is built, and
+/// [`SessionMemoryMiddleware::inactive`] returns it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Inactive {
+    /// `n_messages` is 0: memory is off, the model sees the current turn only.
+    #[error(
+        "session memory is off (n_messages = 0): the model sees the current turn only and \
+         nothing is folded; set n_messages to the recent messages to send verbatim"
+    )]
+    Off,
+    /// No store: neither the builder nor the agent gave one, so there is no history to
+    /// fold and the model sees the last `n_messages` of the thread, without a summary.
+    #[error(
+        "session memory has no store: it falls back to the last {n_messages} messages \
+         without a summary; give the builder `.store(...)` or the agent `.store(...)` \
+         (and add the middleware with `.layer(builder)`)"
+    )]
+    NoStore {
+        /// The recent messages sent verbatim.
+        n_messages: usize,
+    },
+}
+
 /// Builds a [`SessionMemoryMiddleware`].
 pub struct SessionMemoryBuilder {
     settings: SessionMemorySettings,
@@ -139,6 +164,9 @@ impl SessionMemoryBuilder {
             }
             None => None,
         };
+        if let Some(inactive) = inactive(&self.settings, compressor.is_some()) {
+            tracing::warn!(middleware = NAME, "{inactive}");
+        }
         Ok(SessionMemoryMiddleware {
             settings: Arc::new(self.settings),
             compressor,
@@ -173,6 +201,18 @@ impl keel_core::layer::Layer for SessionMemoryBuilder {
                 middleware: "SessionMemoryMiddleware".into(),
                 message: e.to_string(),
             })
+    }
+}
+
+fn inactive(settings: &SessionMemorySettings, has_store: bool) -> Option<Inactive> {
+    if settings.n_messages == 0 {
+        Some(Inactive::Off)
+    } else if !has_store {
+        Some(Inactive::NoStore {
+            n_messages: settings.n_messages,
+        })
+    } else {
+        None
     }
 }
 
@@ -214,6 +254,12 @@ impl SessionMemoryMiddleware {
             engine: FoldEngine::Model,
             record_history: true,
         }
+    }
+
+    /// Why this middleware never folds a summary (memory off, or no store), or `None`
+    /// when it can.
+    pub fn inactive(&self) -> Option<Inactive> {
+        inactive(&self.settings, self.compressor.is_some())
     }
 
     /// The settings.

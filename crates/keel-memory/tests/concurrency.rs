@@ -237,6 +237,10 @@ async fn sixty_four_tasks_on_sqlite_wal_file() {
     race(Arc::new(store), "sqlite").await;
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_tasks_on_postgres() {
     race(Arc::new(postgres().await), "postgres").await;

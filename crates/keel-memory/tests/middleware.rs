@@ -293,6 +293,53 @@ fn without_a_store_it_falls_back_to_last_n_and_logs_once() {
     assert_eq!(log.matches("no store configured").count(), 1, "{log}");
 }
 
+/// A middleware that can never fold says so when it is built, not only at the first
+/// run: through `tracing`, and through `inactive()`.
+#[test]
+fn a_middleware_that_never_folds_warns_when_built() {
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let scope = SessionScope::new("flow-mw", "ada", "", "");
+    let no_store = SessionMemoryMiddleware::builder(settings(scope.clone(), 4))
+        .build()
+        .unwrap();
+    assert_eq!(
+        no_store.inactive(),
+        Some(keel_memory::Inactive::NoStore { n_messages: 4 })
+    );
+    let off = SessionMemoryMiddleware::builder(settings(scope.clone(), 0))
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    assert_eq!(off.inactive(), Some(keel_memory::Inactive::Off));
+    let log = String::from_utf8(sink.0.lock().clone()).unwrap();
+    assert!(log.contains("WARN"), "{log}");
+    assert_eq!(
+        log.matches("session memory has no store").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("session memory is off (n_messages = 0)")
+            .count(),
+        1,
+        "{log}"
+    );
+
+    let working = SessionMemoryMiddleware::builder(settings(scope, 4))
+        .store(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    assert_eq!(working.inactive(), None);
+    let after = String::from_utf8(sink.0.lock().clone()).unwrap();
+    assert_eq!(after, log, "a working middleware logs nothing");
+}
+
 #[tokio::test]
 async fn scopes_are_isolated_at_middleware_level() {
     let store = Arc::new(MemoryStore::new());

@@ -59,6 +59,10 @@ async fn shared(a: Arc<Store>, b: Arc<Store>, label: &str) {
     assert_eq!(again.state.absorbed_count, 40);
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_postgres_pools_share_folds() {
     let a = Arc::new(postgres().await);
@@ -66,6 +70,10 @@ async fn two_postgres_pools_share_folds() {
     shared(a, b, "pg-pools").await;
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_postgres_agents_share_a_session() {
     // Two agents (as two processes), each with its own pool and middleware.

@@ -85,6 +85,10 @@ async fn two_writers_on_one_sqlite_file() {
     concurrent_on(a, b, probe).await;
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_writers_on_one_postgres_schema() {
     let options = postgres_schema().await;

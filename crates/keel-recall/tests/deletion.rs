@@ -138,6 +138,10 @@ async fn deleting_a_thread_removes_its_index_on_sqlite() {
     deletion_on(Store::connect(&url).await.unwrap()).await;
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_thread_removes_its_index_on_postgres() {
     let options = postgres_schema().await;

@@ -535,11 +535,28 @@ fn json_syntax(e: &serde_json::Error) -> String {
         "the JSON is nested too deeply (more than 128 levels)"
     } else if said == "expected value" {
         "not JSON: expected a value"
+    } else if said == "expected ident" {
+        // serde_json read `t`, `f` or `n` and expected true, false or null: a bare word.
+        "not JSON: a bare word (text must be in double quotes; only true, false and null are written without)"
+    } else if said == "key must be a string" {
+        "not JSON: a key without double quotes (write {\"role\": \"user\", ...})"
+    } else if said == "expected `:`" {
+        "not JSON: a key without its `:` and value"
+    } else if said == "expected `,` or `}`" || said == "expected `,` or `]`" {
+        "not JSON: a missing comma between two entries"
+    } else if said.starts_with("control character") {
+        "not JSON: a raw control character (a tab or newline) inside a string; write it as \\t or \\n"
+    } else if said == "invalid number" || said == "number out of range" {
+        "not JSON: a number that is not one"
     } else {
-        said
+        return with_column(&format!("not JSON: {said}"), e.column());
     };
-    if e.column() > 0 {
-        format!("{what} (column {})", e.column())
+    with_column(what, e.column())
+}
+
+fn with_column(what: &str, column: usize) -> String {
+    if column > 0 {
+        format!("{what} (column {column})")
     } else {
         what.to_owned()
     }
@@ -640,7 +657,12 @@ mod tests {
         );
         assert_eq!(
             e("{oops"),
-            "not a valid message: key must be a string (column 2)"
+            "not a valid message: not JSON: a key without double quotes (write {\"role\": \"user\", ...}) (column 2)"
+        );
+        // A line of plain text: serde_json's own words would be `expected ident`.
+        assert_eq!(
+            e("not a message"),
+            "not a valid message: not JSON: a bare word (text must be in double quotes; only true, false and null are written without) (column 2)"
         );
         for t in [
             r#"{"role":"user","content":5}"#,

@@ -58,8 +58,10 @@ pub use keel_config::MAX_STACK_BYTES;
 /// The graph id used when the YAML names none.
 pub const DEFAULT_GRAPH_ID: &str = "agent";
 
-/// What is wrong with a keel.yaml: the key, the value, what is allowed. Its middleware
-/// list's errors are the stack loader's [`StackError`] (with their lines).
+/// What is wrong with a keel.yaml: the key, the value, what is allowed, and the line.
+/// Its middleware list's errors are the stack loader's [`StackError`] (with their
+/// lines). The message does not name the file: [`in_file`](Self::in_file) prefixes the
+/// path it was read from.
 #[derive(Debug, thiserror::Error)]
 pub enum KeelYamlError {
     /// The file could not be read.
@@ -71,17 +73,17 @@ pub enum KeelYamlError {
         message: String,
     },
     /// Not YAML, or a key of the wrong type (serde-saphyr's message has the line).
-    #[error("keel.yaml: {0}")]
+    #[error("{0}")]
     Syntax(String),
     /// A middleware entry the stack loader refused (its message names the key, the
     /// value, what is allowed and the line).
-    #[error("keel.yaml: {0}")]
+    #[error("{0}")]
     Middleware(#[from] StackError),
     /// An `mcp_servers` entry that is wrong, or a server that did not start.
-    #[error("keel.yaml: {0}")]
+    #[error("{0}")]
     Mcp(#[from] McpError),
     /// A key with a value outside what is allowed.
-    #[error("keel.yaml: {key}{}: {problem}", keel_config::at_line(*line))]
+    #[error("{key}{}: {problem}", keel_config::at_line(*line))]
     Invalid {
         /// The key, dotted (`middleware[1].summarization`).
         key: String,
@@ -122,6 +124,10 @@ pub struct StackConfig {
     /// [`connect_mcp`](Self::connect_mcp).
     #[serde(default)]
     pub mcp_servers: Vec<McpServerConfig>,
+    /// The line of each top-level key and of each key under `model`
+    /// (`model.provider`), for errors found after parsing.
+    #[serde(skip)]
+    lines: std::collections::BTreeMap<String, u64>,
 }
 
 fn default_name() -> String {
@@ -146,6 +152,17 @@ pub enum ModelChoice {
     },
 }
 
+impl KeelYamlError {
+    /// The message prefixed with the file it is about (`examples/keel.yaml: model.provider
+    /// = "openia" (line 3): ...`); an I/O error names its path already.
+    pub fn in_file(&self, path: &Path) -> String {
+        match self {
+            KeelYamlError::Io { .. } => self.to_string(),
+            other => format!("{}: {other}", path.display()),
+        }
+    }
+}
+
 impl StackConfig {
     /// Reads and parses a file of at most [`MAX_STACK_BYTES`].
     pub fn from_file(path: impl AsRef<Path>) -> Result<StackConfig, KeelYamlError> {
@@ -167,11 +184,12 @@ impl StackConfig {
     pub fn from_yaml_str(text: &str) -> Result<StackConfig, KeelYamlError> {
         // The first line of the parser's message names the line and the problem; the
         // rest is a source snippet.
-        let stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
+        let mut stack: StackConfig = serde_saphyr::from_str(text).map_err(|e| {
             KeelYamlError::Syntax(e.to_string().lines().next().unwrap_or_default().to_owned())
         })?;
+        stack.lines = key_lines(text);
         if stack.name.trim().is_empty() {
-            return Err(invalid("name", "must not be empty"));
+            return Err(stack.invalid("name", "must not be empty"));
         }
         stack.model_choice()?;
         keel_mcp::validate_servers(&stack.mcp_servers).map_err(McpError::from)?;
@@ -213,7 +231,7 @@ impl StackConfig {
                         key.as_str(),
                         "provider" | "model" | "base_url" | "api_key_env" | "context_window"
                     ) {
-                        return Err(invalid(
+                        return Err(self.invalid(
                             &format!("model.{key}"),
                             "unknown key; allowed: provider, model, base_url, api_key_env, context_window",
                         ));
@@ -223,7 +241,7 @@ impl StackConfig {
                     Some("offline") => Ok(ModelChoice::Offline),
                     Some("openai") => Ok(ModelChoice::OpenAi {
                         model: get("model").ok_or_else(|| {
-                            invalid(
+                            self.invalid(
                                 "model.model",
                                 "the model name is required for provider openai",
                             )
@@ -232,17 +250,19 @@ impl StackConfig {
                         api_key_env: get("api_key_env"),
                         context_window: m.get("context_window").and_then(Value::as_u64),
                     }),
-                    other => Err(invalid(
+                    None => Err(self.invalid(
                         "model.provider",
-                        &format!("{other:?} is not a provider; use offline or openai"),
+                        "is missing; allowed: offline, openai",
+                    )),
+                    Some(other) => Err(self.invalid(
+                        &format!("model.provider = {other:?}"),
+                        "is not a provider; allowed: offline, openai",
                     )),
                 }
             }
-            Some(other) => Err(invalid(
-                "model",
-                &format!(
-                    "{other} is not a model; use `offline` or a mapping with provider: openai"
-                ),
+            Some(other) => Err(self.invalid(
+                &format!("model = {other}"),
+                "is not a model; allowed: `offline`, or a mapping with `provider: openai` and `model`",
             )),
         }
     }
@@ -297,7 +317,7 @@ impl StackConfig {
                 }
                 let model = config
                     .build()
-                    .map_err(|e| invalid("model", &e.to_string()))?;
+                    .map_err(|e| self.invalid("model", &e.to_string()))?;
                 (Arc::new(model), true)
             }
         })
@@ -325,7 +345,7 @@ impl StackConfig {
         mcp: Option<McpToolset>,
     ) -> Result<Agent, KeelYamlError> {
         if !self.mcp_servers.is_empty() && mcp.is_none() {
-            return Err(invalid(
+            return Err(self.invalid(
                 "mcp_servers",
                 "the servers are not connected: build with StackConfig::build_connected (as `keel serve` does)",
             ));
@@ -347,7 +367,7 @@ impl StackConfig {
             match name.as_str() {
                 "echo" => builder = builder.tool(Echo::new()),
                 other => {
-                    return Err(invalid(
+                    return Err(self.invalid(
                         &format!("tools[{i}]"),
                         &format!("{other:?} is not a built-in tool; available: echo"),
                     ));
@@ -384,8 +404,44 @@ impl StackConfig {
         }
         builder
             .build()
-            .map_err(|e| invalid("middleware", &e.to_string()))
+            .map_err(|e| self.invalid("middleware", &e.to_string()))
     }
+
+    /// An error about `key`, at its line in the file (`model.provider`'s own line, else
+    /// the line of its top-level key).
+    fn invalid(&self, key: &str, problem: &str) -> KeelYamlError {
+        let path = key.split(" = ").next().unwrap_or(key);
+        let top = path.split(['.', '[']).next().unwrap_or(path);
+        KeelYamlError::Invalid {
+            key: key.to_owned(),
+            problem: problem.to_owned(),
+            line: self
+                .lines
+                .get(path)
+                .or_else(|| self.lines.get(top))
+                .copied(),
+        }
+    }
+}
+
+/// The lines of the top-level keys and of the keys one level under them.
+fn key_lines(text: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut lines = std::collections::BTreeMap::new();
+    if let Ok(Node {
+        value: Yaml::Map(entries),
+        ..
+    }) = keel_config::yaml::parse(text)
+    {
+        for (key, line, node) in entries {
+            if let Yaml::Map(inner) = &node.value {
+                for (sub, sub_line, _) in inner {
+                    lines.insert(format!("{key}.{sub}"), *sub_line);
+                }
+            }
+            lines.insert(key, line);
+        }
+    }
+    lines
 }
 
 /// An entry read and built already: it needs nothing more.
@@ -490,14 +546,6 @@ fn setting(node: &Node, key: &str) -> Option<(String, u64)> {
     }
 }
 
-fn invalid(key: &str, problem: &str) -> KeelYamlError {
-    KeelYamlError::Invalid {
-        key: key.to_owned(),
-        problem: problem.to_owned(),
-        line: None,
-    }
-}
-
 /// The built-in `echo` tool: returns its arguments as JSON text, so a stack can be tried
 /// with tool calls before real tools are wired in.
 struct Echo(ToolSpec);
@@ -547,12 +595,12 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "keel.yaml: middleware[1] (line 4): each entry is a one-key mapping, e.g. `- summarization: {...}`"
+            "middleware[1] (line 4): each entry is a one-key mapping, e.g. `- summarization: {...}`"
         );
         let err = StackConfig::from_yaml_str("name: s\n\nmiddleware: 5\n").unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("keel.yaml: middleware (line 3): is not a list"),
+                .starts_with("middleware (line 3): is not a list"),
             "{err}"
         );
         let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
@@ -576,7 +624,7 @@ mod tests {
         );
         assert_eq!(
             err,
-            "keel.yaml: middleware[1].pii.strategy = \"shout\" (line 7): is not a known value; allowed: one of block, redact, mask, hash"
+            "middleware[1].pii.strategy = \"shout\" (line 7): is not a known value; allowed: one of block, redact, mask, hash"
         );
         // summarization, in DeerFlow's schema.
         let err = build(
@@ -609,7 +657,7 @@ mod tests {
         let err = build("middleware:\n  - session_memroy: {}\n");
         assert_eq!(
             err,
-            "keel.yaml: unknown key middleware[0].session_memroy (line 2) (did you mean `session_memory`?)"
+            "unknown key middleware[0].session_memroy (line 2) (did you mean `session_memory`?)"
         );
     }
 

@@ -102,9 +102,14 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The keel.yaml is wrong.
-    #[error(transparent)]
-    Config(#[from] KeelYamlError),
+    /// The agent file is wrong; the message names the file as given.
+    #[error("{}", source.in_file(path))]
+    Config {
+        /// The file, as given on the command line.
+        path: std::path::PathBuf,
+        /// What is wrong, with its key and line.
+        source: KeelYamlError,
+    },
     /// The database could not be opened.
     #[error("cannot open the database {url}: {message}")]
     Database {
@@ -130,9 +135,16 @@ pub enum ServeError {
 /// Builds the agent and serves it until Ctrl-C or SIGTERM. Prints one line with the
 /// address once it listens.
 pub async fn run(options: ServeOptions) -> Result<(), ServeError> {
-    let stack = StackConfig::from_file(&options.config)?;
+    let in_file = |source| ServeError::Config {
+        path: options.config.clone(),
+        source,
+    };
+    let stack = StackConfig::from_file(&options.config).map_err(in_file)?;
     let (store, records) = open_records(&options.database).await?;
-    let agent = stack.build_connected(Arc::new(store)).await?;
+    let agent = stack
+        .build_connected(Arc::new(store))
+        .await
+        .map_err(in_file)?;
     let model = agent.model_profile().name.clone();
     let connections = within_fd_limit(options.connections.clone());
     let server = ServerOptions {

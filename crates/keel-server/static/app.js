@@ -8,7 +8,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { assistant: null, thread: null, streaming: false, bubbles: new Map(), toastTimer: null };
+const state = { assistant: null, thread: null, streaming: false, bubbles: new Map(), toastTimer: null, lastMessageId: null };
 
 function headers(json = true) {
   const h = {};
@@ -55,18 +55,58 @@ function toolCallLine(div, call) {
   div.appendChild(span);
 }
 
-// Draws a thread's messages from its values (the truth once a step has finished).
+// Where compaction happened in each thread, kept across redraws (every `values` event
+// redraws the messages) and reloads: one marker after the message that was the newest
+// when the compacted request was sent. The thread's state keeps every message, so the
+// marker is the only trace of it in the conversation.
+function markers(thread) {
+  try { return JSON.parse(localStorage.getItem(`keel-compactions-${thread}`) || "[]"); } catch (_) { return []; }
+}
+
+function addMarker(thread, marker) {
+  const list = markers(thread);
+  list.push(marker);
+  localStorage.setItem(`keel-compactions-${thread}`, JSON.stringify(list.slice(-200)));
+}
+
+function markerNote(marker) {
+  const div = document.createElement("div");
+  div.className = "compaction-marker";
+  div.setAttribute("role", "note");
+  div.textContent = marker.text;
+  div.title = `compacted at ${marker.at}`;
+  return div;
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+// Draws a thread's messages from its values (the truth once a step has finished), with
+// the compaction markers where they happened.
 function render(messages) {
   $("messages").textContent = "";
   state.bubbles.clear();
+  const pending = state.thread ? markers(state.thread) : [];
+  const after = (id) => {
+    for (const marker of pending.filter((k) => k.after === id)) $("messages").appendChild(markerNote(marker));
+  };
+  after(null);
+  state.lastMessageId = null;
   for (const m of messages || []) {
     if (m.type === "human") bubble("human", text(m.content));
     else if (m.type === "tool") bubble("tool", `${m.name || "tool"}: ${text(m.content)}`);
     else if (m.type === "ai") {
       const div = bubble("ai", text(m.content));
       for (const call of m.tool_calls || []) toolCallLine(div, call);
-    }
+    } else continue;
+    state.lastMessageId = m.id || null;
+    if (m.id) after(m.id);
   }
+  // A marker whose message is not in this thread's state (an edited branch) goes last.
+  const ids = new Set((messages || []).map((m) => m.id));
+  for (const marker of pending.filter((k) => k.after !== null && !ids.has(k.after))) $("messages").appendChild(markerNote(marker));
+  $("messages").scrollTop = $("messages").scrollHeight;
 }
 
 function showToast(message) {
@@ -162,8 +202,17 @@ function onEvent(event, data) {
   } else if (event === "custom") {
     if (data.type === "context_compacting") showToast(data.message || "Compacting conversation context…");
     if (data.type === "context_compacted") {
-      const note = bubble("note", `context compacted: ${data.tokens_before} → ${data.tokens_after} tokens`);
-      note.classList.remove("msg");
+      const at = new Date().toLocaleTimeString();
+      const marker = {
+        after: state.lastMessageId,
+        at,
+        text: `Context compacted at ${at}: ${plural(data.summarized, "earlier message")} summarized, ` +
+          `${plural(data.kept, "recent message")} kept verbatim (${data.tokens_before} → ${data.tokens_after} tokens sent${data.cache_hit ? ", summary reused" : ""}). ` +
+          "The thread keeps every message.",
+      };
+      if (state.thread) addMarker(state.thread, marker);
+      $("messages").appendChild(markerNote(marker));
+      $("messages").scrollTop = $("messages").scrollHeight;
       // Left up long enough to be read even when the summary was quick.
       hideToast(2500);
     }
@@ -291,7 +340,10 @@ async function loadHistory() {
   for (const s of states) {
     const li = document.createElement("li");
     const count = ((s.values && s.values.messages) || []).length;
-    li.textContent = `#${s.metadata.step} ${s.metadata.node} · ${count} messages`;
+    // LangGraph numbers the empty checkpoint a thread starts from -1 (node `input`).
+    li.textContent = s.metadata.step < 0
+      ? "start · empty thread"
+      : `step ${s.metadata.step} · ${s.metadata.node} · ${plural(count, "message")}`;
     list.appendChild(li);
   }
 }

@@ -318,16 +318,22 @@ async fn store_items_on_sqlite() {
 }
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_items_on_postgres() {
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
     use std::str::FromStr;
 
-    let Ok(url) = std::env::var("KEEL_TEST_POSTGRES_URL") else {
-        eprintln!(
-            "KEEL_TEST_POSTGRES_URL is not set: the PostgreSQL case is skipped (scripts/test.sh sets it)"
-        );
-        return;
+    let url = match std::env::var("KEEL_TEST_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "KEEL_TEST_POSTGRES_URL is not set: run the tests with scripts/test.sh, which \
+             provisions a throwaway PostgreSQL (or `scripts/postgres.sh -- cargo test -p \
+             keel-server --features postgres-tests`)"
+        ),
     };
     let schema = format!("keel_store_items_{}", uuid::Uuid::new_v4().simple());
     let admin = sqlx::PgPool::connect(&url).await.unwrap();

@@ -1,7 +1,9 @@
 //! The conformance suite, migrations and cross-pool sharing on PostgreSQL.
 //!
-//! Needs `KEEL_TEST_POSTGRES_URL`; `scripts/test.sh` provisions a throwaway server and
-//! sets it. Without it these tests fail (they are never skipped). Each test works in its
+//! Listed as ignored unless the `postgres-tests` feature is on, so `cargo test --workspace`
+//! passes without a database. With the feature they need `KEEL_TEST_POSTGRES_URL`;
+//! `scripts/test.sh` turns the feature on, provisions a throwaway server and sets it.
+//! Without the URL these tests fail (they are never skipped). Each test works in its
 //! own fresh schema, so "migrations from empty" really starts from nothing.
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: failures should be loud
@@ -63,6 +65,10 @@ async fn store_in(options: &PgConnectOptions, pool_size: u32) -> PostgresStore {
     .unwrap()
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_conforms() {
     let (_, options) = fresh_schema().await;
@@ -70,6 +76,10 @@ async fn postgres_conforms() {
     conformance::run_all(Arc::new(store)).await.unwrap();
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_recall_index_conforms() {
     let (_, options) = fresh_schema().await;
@@ -80,6 +90,10 @@ async fn postgres_recall_index_conforms() {
 /// The `simple` configuration turns keel's terms into exactly these lexemes (CJK
 /// bigrams and accented words included, hex-encoded), the GIN index exists, and a
 /// deleted session leaves no index row.
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test]
 async fn recall_terms_are_the_tsvector_lexemes() {
     use keel_core::recall::{RecallDocument, RecallIndex, terms};
@@ -117,6 +131,10 @@ async fn recall_terms_are_the_tsvector_lexemes() {
     assert_eq!(left, 0);
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_url_conforms() {
     // Store::connect on the plain URL (public schema, shared with other runs): the suite
@@ -140,6 +158,10 @@ async fn tables(store: &PostgresStore, schema: &str) -> Vec<String> {
     .collect()
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test]
 async fn migrations_run_from_empty_and_again_as_a_no_op() {
     let (schema, options) = fresh_schema().await;
@@ -184,6 +206,10 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn processes_starting_together_migrate_once() {
     let (schema, options) = fresh_schema().await;
@@ -203,6 +229,10 @@ async fn processes_starting_together_migrate_once() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test]
 async fn two_pools_share_summaries_and_session_state() {
     let (_, options) = fresh_schema().await;
@@ -250,6 +280,10 @@ async fn two_pools_share_summaries_and_session_state() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_cas_across_two_pools() {
     // The race of the conformance suite, but the 64 writers split over two pools.
@@ -299,6 +333,10 @@ async fn concurrent_cas_across_two_pools() {
 
 /// Nothing listens on the port: the error comes from the first attempt (not the pool's
 /// timeout), names the cause, and hides the password. Needs no server.
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test]
 async fn connection_refused_fails_fast_naming_the_url() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -327,6 +365,10 @@ async fn connection_refused_fails_fast_naming_the_url() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_strategy_keeps_every_message_on_postgres() {
     let (_schema, options) = fresh_schema().await;
@@ -405,6 +447,10 @@ async fn writer_process() {
 /// agent queues them; across processes the checkpointer's compare-and-swap decides:
 /// every run completes or fails with `AgentError::Conflict`, and no committed message
 /// is lost or duplicated.
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_one_thread_lose_nothing() {
     let (schema, options) = fresh_schema().await;
@@ -484,6 +530,10 @@ async fn two_processes_on_one_thread_lose_nothing() {
 
 /// A schema written before checkpoints became deltas (migration 0001 only): its threads
 /// continue from their latest checkpoint after the upgrade.
+#[cfg_attr(
+    not(feature = "postgres-tests"),
+    ignore = "needs PostgreSQL: run with `--features postgres-tests` and KEEL_TEST_POSTGRES_URL (scripts/test.sh provisions both)"
+)]
 #[tokio::test]
 async fn threads_written_before_the_delta_schema_continue_from_their_latest_checkpoint() {
     use keel_core::message::Message;

@@ -184,6 +184,32 @@ pub enum BuildError {
     },
 }
 
+/// Why a [`SummarizationMiddleware`] built from a configuration would never compact.
+///
+/// [`SummarizationMiddleware::from_config`] returns it instead of a builder, and
+/// [`SummarizationMiddlewareBuilder::build`] logs it through `tracing` (warning level)
+/// when a middleware is built anyway.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Inactive {
+    /// `summarization.enabled` is false: DeerFlow's schema default, so a
+    /// `summarization.yaml` without `enabled: true` (or an empty one) ends here.
+    #[error(
+        "summarization.enabled is false (the default of DeerFlow's schema), so the \
+         middleware never compacts and requests pass through unchanged: set \
+         `enabled: true` and a trigger in the summarization.yaml"
+    )]
+    Disabled,
+}
+
+impl Inactive {
+    /// Why a middleware with this configuration would never compact, or `None` when it
+    /// can.
+    pub fn of(config: &SummarizationConfig) -> Option<Inactive> {
+        (!config.enabled).then_some(Inactive::Disabled)
+    }
+}
+
 /// Builds a [`SummarizationMiddleware`].
 pub struct SummarizationMiddlewareBuilder {
     config: SummarizationConfig,
@@ -248,11 +274,16 @@ impl SummarizationMiddlewareBuilder {
         self
     }
 
-    /// Validates and builds.
+    /// Validates and builds. A configuration that can never compact (see [`Inactive`])
+    /// still builds, a middleware that passes every request through, and the reason is
+    /// logged as a warning; [`SummarizationMiddleware::from_config`] returns it instead.
     pub fn build(self) -> Result<SummarizationMiddleware, BuildError> {
         let config = self.config;
         for w in config.validate()? {
             tracing::warn!("{w}");
+        }
+        if let Some(inactive) = Inactive::of(&config) {
+            tracing::warn!(middleware = "SummarizationMiddleware", "{inactive}");
         }
         if let Some(profile) = &self.profile {
             config.check_context_window(profile.max_input_tokens)?;
@@ -534,7 +565,45 @@ fn summary_recipe(
 }
 
 impl SummarizationMiddleware {
-    /// A builder for `config` (validated again at `build`).
+    /// A builder for `config`, or why a middleware with it would never compact
+    /// (`enabled: false`, DeerFlow's default): the way to build from a configuration a
+    /// user wrote, so a file that turns compaction off is not silently a no-op.
+    ///
+    /// ```
+    /// use keel_summarization::config::SummarizationConfig;
+    /// use keel_summarization::middleware::{Inactive, SummarizationMiddleware};
+    ///
+    /// // A DeerFlow file without `enabled: true`.
+    /// let off = SummarizationConfig::from_yaml_str("summarization:\n  keep: {type: messages, value: 4}\n")?;
+    /// assert_eq!(SummarizationMiddleware::from_config(off.config).err(), Some(Inactive::Disabled));
+    ///
+    /// let on = SummarizationConfig::from_yaml_str(
+    ///     "summarization:\n  enabled: true\n  trigger: {type: messages, value: 20}\n",
+    /// )?;
+    /// let middleware = SummarizationMiddleware::from_config(on.config)
+    ///     .map_err(|inactive| inactive.to_string())?
+    ///     .extractive()
+    ///     .build()?;
+    /// assert!(middleware.inactive().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_config(
+        config: SummarizationConfig,
+    ) -> Result<SummarizationMiddlewareBuilder, Inactive> {
+        match Inactive::of(&config) {
+            Some(inactive) => Err(inactive),
+            None => Ok(Self::builder(config)),
+        }
+    }
+
+    /// Why this middleware never compacts, or `None` when it can.
+    pub fn inactive(&self) -> Option<Inactive> {
+        Inactive::of(&self.core.config)
+    }
+
+    /// A builder for `config` (validated again at `build`). Builds whatever the
+    /// configuration says, `enabled: false` included (with a warning);
+    /// [`Self::from_config`] refuses that with the reason.
     pub fn builder(config: SummarizationConfig) -> SummarizationMiddlewareBuilder {
         SummarizationMiddlewareBuilder {
             config,

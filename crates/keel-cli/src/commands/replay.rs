@@ -221,8 +221,49 @@ pub fn prepare_dump_dir(dir: &Path, force: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// What a replay runs through, for the title line.
+fn stack_description(stack: &StackArgs) -> String {
+    let mut parts = Vec::new();
+    if stack.memory.is_some() {
+        let mut memory = match stack.n_messages {
+            Some(n) => format!("session memory (last {n} messages"),
+            None => "session memory (default window".to_owned(),
+        };
+        if !stack.pinned_keys.is_empty() {
+            memory.push_str(&format!(", pinned {}", stack.pinned_keys.join(",")));
+        }
+        memory.push_str(&format!(
+            ", {})",
+            stack.db.as_deref().unwrap_or("sqlite://keel.db")
+        ));
+        parts.push(memory);
+    }
+    if let Some(config) = &stack.config {
+        let writer = stack.summary_model.as_deref().map_or_else(
+            || "extractive summaries".to_owned(),
+            |m| format!("summaries by {m}"),
+        );
+        parts.push(format!(
+            "summarization from {} ({writer})",
+            config.display()
+        ));
+    }
+    if parts.is_empty() {
+        "no middleware (each request is the whole history)".to_owned()
+    } else {
+        parts.join(" around ")
+    }
+}
+
+/// The second line of the text report: what each column of the table holds.
+pub const LEGEND: &str = "columns: call = model call, line = its answer's line in the \
+transcript, history / hist.tok = messages / tokens before it, sent / sent.tok = messages / \
+tokens of the request sent, summary = written now (call) / reused (cached) / none (-), \
+events = what the middleware streamed";
+
 /// Runs the command.
 pub fn run(args: Args, caps: &Caps) -> CommandResult {
+    let through = stack_description(&args.stack);
     let options = args.stack.options(caps);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -265,7 +306,13 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         let out = if args.json {
             clean_json(serde_json::to_string_pretty(&replay.report)? + "\n")
         } else {
-            clean_lines(&replay.report.render())
+            let title = format!(
+                "keel replay {}: {} model calls through {through}; tokens counted with {}",
+                args.transcript.display(),
+                replay.report.totals.calls,
+                replay.report.counter
+            );
+            clean_lines(&format!("{title}\n{LEGEND}\n\n{}", replay.report.render()))
         };
         print(&out)?;
         Ok(ExitCode::SUCCESS)

@@ -78,7 +78,19 @@ await step("a long thread shows the compacting toast", async () => {
     await page.waitForFunction(() => document.body.dataset.busy === "false", null, { timeout: 60000 });
     if (Number(await page.evaluate(() => document.body.dataset.toasts)) > 0) {
       seen = await toast;
-      if (seen) await page.screenshot({ path: `${shots}/chat-page-toast.png` });
+      if (seen) {
+        await page.screenshot({ path: `${shots}/chat-page-toast.png` });
+        // The toast sits in the page's flow: it covers no message.
+        const overlaps = await page.evaluate(() => {
+          const t = document.getElementById("toast").getBoundingClientRect();
+          const box = document.getElementById("messages").getBoundingClientRect();
+          return [...document.querySelectorAll("#messages .msg")]
+            .map((m) => m.getBoundingClientRect())
+            .filter((r) => r.bottom > box.top && r.top < box.bottom) // visible part of the list
+            .filter((r) => r.left < t.right && t.left < r.right && r.top < t.bottom && t.top < r.bottom).length;
+        });
+        assert(overlaps === 0, `the toast covers ${overlaps} message(s)`);
+      }
     }
   }
   assert(seen, "no compacting toast in 12 long turns");
@@ -86,13 +98,28 @@ await step("a long thread shows the compacting toast", async () => {
   assert(toastText.includes("Compacting"), `toast text ${toastText}`);
 });
 
+await step("the conversation keeps a marker where compaction happened", async () => {
+  // After the run's last `values` event redrew the messages, and after the toast is gone.
+  await page.waitForSelector("#toast", { state: "hidden", timeout: 10000 });
+  const marks = await page.$$eval("#messages .compaction-marker", (els) => els.map((e) => e.textContent));
+  assert(marks.length >= 1, "no compaction marker in the conversation");
+  assert(/Context compacted at .+: \d+ earlier messages? summarized, \d+ recent messages? kept verbatim/.test(marks[0]), `marker text ${marks[0]}`);
+  // It sits between messages, not after the last one only: something follows it.
+  const followed = await page.$eval("#messages .compaction-marker", (e) => e.nextElementSibling !== null);
+  assert(followed, "the marker is not in the conversation's flow");
+  await page.screenshot({ path: `${shots}/chat-page-compaction-marker.png` });
+});
+
 await step("thread history is listed and reopening the thread shows every message", async () => {
   const history = await page.$$eval("#history li", (els) => els.map((e) => e.textContent));
-  assert(history.length > 5 && history[0].startsWith("#"), `history ${JSON.stringify(history)}`);
+  assert(history.length > 5 && history[0].startsWith("step "), `history ${JSON.stringify(history)}`);
+  assert(!history.some((h) => h.includes("#-1") || /\b1 messages\b/.test(h)), `history wording ${JSON.stringify(history)}`);
   await page.click("#new-thread");
   await page.waitForFunction(() => document.querySelectorAll(".msg").length === 0);
   await page.click("#threads li:not(.active)");
   await page.waitForFunction(() => document.querySelectorAll(".msg.human").length >= 8, null, { timeout: 10000 });
+  // Reopened from the server's state, the thread still shows where it was compacted.
+  assert((await page.$$("#messages .compaction-marker")).length >= 1, "the marker is gone after reopening the thread");
   await page.screenshot({ path: `${shots}/chat-page.png`, fullPage: false });
 });
 
