@@ -18,7 +18,7 @@ cargo clippy -p keel-store --all-features --all-targets -- -D warnings
 # every cfg of every crate: dependencies come in the same variants as under
 # `cargo hack --feature-powerset`, without its 128 runs (docs/architecture.md).
 echo "== feature combinations"
-facade_features=(agent summarization tiktoken memory sqlite postgres openai recall mcp)
+facade_features=(agent summarization tiktoken memory sqlite postgres openai anthropic recall mcp)
 cargo clippy -p keel --no-default-features -- -D warnings
 for feature in "${facade_features[@]}"; do
     cargo clippy -p keel --no-default-features --features "$feature" -- -D warnings
