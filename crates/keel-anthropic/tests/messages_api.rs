@@ -584,3 +584,37 @@ async fn prompt_too_long_compacts_and_is_sent_once_more() {
         .collect();
     assert_eq!(marked.len(), 2, "{second:#?}");
 }
+
+#[tokio::test]
+async fn summary_calls_ask_for_their_schema_through_a_forced_tool() {
+    use keel_summary::summary_call::{
+        ResponseSchema, SummaryCallOptions, SummaryCaller, SummaryModels,
+    };
+    use keel_summary::transcript::{SummaryPrompt, TranscriptOptions};
+    let answer = json!({
+        "id": "msg_01Sum", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "content": [{"type": "tool_use", "id": "toolu_01S", "name": "summary",
+                     "input": {"summary": "PRJ-123 runs on the EU cluster."}}],
+        "usage": {"input_tokens": 120, "output_tokens": 20}
+    });
+    let server = server_with(vec![ResponseTemplate::new(200).set_body_json(answer)]).await;
+    let caller = SummaryCaller::new(SummaryCallOptions::default());
+    let models = SummaryModels::single(Arc::new(model(&server)));
+    let prompt = SummaryPrompt::new(
+        "Summarize:\n{messages}",
+        None,
+        &[Message::human("I'm on PRJ-123, EU cluster.")],
+        &TranscriptOptions::default(),
+    )
+    .unwrap();
+    let schema = ResponseSchema::summary_text();
+    let out = caller
+        .call_shaped("t", &models, &prompt, None, Some(256), Some(&schema))
+        .await
+        .unwrap();
+    assert_eq!(out.text, "PRJ-123 runs on the EU cluster.");
+    let sent = &bodies(&server).await[0];
+    assert_eq!(sent["tool_choice"], json!({"type": "tool", "name": "summary"}));
+    assert_eq!(sent["max_tokens"], json!(256));
+}
