@@ -615,6 +615,9 @@ async fn summary_calls_ask_for_their_schema_through_a_forced_tool() {
         .unwrap();
     assert_eq!(out.text, "PRJ-123 runs on the EU cluster.");
     let sent = &bodies(&server).await[0];
-    assert_eq!(sent["tool_choice"], json!({"type": "tool", "name": "summary"}));
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "tool", "name": "summary"})
+    );
     assert_eq!(sent["max_tokens"], json!(256));
 }
