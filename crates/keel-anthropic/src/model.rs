@@ -110,6 +110,15 @@ async fn send(
     Err(classify_http(status.as_u16(), retry_after, &body))
 }
 
+/// True when the answer is one JSON document rather than an event stream.
+fn is_json(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("application/json"))
+}
+
 /// `fut` within `timeout`; `what` names it in a timeout error.
 async fn timed<T>(
     timeout: Duration,
@@ -248,6 +257,29 @@ impl ChatModel for AnthropicChatModel {
             self.send(&built.body),
         )
         .await?;
+        if is_json(&response) {
+            // A server (or proxy) that answered the stream request in one piece.
+            let facts = CallFacts {
+                provider: &self.profile.provider,
+                model: &self.config.model,
+                internal: false,
+                structured_tool: built.structured_tool.as_deref(),
+            };
+            let message = timed(self.config.timeout, "reading the answer", async {
+                let text = response.text().await.map_err(|e| from_reqwest(&e))?;
+                let v: Value = serde_json::from_str(&text).map_err(|e| {
+                    ModelError::new(
+                        ModelErrorKind::MalformedResponse,
+                        format!("the server's answer is not valid JSON: {e}"),
+                    )
+                    .with_raw(text)
+                })?;
+                Ok(Message::from(decode_message(&v, &facts)?))
+            })
+            .await?;
+            let chunks: Vec<_> = message_to_chunks(&message).into_iter().map(Ok).collect();
+            return Ok(Box::pin(futures::stream::iter(chunks)));
+        }
         let state = StreamState {
             bytes: Box::pin(response.bytes_stream().map(|r| r.map(|b| b.to_vec()))),
             parser: SseParser::default(),

@@ -55,6 +55,7 @@ pub mod check;
 pub mod engine;
 pub mod eval;
 pub mod input;
+pub mod models;
 pub mod report;
 pub mod setup;
 pub mod transcript;
