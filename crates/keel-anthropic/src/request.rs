@@ -86,8 +86,9 @@ fn invalid(message: impl Into<String>) -> ModelError {
 /// The JSON body for one Messages API call.
 ///
 /// `extra` settings are written first, so the fields Keel sets itself win over a
-/// clashing `extra` key; `extra` can add `thinking`, `top_k`, `metadata`,
-/// `service_tier` and whatever else the API takes. A request whose tool calls and
+/// clashing `extra` key; `extra` can add `thinking`, `output_config`, `metadata`,
+/// `service_tier` and whatever else the API takes. `ModelSettings::temperature` and
+/// `top_p` are not sent (the API's request type has no sampling parameters). A request whose tool calls and
 /// results are not paired is refused here with a typed error rather than sent.
 pub fn build_body(
     config: &AnthropicConfig,
@@ -191,12 +192,10 @@ pub fn build_body(
     } else {
         body.remove("tool_choice");
     }
-    if let Some(t) = settings.temperature {
-        body.insert("temperature".into(), f32_json(t));
-    }
-    if let Some(p) = settings.top_p {
-        body.insert("top_p".into(), f32_json(p));
-    }
+    // `temperature` and `top_p` are not sent: the Messages API's request type has no
+    // sampling parameters any more (the official SDK's `MessageCreateParams` lists
+    // none), and a server refuses keys it does not know. A server that still takes
+    // them gets them through `extra`.
     if !settings.stop.is_empty() {
         body.insert("stop_sequences".into(), json!(settings.stop));
     }
@@ -507,13 +506,4 @@ fn structured_schema(format: &Value) -> Result<Option<(String, Value)>, ModelErr
             "response_format {format} is not understood; use {{\"type\": \"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}} or {{\"type\": \"json_object\"}}"
         ))),
     }
-}
-
-/// An `f32` as the decimal the user wrote (`0.9`), not its widened binary value.
-fn f32_json(x: f32) -> Value {
-    x.to_string()
-        .parse::<f64>()
-        .ok()
-        .and_then(serde_json::Number::from_f64)
-        .map_or(Value::Null, Value::Number)
 }
