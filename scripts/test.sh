@@ -138,3 +138,10 @@ scripts/serve-tests.sh usestream
 # installs the servers and the SDK under target/mcp-tests/.
 echo "== MCP"
 scripts/mcp-tests.sh
+
+# Claude through Anthropic's Messages API: keel-anthropic's request bodies against the
+# official `anthropic` SDK's types, and `keel run` / `keel serve` through LiteLLM's proxy
+# (/v1/messages) in front of a recording OpenAI-compatible stub. Installs under
+# target/anthropic-tests/.
+echo "== Anthropic Messages API (LiteLLM)"
+scripts/anthropic-tests.sh
