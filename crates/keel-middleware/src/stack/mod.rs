@@ -11,6 +11,11 @@
 //!   - summarization: {trigger: {type: tokens, value: 4000}, keep: {type: messages, value: 20}}
 //! ```
 //!
+//! `model` may also be a mapping naming its provider, `{provider: openai | anthropic,
+//! model: NAME, base_url: URL, ...}` (keel.yaml's keys, see `keel serve`): its `model` is
+//! the name, and the mapping is kept in [`Stack::model_spec`] for the application to
+//! build the model from (`keel run` without `--script` does).
+//!
 //! An `mcp_servers:` list (tools from MCP servers) may stand beside these keys: the
 //! stack loader leaves it to the application, which reads it with keel-mcp
 //! (`keel run` and `keel serve` do).
