@@ -18,7 +18,7 @@ cargo clippy -p keel-store --all-features --all-targets -- -D warnings
 # every cfg of every crate: dependencies come in the same variants as under
 # `cargo hack --feature-powerset`, without its 128 runs (docs/architecture.md).
 echo "== feature combinations"
-facade_features=(agent summarization tiktoken memory sqlite postgres openai recall mcp)
+facade_features=(agent summarization tiktoken memory sqlite postgres openai anthropic recall mcp)
 cargo clippy -p keel --no-default-features -- -D warnings
 for feature in "${facade_features[@]}"; do
     cargo clippy -p keel --no-default-features --features "$feature" -- -D warnings
@@ -150,3 +150,10 @@ scripts/mcp-tests.sh
 # Shares the workspace's target dir and Cargo.lock.
 echo "== first agent (outside the workspace)"
 scripts/first-agent-tests.sh
+
+# Claude through Anthropic's Messages API: keel-anthropic's request bodies against the
+# official `anthropic` SDK's types, and `keel run` / `keel serve` through LiteLLM's proxy
+# (/v1/messages) in front of a recording OpenAI-compatible stub. Installs under
+# target/anthropic-tests/.
+echo "== Anthropic Messages API (LiteLLM)"
+scripts/anthropic-tests.sh

@@ -6,7 +6,7 @@
 //!
 //! This facade re-exports the workspace crates under one name; cargo features choose
 //! which (defaults: `agent`, `summarization`, `memory`, `sqlite`; opt-in: `tiktoken`,
-//! `postgres`, `openai`, `recall`).
+//! `postgres`, `openai`, `anthropic`, `recall`).
 //!
 //! The repository's `examples/` walk the whole path through this facade:
 //! `first_agent` (feature `openai`; a real model, a hand-written tool, summarization
@@ -98,6 +98,9 @@ pub fn stack_loader() -> keel_middleware::stack::StackLoader {
     keel_middleware::stack::StackLoader::builtin()
         .with(keel_summarization::stack::SummarizationEntry)
 }
+/// Claude through Anthropic's Messages API (`keel-anthropic`).
+#[cfg(feature = "anthropic")]
+pub use keel_anthropic as anthropic;
 /// The OpenAI-compatible chat model (`keel-openai`).
 #[cfg(feature = "openai")]
 pub use keel_openai as openai;

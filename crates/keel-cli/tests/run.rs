@@ -143,3 +143,96 @@ fn bad_inputs_are_named() {
     assert_eq!(code, 1);
     assert!(err.contains("no answer left for model call #1"), "{err}");
 }
+
+/// Without `--script`, the stack's `model: {provider: anthropic, ...}` answers: a tool
+/// call, its result, then the answer, through the Messages API (an in-process endpoint
+/// answering in Anthropic's documented shapes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_script_the_stack_s_provider_answers() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let answer = |content: Value, stop: &str| {
+        ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+            "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": 40, "cache_read_input_tokens": 1100,
+                      "cache_creation_input_tokens": 0, "output_tokens": 9}
+        }))
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(answer(
+            serde_json::json!([{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"q": "status"}}]),
+            "tool_use",
+        ))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(answer(
+            serde_json::json!([{"type": "text", "text": "All green."}]),
+            "end_turn",
+        ))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let stack = dir.path().join("stack.yaml");
+    std::fs::write(
+        &stack,
+        format!(
+            "model: {{provider: anthropic, model: claude-haiku-4-5, base_url: '{}'}}\nsystem_prompt: You check status.\n",
+            server.uri()
+        ),
+    )
+    .unwrap();
+    let thread = dir.path().join("thread.jsonl");
+    std::fs::write(&thread, "{\"role\": \"user\", \"content\": \"Status?\"}\n").unwrap();
+    let (stack, thread) = (stack.display().to_string(), thread.display().to_string());
+    let (code, out, err) = tokio::task::spawn_blocking(move || {
+        keel(&["run", "--config", &stack, "--transcript", &thread, "--json"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let messages = doc["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"], "All green.");
+    assert_eq!(
+        messages.last().unwrap()["usage"]["cached_input_tokens"],
+        1100
+    );
+    assert_eq!(messages.len(), 4, "{out}");
+    assert_eq!(messages[2]["role"], "tool");
+    assert_eq!(doc["requests"].as_array().unwrap().len(), 2);
+    let sent = server.received_requests().await.unwrap();
+    let second: Value = serde_json::from_slice(&sent[1].body).unwrap();
+    assert_eq!(
+        sent[0]
+            .headers
+            .get("anthropic-version")
+            .map(|v| v.to_str().unwrap()),
+        Some("2023-06-01"),
+        "{:?}",
+        sent[0].headers
+    );
+    assert_eq!(second["messages"][2]["content"][0]["type"], "tool_result");
+
+    // A stack naming its model by name alone cannot answer without a script.
+    let plain = dir.path().join("plain.yaml");
+    std::fs::write(&plain, "model: claude-haiku-4-5\n").unwrap();
+    let (plain, thread) = (
+        plain.display().to_string(),
+        dir.path().join("thread.jsonl").display().to_string(),
+    );
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        keel(&["run", "--config", &plain, "--transcript", &thread])
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("provider"), "{err}");
+}

@@ -234,7 +234,7 @@ fn config_errors_name_the_real_file_the_line_and_the_value_as_written() {
     let cases = [
         (
             "name: support\nmodel:\n  provider: openia\n  model: gpt-4o-mini\n",
-            "model.provider = \"openia\" (line 3): is not a provider; allowed: offline, openai",
+            "model.provider = \"openia\" (line 3): is not a provider; allowed: offline, openai, anthropic",
         ),
         ("name: \"  \"\n", "name (line 1): must not be empty"),
         (

@@ -263,6 +263,11 @@ pub struct Usage {
     /// `0` when it reported none, or reports no cache use at all).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+    /// Prompt tokens the provider wrote to its prompt cache on this call (part of
+    /// `input_tokens`; Anthropic's `cache_creation_input_tokens`, billed above the base
+    /// input price). `0` when it reported none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_creation_input_tokens: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -23,6 +23,9 @@ pub const INTERRUPT_KEY: &str = "__interrupt__";
 /// One change to the message list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
+// Nearly every op is an upsert: boxing its message would add an allocation to each one
+// to shrink the two rare variants.
+#[allow(clippy::large_enum_variant)]
 pub enum MessageOp {
     /// Append, or replace the message with the same id.
     Upsert {

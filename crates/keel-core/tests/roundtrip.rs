@@ -71,12 +71,20 @@ fn tool_call() -> impl Strategy<Value = ToolCall> {
 
 fn usage() -> impl Strategy<Value = Option<Usage>> {
     prop::option::of(
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(i, o, t, c)| Usage {
-            input_tokens: i,
-            output_tokens: o,
-            total_tokens: t,
-            cached_input_tokens: c,
-        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(i, o, t, c, w)| Usage {
+                input_tokens: i,
+                output_tokens: o,
+                total_tokens: t,
+                cached_input_tokens: c,
+                cache_creation_input_tokens: w,
+            }),
     )
 }
 

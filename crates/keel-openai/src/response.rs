@@ -75,6 +75,8 @@ fn usage_of(v: &Value) -> Option<Usage> {
         output_tokens: output,
         total_tokens: num("total_tokens").unwrap_or(input + output),
         cached_input_tokens: cached,
+        // Gateways relaying Anthropic (LiteLLM) keep its cache-write count.
+        cache_creation_input_tokens: num("cache_creation_input_tokens").unwrap_or(0),
     })
 }
 

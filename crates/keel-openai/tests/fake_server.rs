@@ -94,6 +94,7 @@ async fn non_streaming_answer_and_the_exact_request() {
             output_tokens: 8,
             total_tokens: 27,
             cached_input_tokens: 0,
+            cache_creation_input_tokens: 0,
         })
     );
     let meta = &ai.response_metadata;
@@ -217,6 +218,7 @@ async fn streamed_text_with_usage() {
             output_tokens: 7,
             total_tokens: 16,
             cached_input_tokens: 0,
+            cache_creation_input_tokens: 0,
         })
     );
     assert_eq!(ai.response_metadata["id"], json!("chatcmpl-BUr1"));
@@ -745,6 +747,7 @@ async fn cached_prompt_tokens_are_reported() {
             output_tokens: 300,
             total_tokens: 2306,
             cached_input_tokens: 1920,
+            cache_creation_input_tokens: 0,
         })
     );
 

@@ -56,6 +56,7 @@ pub mod engine;
 pub mod eval;
 pub mod input;
 pub mod locomo;
+pub mod models;
 pub mod report;
 pub mod setup;
 pub mod transcript;

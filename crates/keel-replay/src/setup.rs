@@ -120,7 +120,7 @@ pub enum SetupError {
     Memory(#[from] SettingsError),
     /// The summary model is misconfigured.
     #[error("--summary-model: {0}")]
-    SummaryModel(#[from] keel_openai::ConfigError),
+    SummaryModel(#[from] crate::models::ModelByNameError),
     /// Session memory needs to write, and the database was opened read-only.
     #[error(
         "--db {url}: session memory writes the session to the database, which `mode=ro` \
@@ -392,14 +392,10 @@ fn thread_id_for(transcript_path: &Path, options: &ReplayOptions) -> String {
 }
 
 /// The `--summary-model`, configured from the environment (`None`: the extractive
-/// summarizer).
+/// summarizer); `anthropic:NAME` for Claude (see [`crate::models`]).
 fn summary_model(options: &ReplayOptions) -> Result<Option<Arc<dyn ChatModel>>, SetupError> {
     Ok(match &options.summary_model {
-        Some(name) => Some(Arc::new(
-            keel_openai::OpenAiConfig::from_env()?
-                .with_model(name.clone())
-                .build()?,
-        )),
+        Some(name) => Some(crate::models::model_by_name(name)?),
         None => None,
     })
 }

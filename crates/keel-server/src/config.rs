@@ -3,7 +3,8 @@
 //! first, `- summarization: {...}` in DeerFlow's schema).
 //!
 //! Beside the stack file's keys, a server reads: the model (`offline`, Keel's
-//! deterministic model, or an OpenAI-compatible server), built-in tools, the graph name
+//! deterministic model, an OpenAI-compatible server, or Claude through Anthropic's
+//! Messages API), built-in tools, the graph name
 //! and description, and a `session_memory` entry (Keel's rolling session memory, on
 //! the server's database). `summarization` is built on the server's database too, so
 //! processes sharing it share summaries. The `middleware` list is read once, by
@@ -17,6 +18,9 @@
 //! name: agent                      # the graph id the assistant is listed under
 //! model: offline                   # or {provider: openai, model: NAME, base_url: URL,
 //!                                  #     api_key_env: VAR, context_window: N}
+//!                                  # or {provider: anthropic, model: claude-sonnet-4-5,
+//!                                  #     base_url, api_key_env, context_window,
+//!                                  #     max_tokens: N, cache_ttl: 5m | 1h | off}
 //! system_prompt: You are a support assistant.
 //! tools: [echo]                    # built-in tools
 //! mcp_servers:                     # tools from MCP servers (keel_mcp::config)
@@ -150,6 +154,242 @@ pub enum ModelChoice {
         /// Tokens, when the server's model is unknown to Keel.
         context_window: Option<u64>,
     },
+    /// Claude through Anthropic's Messages API (or a server speaking it).
+    Anthropic {
+        /// Model name sent to the server (`claude-sonnet-4-5`).
+        model: String,
+        /// `https://api.anthropic.com` (the default); `ANTHROPIC_BASE_URL` when absent.
+        base_url: Option<String>,
+        /// The environment variable holding the API key (`ANTHROPIC_API_KEY` by default).
+        api_key_env: Option<String>,
+        /// Tokens, when the model is unknown to Keel.
+        context_window: Option<u64>,
+        /// `max_tokens` for calls that set none.
+        max_tokens: Option<u32>,
+        /// Prompt-cache lifetime: `5m` (the default), `1h`, or `off` (`None` here).
+        cache_ttl: Option<keel_anthropic::CacheTtl>,
+    },
+}
+
+/// The keys a `model:` mapping may have, per provider.
+const OPENAI_KEYS: &[&str] = &[
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "context_window",
+];
+const ANTHROPIC_KEYS: &[&str] = &[
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "context_window",
+    "max_tokens",
+    "cache_ttl",
+];
+
+impl ModelChoice {
+    /// Reads a `model:` value: `offline`, or a mapping with `provider` (`offline`,
+    /// `openai` or `anthropic`) and that provider's keys. The error names the key.
+    pub fn from_json(value: Option<&Value>) -> Result<ModelChoice, KeelYamlError> {
+        match value {
+            None | Some(Value::Null) => Ok(ModelChoice::Offline),
+            Some(Value::String(s)) if s == "offline" => Ok(ModelChoice::Offline),
+            Some(Value::Object(m)) => {
+                let get = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
+                let provider = get("provider");
+                let allowed = match provider.as_deref() {
+                    Some("anthropic") => ANTHROPIC_KEYS,
+                    _ => OPENAI_KEYS,
+                };
+                for key in m.keys() {
+                    if !allowed.contains(&key.as_str()) {
+                        return Err(invalid(
+                            &format!("model.{key}"),
+                            &format!(
+                                "unknown key for provider {}; allowed: {}",
+                                provider.as_deref().unwrap_or("openai"),
+                                allowed.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                let count = |k: &str| -> Result<Option<u64>, KeelYamlError> {
+                    match m.get(k) {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(v) => v.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                            invalid(
+                                &format!("model.{k}"),
+                                &format!("{v} is not a positive whole number of tokens"),
+                            )
+                        }),
+                    }
+                };
+                let name = |p: &str| {
+                    get("model").ok_or_else(|| {
+                        invalid(
+                            "model.model",
+                            &format!("the model name is required for provider {p}"),
+                        )
+                    })
+                };
+                match provider.as_deref() {
+                    Some("offline") => Ok(ModelChoice::Offline),
+                    Some("openai") => Ok(ModelChoice::OpenAi {
+                        model: name("openai")?,
+                        base_url: get("base_url"),
+                        api_key_env: get("api_key_env"),
+                        context_window: count("context_window")?,
+                    }),
+                    Some("anthropic") => Ok(ModelChoice::Anthropic {
+                        model: name("anthropic")?,
+                        base_url: get("base_url"),
+                        api_key_env: get("api_key_env"),
+                        context_window: count("context_window")?,
+                        max_tokens: count("max_tokens")?
+                            .map(|n| {
+                                u32::try_from(n).map_err(|_| {
+                                    invalid(
+                                        "model.max_tokens",
+                                        &format!("{n} is over {}", u32::MAX),
+                                    )
+                                })
+                            })
+                            .transpose()?,
+                        cache_ttl: match m.get("cache_ttl") {
+                            None | Some(Value::Null) => Some(keel_anthropic::CacheTtl::default()),
+                            Some(Value::String(s)) if s == "off" => None,
+                            Some(Value::Bool(false)) => None,
+                            Some(v) => Some(
+                                v.as_str()
+                                    .and_then(keel_anthropic::CacheTtl::parse)
+                                    .ok_or_else(|| {
+                                        invalid(
+                                            "model.cache_ttl",
+                                            &format!("{v} is not a lifetime; use 5m, 1h or off"),
+                                        )
+                                    })?,
+                            ),
+                        },
+                    }),
+                    None => Err(invalid(
+                        "model.provider",
+                        "is missing; allowed: offline, openai, anthropic",
+                    )),
+                    Some(other) => Err(invalid(
+                        &format!("model.provider = {other:?}"),
+                        "is not a provider; allowed: offline, openai, anthropic",
+                    )),
+                }
+            }
+            Some(other) => Err(invalid(
+                &format!("model = {other}"),
+                "is not a model; allowed: `offline`, or a mapping with `provider` (openai or anthropic) and `model`",
+            )),
+        }
+    }
+
+    /// Reads a `model:` mapping as the stack loader left it (`keel run`'s stack file).
+    pub fn from_node(node: &Node) -> Result<ModelChoice, KeelYamlError> {
+        Self::from_json(Some(&node_to_json(node)))
+    }
+
+    /// True for a model on a server (not the offline one).
+    pub fn is_online(&self) -> bool {
+        !matches!(self, ModelChoice::Offline)
+    }
+
+    /// Builds the model. Settings the mapping leaves out come from the provider's
+    /// environment variables (`OPENAI_*` or `ANTHROPIC_*`, `KEEL_*`).
+    pub fn build(&self) -> Result<Arc<dyn ChatModel>, KeelYamlError> {
+        Ok(match self.clone() {
+            ModelChoice::Offline => Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>,
+            ModelChoice::OpenAi {
+                model,
+                base_url,
+                api_key_env,
+                context_window,
+            } => {
+                let mut config = keel_openai::OpenAiConfig::from_env()
+                    .unwrap_or_else(|_| keel_openai::OpenAiConfig::new(model.clone()))
+                    .with_model(model);
+                if let Some(url) = base_url {
+                    config = config.with_base_url(url);
+                }
+                if let Some(var) = api_key_env
+                    && let Ok(key) = std::env::var(&var)
+                {
+                    config = config.with_api_key(key);
+                }
+                if let Some(window) = context_window {
+                    config = config.with_context_window(window);
+                }
+                Arc::new(
+                    config
+                        .build()
+                        .map_err(|e| invalid("model", &e.to_string()))?,
+                )
+            }
+            ModelChoice::Anthropic {
+                model,
+                base_url,
+                api_key_env,
+                context_window,
+                max_tokens,
+                cache_ttl,
+            } => {
+                let mut config = keel_anthropic::AnthropicConfig::from_env()
+                    .map_err(|e| invalid("model", &e.to_string()))?
+                    .with_model(model)
+                    .with_cache_ttl(cache_ttl);
+                if let Some(url) = base_url {
+                    config = config.with_base_url(url);
+                }
+                if let Some(var) = api_key_env {
+                    let key = std::env::var(&var).map_err(|_| {
+                        invalid(
+                            "model.api_key_env",
+                            &format!("the environment variable {var} is not set"),
+                        )
+                    })?;
+                    config = config.with_api_key(key);
+                }
+                if let Some(window) = context_window {
+                    config = config.with_context_window(window);
+                }
+                if let Some(n) = max_tokens {
+                    config = config.with_max_tokens(n);
+                }
+                Arc::new(
+                    config
+                        .build()
+                        .map_err(|e| invalid("model", &e.to_string()))?,
+                )
+            }
+        })
+    }
+}
+
+/// A parsed YAML value as JSON (numbers as numbers, mappings in document order).
+fn node_to_json(node: &Node) -> Value {
+    match &node.value {
+        Yaml::Null => Value::Null,
+        Yaml::Bool(b) => Value::Bool(*b),
+        Yaml::Int(i) => i64::try_from(*i)
+            .map(Value::from)
+            .or_else(|_| u64::try_from(*i).map(Value::from))
+            .unwrap_or_else(|_| Value::String(i.to_string())),
+        Yaml::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        Yaml::Str(s) => Value::String(s.clone()),
+        Yaml::Seq(items) => Value::Array(items.iter().map(node_to_json).collect()),
+        Yaml::Map(entries) => Value::Object(
+            entries
+                .iter()
+                .map(|(k, _, v)| (k.clone(), node_to_json(v)))
+                .collect(),
+        ),
+    }
 }
 
 impl KeelYamlError {
@@ -221,50 +461,7 @@ impl StackConfig {
 
     /// The model section, checked.
     pub fn model_choice(&self) -> Result<ModelChoice, KeelYamlError> {
-        match &self.model {
-            None => Ok(ModelChoice::Offline),
-            Some(Value::String(s)) if s == "offline" => Ok(ModelChoice::Offline),
-            Some(Value::Object(m)) => {
-                let get = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_owned);
-                for key in m.keys() {
-                    if !matches!(
-                        key.as_str(),
-                        "provider" | "model" | "base_url" | "api_key_env" | "context_window"
-                    ) {
-                        return Err(self.invalid(
-                            &format!("model.{key}"),
-                            "unknown key; allowed: provider, model, base_url, api_key_env, context_window",
-                        ));
-                    }
-                }
-                match get("provider").as_deref() {
-                    Some("offline") => Ok(ModelChoice::Offline),
-                    Some("openai") => Ok(ModelChoice::OpenAi {
-                        model: get("model").ok_or_else(|| {
-                            self.invalid(
-                                "model.model",
-                                "the model name is required for provider openai",
-                            )
-                        })?,
-                        base_url: get("base_url"),
-                        api_key_env: get("api_key_env"),
-                        context_window: m.get("context_window").and_then(Value::as_u64),
-                    }),
-                    None => Err(self.invalid(
-                        "model.provider",
-                        "is missing; allowed: offline, openai",
-                    )),
-                    Some(other) => Err(self.invalid(
-                        &format!("model.provider = {other:?}"),
-                        "is not a provider; allowed: offline, openai",
-                    )),
-                }
-            }
-            Some(other) => Err(self.invalid(
-                &format!("model = {other}"),
-                "is not a model; allowed: `offline`, or a mapping with `provider: openai` and `model`",
-            )),
-        }
+        ModelChoice::from_json(self.model.as_ref()).map_err(|e| self.locate(e))
     }
 
     /// Builds the agent on `store` (checkpoints, session memory, the summary cache's
@@ -293,34 +490,8 @@ impl StackConfig {
     /// The model the `model` key describes, and whether it is a server (`true`) rather
     /// than the offline model.
     pub fn model(&self) -> Result<(Arc<dyn ChatModel>, bool), KeelYamlError> {
-        Ok(match self.model_choice()? {
-            ModelChoice::Offline => (Arc::new(OfflineModel::new()) as Arc<dyn ChatModel>, false),
-            ModelChoice::OpenAi {
-                model,
-                base_url,
-                api_key_env,
-                context_window,
-            } => {
-                let mut config = keel_openai::OpenAiConfig::from_env()
-                    .unwrap_or_else(|_| keel_openai::OpenAiConfig::new(model.clone()))
-                    .with_model(model);
-                if let Some(url) = base_url {
-                    config = config.with_base_url(url);
-                }
-                if let Some(var) = api_key_env
-                    && let Ok(key) = std::env::var(&var)
-                {
-                    config = config.with_api_key(key);
-                }
-                if let Some(window) = context_window {
-                    config = config.with_context_window(window);
-                }
-                let model = config
-                    .build()
-                    .map_err(|e| self.invalid("model", &e.to_string()))?;
-                (Arc::new(model), true)
-            }
-        })
+        let choice = self.model_choice()?;
+        Ok((choice.build()?, choice.is_online()))
     }
 
     /// Builds the stack around a model of the caller's (the `model` key is ignored).
@@ -409,6 +580,18 @@ impl StackConfig {
 
     /// An error about `key`, at its line in the file (`model.provider`'s own line, else
     /// the line of its top-level key).
+    /// `error` with the line of its key, when it has none yet.
+    fn locate(&self, error: KeelYamlError) -> KeelYamlError {
+        match error {
+            KeelYamlError::Invalid {
+                key,
+                problem,
+                line: None,
+            } => self.invalid(&key, &problem),
+            other => other,
+        }
+    }
+
     fn invalid(&self, key: &str, problem: &str) -> KeelYamlError {
         let path = key.split(" = ").next().unwrap_or(key);
         let top = path.split(['.', '[']).next().unwrap_or(path);
@@ -586,8 +769,10 @@ mod tests {
         .unwrap();
         assert_eq!(stack.name, "support");
         assert_eq!(stack.model_choice().unwrap(), ModelChoice::Offline);
-        let err = StackConfig::from_yaml_str("model: {provider: anthropic}\n").unwrap_err();
+        let err = StackConfig::from_yaml_str("model: {provider: claude}\n").unwrap_err();
         assert!(err.to_string().contains("model.provider"), "{err}");
+        let err = StackConfig::from_yaml_str("model: {provider: anthropic}\n").unwrap_err();
+        assert!(err.to_string().contains("model.model"), "{err}");
         let err = StackConfig::from_yaml_str("middleware:\n  - {a: 1, b: 2}\n").unwrap_err();
         assert!(err.to_string().contains("middleware[0]"), "{err}");
         // Entries that are not one-key mappings are named with their line.
@@ -605,6 +790,64 @@ mod tests {
         );
         let err = StackConfig::from_yaml_str("modle: offline\n").unwrap_err();
         assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn the_provider_is_one_key() {
+        let openai = StackConfig::from_yaml_str(
+            "model: {provider: openai, model: m, base_url: 'http://127.0.0.1:4000/v1'}\n",
+        )
+        .unwrap();
+        let anthropic = StackConfig::from_yaml_str(
+            "model: {provider: anthropic, model: m, base_url: 'http://127.0.0.1:4000/v1'}\n",
+        )
+        .unwrap();
+        let (m, online) = openai.model().unwrap();
+        assert!(online);
+        assert_eq!(m.profile().provider, "openai-compatible");
+        let (m, _) = anthropic.model().unwrap();
+        assert_eq!(m.profile().provider, "anthropic");
+        assert_eq!(
+            anthropic.model_choice().unwrap(),
+            ModelChoice::Anthropic {
+                model: "m".into(),
+                base_url: Some("http://127.0.0.1:4000/v1".into()),
+                api_key_env: None,
+                context_window: None,
+                max_tokens: None,
+                cache_ttl: Some(keel_anthropic::CacheTtl::FiveMinutes),
+            }
+        );
+        let c = StackConfig::from_yaml_str(
+            "model: {provider: anthropic, model: claude-sonnet-4-5, cache_ttl: 1h, max_tokens: 2048, context_window: 1000000}\n",
+        )
+        .unwrap();
+        let (m, _) = c.model().unwrap();
+        assert_eq!(m.profile().max_input_tokens, Some(1_000_000));
+        assert_eq!(m.profile().max_output_tokens, Some(2048));
+        for (yaml, key) in [
+            (
+                "model: {provider: anthropic, model: m, cache_ttl: 10m}\n",
+                "model.cache_ttl",
+            ),
+            (
+                "model: {provider: anthropic, model: m, max_tokens: 0}\n",
+                "model.max_tokens",
+            ),
+            (
+                "model: {provider: openai, model: m, cache_ttl: 1h}\n",
+                "model.cache_ttl",
+            ),
+            (
+                "model: {provider: anthropic, model: m, api_key_env: KEEL_TEST_UNSET_VARIABLE}\n",
+                "model.api_key_env",
+            ),
+        ] {
+            let err = StackConfig::from_yaml_str(yaml)
+                .and_then(|c| c.model().map(|_| ()))
+                .unwrap_err();
+            assert!(err.to_string().contains(key), "{yaml}: {err}");
+        }
     }
 
     #[test]
@@ -719,5 +962,15 @@ mod tests {
         let stack = StackConfig::from_yaml_str("middleware:\n  - pi: {}\n").unwrap();
         let err = stack.build(store).unwrap_err().to_string();
         assert!(err.contains("middleware[0].pi"), "{err}");
+    }
+}
+
+/// An error about `key` without its line (a [`StackConfig`] adds the line when it knows
+/// the key's).
+fn invalid(key: &str, problem: &str) -> KeelYamlError {
+    KeelYamlError::Invalid {
+        key: key.to_owned(),
+        problem: problem.to_owned(),
+        line: None,
     }
 }

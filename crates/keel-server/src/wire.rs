@@ -47,15 +47,27 @@ pub fn message_to_lc(message: &Message) -> Value {
 }
 
 /// LangChain's `usage_metadata` for a usage: the prompt tokens read from the provider's
-/// prompt cache go in `input_token_details.cache_read`, when there are any.
+/// prompt cache go in `input_token_details.cache_read` and those written to it in
+/// `input_token_details.cache_creation` (LangChain's `InputTokenDetails` keys), when
+/// there are any.
 pub fn usage_to_lc(u: &Usage) -> Value {
     let mut v = json!({
         "input_tokens": u.input_tokens,
         "output_tokens": u.output_tokens,
         "total_tokens": u.total_tokens,
     });
+    let mut details = serde_json::Map::new();
     if u.cached_input_tokens > 0 {
-        v["input_token_details"] = json!({"cache_read": u.cached_input_tokens});
+        details.insert("cache_read".into(), json!(u.cached_input_tokens));
+    }
+    if u.cache_creation_input_tokens > 0 {
+        details.insert(
+            "cache_creation".into(),
+            json!(u.cache_creation_input_tokens),
+        );
+    }
+    if !details.is_empty() {
+        v["input_token_details"] = Value::Object(details);
     }
     v
 }
@@ -288,13 +300,24 @@ mod tests {
             output_tokens: 300,
             total_tokens: 2306,
             cached_input_tokens: 1920,
+            cache_creation_input_tokens: 0,
         };
         assert_eq!(
             usage_to_lc(&u),
             json!({"input_tokens": 2006, "output_tokens": 300, "total_tokens": 2306,
                    "input_token_details": {"cache_read": 1920}})
         );
+        u.cache_creation_input_tokens = 64;
+        assert_eq!(
+            usage_to_lc(&u)["input_token_details"],
+            json!({"cache_read": 1920, "cache_creation": 64})
+        );
         u.cached_input_tokens = 0;
+        assert_eq!(
+            usage_to_lc(&u)["input_token_details"],
+            json!({"cache_creation": 64})
+        );
+        u.cache_creation_input_tokens = 0;
         assert!(usage_to_lc(&u).get("input_token_details").is_none());
     }
 

@@ -160,7 +160,8 @@ pub struct SummaryOutput {
 /// A JSON schema the answer must follow, sent as the OpenAI `response_format`
 /// (`{"type": "json_schema", "json_schema": {"name", "schema", "strict": false}}`) to
 /// providers that take it: OpenAI, and the OpenAI-compatible servers that constrain
-/// decoding with it (llama.cpp's server, vLLM), so a small local model's answer parses.
+/// decoding with it (llama.cpp's server, vLLM), so a small local model's answer parses;
+/// the Anthropic adapter turns it into a forced tool call with the schema as its input.
 /// A server that rejects the parameter is remembered and asked again without it, at no
 /// extra attempt.
 #[derive(Clone, Debug, PartialEq)]
@@ -213,9 +214,11 @@ impl ResponseSchema {
     }
 }
 
-/// True for providers whose chat endpoint takes `response_format` with a JSON schema.
+/// True for providers whose adapter takes `response_format` with a JSON schema: OpenAI
+/// and the OpenAI-compatible servers as the parameter, Anthropic (keel-anthropic) as a
+/// forced tool call whose `input_schema` is the schema.
 fn takes_response_format(provider: &str) -> bool {
-    matches!(provider, "openai" | "openai-compatible")
+    matches!(provider, "openai" | "openai-compatible" | "anthropic")
 }
 
 /// True when `error` is a server refusing the `response_format` parameter itself.

@@ -5,6 +5,8 @@
 //!
 //! - [`ScriptedModel`] answers from a queue and records every request as received.
 //! - [`FnTool`] turns a closure into a [`Tool`].
+//! - [`anthropic_cache::PromptCache`] applies Anthropic's documented prompt-caching rules
+//!   to Messages API request bodies (for measuring and testing breakpoint placement).
 //! - `cpu::ThreadCpu` (feature `criterion`) measures benches in thread CPU time.
 //! - [`planted`] generates sessions with planted facts, to measure what a summary keeps.
 //! - [`styles`] generates sessions written in other styles (plain-language facts,
@@ -33,6 +35,7 @@
 //!
 //! This crate is never a dependency of a binary's default features.
 
+pub mod anthropic_cache;
 #[cfg(feature = "criterion")]
 pub mod cpu;
 pub mod planted;

@@ -43,7 +43,8 @@ pub struct Args {
     /// Print one JSON object: `{"request": {"messages": [...]}, "report": {...}}`.
     #[arg(long)]
     pub json: bool,
-    /// Summarize with this OpenAI-compatible model (from the environment) instead of the
+    /// Summarize with this OpenAI-compatible model (from the environment), or with Claude
+    /// as `anthropic:NAME` (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL), instead of the
     /// extractive summarizer.
     #[arg(long, value_name = "NAME")]
     pub summary_model: Option<String>,
@@ -160,8 +161,7 @@ pub async fn compact(
 fn summary_model(
     name: &str,
 ) -> Result<Arc<dyn ChatModel>, Box<dyn std::error::Error + Send + Sync>> {
-    let config = keel_openai::OpenAiConfig::from_env()?.with_model(name);
-    Ok(Arc::new(keel_openai::OpenAiChatModel::new(config)?))
+    Ok(keel_replay::models::model_by_name(name)?)
 }
 
 fn one_line(text: &str, max: usize) -> String {

@@ -5,7 +5,8 @@
 //! `--config`, session memory with `--memory session`); then each probe's question is
 //! asked as the next user message, and the request the model would receive is checked
 //! for the probe's needles and for stale values presented as current. With `--model` the
-//! request is also sent to an OpenAI-compatible model and its answer checked. The engine
+//! request is also sent to that model (OpenAI-compatible, or `anthropic:NAME`) and its
+//! answer checked. The engine
 //! is `keel_replay::eval`; docs/memory-eval.md says what the figures can and cannot say.
 //!
 //! `keel eval --format locomo FILE.json ...` builds the transcript and the probes of each
@@ -59,8 +60,10 @@ pub struct Args {
     pub write_transcript: Option<PathBuf>,
     #[command(flatten)]
     pub stack: StackArgs,
-    /// Also send each request to this OpenAI-compatible model (OPENAI_BASE_URL,
-    /// OPENAI_API_KEY) and check its answer for the needles.
+    /// Also send each request to this model and check its answer for the needles: a
+    /// model on an OpenAI-compatible server (OPENAI_BASE_URL, OPENAI_API_KEY), or
+    /// `anthropic:NAME` for Claude through Anthropic's Messages API (ANTHROPIC_API_KEY,
+    /// ANTHROPIC_BASE_URL).
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
     /// Print one JSON object (`transcript_messages`, `probes`, `totals`) instead of a
@@ -86,16 +89,13 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
     }
 }
 
-/// The `--model`, configured from the environment.
+/// The `--model` (`NAME` on an OpenAI-compatible server, or `anthropic:NAME`), configured
+/// from the environment.
 fn answering_model(name: Option<&String>) -> Result<Option<Arc<dyn ChatModel>>, String> {
     Ok(match name {
-        Some(name) => Some(Arc::new(
-            keel_openai::OpenAiConfig::from_env()
-                .map_err(|e| format!("--model: {e}"))?
-                .with_model(name.clone())
-                .build()
-                .map_err(|e| format!("--model: {e}"))?,
-        )),
+        Some(name) => {
+            Some(keel_replay::models::model_by_name(name).map_err(|e| format!("--model: {e}"))?)
+        }
         None => None,
     })
 }

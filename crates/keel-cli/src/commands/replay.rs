@@ -62,8 +62,9 @@ pub struct StackArgs {
     /// given the same id share one session memory, in one database.
     #[arg(long, value_name = "ID", value_parser = session_id)]
     pub session: Option<String>,
-    /// Summaries by this OpenAI-compatible model (OPENAI_BASE_URL, OPENAI_API_KEY)
-    /// instead of the built-in extractive summarizer.
+    /// Summaries by this OpenAI-compatible model (OPENAI_BASE_URL, OPENAI_API_KEY), or
+    /// by Claude as `anthropic:NAME` (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL), instead of
+    /// the built-in extractive summarizer.
     #[arg(long, value_name = "NAME")]
     pub summary_model: Option<String>,
     /// The answering model's context window in tokens, for `fraction` triggers.

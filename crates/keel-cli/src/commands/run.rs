@@ -2,6 +2,11 @@
 //! runs one turn of a middleware stack on a thread, offline, with a scripted model, so a
 //! user can see what a stack does to a conversation before deploying it.
 //!
+//! Without `--script`, the turn runs against the model the stack file describes as a
+//! mapping: `model: {provider: openai | anthropic, model: NAME, base_url: URL, ...}`
+//! (the keys of keel.yaml's `model`, see `keel serve`); the provider's environment
+//! variables (`OPENAI_*`, `ANTHROPIC_*`) fill in what the mapping leaves out.
+//!
 //! The thread (which ends with the user's message) is the run's input. The model answers
 //! with the script's lines in order: one assistant message per line (tool calls
 //! allowed), or `{"error": {"kind": "server", "message": "..."}}` for a failed call
@@ -45,8 +50,9 @@ pub struct Args {
     #[arg(long, value_name = "THREAD.jsonl")]
     pub transcript: PathBuf,
     /// The model's answers, in order (JSONL, one assistant message or error per line).
+    /// Without it, the stack's `model: {provider: openai | anthropic, ...}` answers.
     #[arg(long, value_name = "ANSWERS.jsonl")]
-    pub script: PathBuf,
+    pub script: Option<PathBuf>,
     /// Print `{"messages", "requests", "events"}` as JSON (otherwise a short summary).
     #[arg(long)]
     pub json: bool,
@@ -54,6 +60,9 @@ pub struct Args {
 
 /// One scripted answer.
 type Answer = Result<Message, ModelError>;
+
+/// Takes the requests a run's model recorded.
+type TakeRequests = Box<dyn Fn() -> Vec<Value>>;
 
 /// A model answering from the script and recording every request as sent.
 struct ScriptModel {
@@ -69,20 +78,7 @@ impl ChatModel for ScriptModel {
     }
 
     async fn invoke(&self, request: ChatRequest<'_>) -> Result<Message, ModelError> {
-        let mut messages: Vec<Value> = Vec::new();
-        if let Some(system) = request.system {
-            messages.push(serde_json::to_value(system).unwrap_or(Value::Null));
-        }
-        for m in request.messages {
-            messages.push(serde_json::to_value(m).unwrap_or(Value::Null));
-        }
-        let mut sent = json!({"messages": messages, "tools": request.tools});
-        if let Some(choice) = request.tool_choice {
-            sent["tool_choice"] = serde_json::to_value(choice).unwrap_or(Value::Null);
-        }
-        if request.internal {
-            sent["internal"] = Value::Bool(true);
-        }
+        let sent = request_json(&request);
         let n = {
             let mut requests = self.requests.lock();
             requests.push(sent);
@@ -96,6 +92,52 @@ impl ChatModel for ScriptModel {
                 ),
             ))
         })
+    }
+}
+
+/// A request as `--json` prints it: the system message first, then the conversation,
+/// and the tools offered.
+fn request_json(request: &ChatRequest<'_>) -> Value {
+    let mut messages: Vec<Value> = Vec::new();
+    if let Some(system) = request.system {
+        messages.push(serde_json::to_value(system).unwrap_or(Value::Null));
+    }
+    for m in request.messages {
+        messages.push(serde_json::to_value(m).unwrap_or(Value::Null));
+    }
+    let mut sent = json!({"messages": messages, "tools": request.tools});
+    if let Some(choice) = request.tool_choice {
+        sent["tool_choice"] = serde_json::to_value(choice).unwrap_or(Value::Null);
+    }
+    if request.internal {
+        sent["internal"] = Value::Bool(true);
+    }
+    sent
+}
+
+/// The stack's own model (`model: {provider: ...}`), recording every request as sent.
+struct Recorded {
+    inner: Arc<dyn ChatModel>,
+    requests: Mutex<Vec<Value>>,
+}
+
+#[async_trait]
+impl ChatModel for Recorded {
+    fn profile(&self) -> &ModelProfile {
+        self.inner.profile()
+    }
+
+    async fn invoke(&self, request: ChatRequest<'_>) -> Result<Message, ModelError> {
+        self.requests.lock().push(request_json(&request));
+        self.inner.invoke(request).await
+    }
+
+    async fn stream(
+        &self,
+        request: ChatRequest<'_>,
+    ) -> Result<keel_core::model::ChatStream, ModelError> {
+        self.requests.lock().push(request_json(&request));
+        self.inner.stream(request).await
     }
 }
 
@@ -171,8 +213,8 @@ struct Inputs {
     stack: Stack,
     /// The thread, ending with the user's message.
     thread: Vec<Message>,
-    /// The script's answers, in order.
-    answers: VecDeque<Answer>,
+    /// The script's answers, in order (`None`: the stack's own model answers).
+    answers: Option<VecDeque<Answer>>,
 }
 
 /// Reads the stack, the thread (checking it ends with the user's message) and the
@@ -194,7 +236,11 @@ fn read_inputs(args: &Args, caps: &Caps) -> Result<Inputs, BoxError> {
         )
         .into());
     }
-    let answers = read_script(&args.script, caps)?;
+    let answers = args
+        .script
+        .as_deref()
+        .map(|script| read_script(script, caps))
+        .transpose()?;
     Ok(Inputs {
         stack,
         thread,
@@ -214,6 +260,29 @@ fn script_model(stack: &Stack, answers: VecDeque<Answer>) -> Arc<ScriptModel> {
     })
 }
 
+/// The model the stack file describes as a mapping, for a run without `--script`.
+fn stack_model(stack: &Stack, config: &Path) -> Result<Arc<dyn ChatModel>, BoxError> {
+    let spec = stack.model_spec.as_ref().ok_or_else(|| {
+        format!(
+            "{}: without --script, the stack's `model` must name its provider: \
+             model: {{provider: openai | anthropic, model: NAME, base_url: URL}}",
+            config.display()
+        )
+    })?;
+    let choice = keel_server::config::ModelChoice::from_node(spec)
+        .map_err(|e| format!("{}: {e}", config.display()))?;
+    if !choice.is_online() {
+        return Err(format!(
+            "{}: the offline model cannot run a stack file's turn; give --script or a provider",
+            config.display()
+        )
+        .into());
+    }
+    Ok(choice
+        .build()
+        .map_err(|e| format!("{}: {e}", config.display()))?)
+}
+
 /// Runs `keel run`.
 pub fn run(args: Args, caps: &Caps) -> CommandResult {
     let Inputs {
@@ -230,8 +299,27 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
             .map_err(|e| format!("{}: {e}", args.config.display()))?,
         None => Vec::new(),
     };
-    let model = script_model(&stack, answers);
-    let shared: Arc<dyn ChatModel> = model.clone();
+    let (shared, requests): (Arc<dyn ChatModel>, TakeRequests) = match answers {
+        Some(answers) => {
+            let model = script_model(&stack, answers);
+            let m = model.clone();
+            (
+                model,
+                Box::new(move || std::mem::take(&mut *m.requests.lock())),
+            )
+        }
+        None => {
+            let model = Arc::new(Recorded {
+                inner: stack_model(&stack, &args.config)?,
+                requests: Mutex::new(Vec::new()),
+            });
+            let m = model.clone();
+            (
+                model,
+                Box::new(move || std::mem::take(&mut *m.requests.lock())),
+            )
+        }
+    };
     let models: Arc<dyn ModelRegistry> = {
         let m = shared.clone();
         Arc::new(move |_: &str| Some(m.clone()))
@@ -257,7 +345,7 @@ pub fn run(args: Args, caps: &Caps) -> CommandResult {
         Some(Err(e)) => return Err(e.into()),
         None => return Err("the run ended without an outcome".into()),
     };
-    let requests = std::mem::take(&mut *model.requests.lock());
+    let requests = requests();
     if args.json {
         print_json(output.state.messages.as_slice(), requests, events)?;
     } else {

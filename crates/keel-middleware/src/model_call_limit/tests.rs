@@ -112,6 +112,7 @@ async fn each_counted_call_reports_its_tokens_on_the_custom_stream() {
             output_tokens: 3,
             total_tokens: 15,
             cached_input_tokens: 0,
+            cache_creation_input_tokens: 0,
         }),
         ..Default::default()
     });

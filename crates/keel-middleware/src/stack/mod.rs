@@ -11,6 +11,11 @@
 //!   - summarization: {trigger: {type: tokens, value: 4000}, keep: {type: messages, value: 20}}
 //! ```
 //!
+//! `model` may also be a mapping naming its provider, `{provider: openai | anthropic,
+//! model: NAME, base_url: URL, ...}` (keel.yaml's keys, see `keel serve`): its `model` is
+//! the name, and the mapping is kept in [`Stack::model_spec`] for the application to
+//! build the model from (`keel run` without `--script` does).
+//!
 //! An `mcp_servers:` list (tools from MCP servers) may stand beside these keys: the
 //! stack loader leaves it to the application, which reads it with keel-mcp
 //! (`keel run` and `keel serve` do).
@@ -89,8 +94,13 @@ pub fn read_stack_file(path: &Path) -> Result<String, StackError> {
 /// A loaded stack file. See the [module docs](self).
 #[derive(Clone, Debug, Default)]
 pub struct Stack {
-    /// The `model` key: a name the application resolves.
+    /// The `model` key: a name the application resolves (for a mapping such as
+    /// `{provider: anthropic, model: claude-sonnet-4-5}`, its `model`).
     pub model: Option<String>,
+    /// The `model` key when it is a mapping naming the provider (`provider`, `model`,
+    /// `base_url`, ...), as parsed, left to the application to build the model from
+    /// (`keel run` without `--script`, `keel serve`).
+    pub model_spec: Option<yaml::Node>,
     /// The `system_prompt` key.
     pub system_prompt: Option<String>,
     /// The `middleware` list, outermost first.
@@ -204,7 +214,23 @@ impl StackLoader {
             let v = At::new(key.clone(), node);
             match key.as_str() {
                 "model" => {
-                    stack.model = (!v.is_null()).then(|| v.string()).transpose()?;
+                    stack.model = if let Yaml::Map(_) = &node.value {
+                        let name = v
+                            .map()?
+                            .iter()
+                            .find(|(k, _, _)| k == "model")
+                            .map(|(_, _, n)| At::new("model.model", n))
+                            .ok_or_else(|| {
+                                v.refuse(
+                                    "names no model",
+                                    "a model name, or a mapping with `provider` and `model`",
+                                )
+                            })?;
+                        stack.model_spec = Some(node.clone());
+                        Some(name.string()?)
+                    } else {
+                        (!v.is_null()).then(|| v.string()).transpose()?
+                    };
                     stack.model_line = node.line;
                 }
                 "system_prompt" => {

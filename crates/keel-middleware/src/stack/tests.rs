@@ -186,6 +186,29 @@ fn builder_resolves_the_files_model() {
 }
 
 #[test]
+fn a_model_mapping_names_its_model_and_is_kept_for_the_application() {
+    let stack = Stack::from_yaml_str(
+        "model: {provider: anthropic, model: claude-sonnet-4-5, cache_ttl: 1h}\n",
+    )
+    .unwrap();
+    assert_eq!(stack.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert!(matches!(
+        stack.model_spec.as_ref().map(|n| &n.value),
+        Some(keel_config::yaml::Yaml::Map(entries)) if entries.len() == 3
+    ));
+    assert!(
+        Stack::from_yaml_str("model: main\n")
+            .unwrap()
+            .model_spec
+            .is_none()
+    );
+    let Err(e) = Stack::from_yaml_str("model: {provider: anthropic}\n") else {
+        panic!("no model name")
+    };
+    assert!(e.to_string().contains("names no model"), "{e}");
+}
+
+#[test]
 fn recall_entries_load_and_name_bad_values() {
     // With summarization: keel-summarization's tests/stack.rs.
     assert_eq!(

@@ -36,6 +36,7 @@ fn with_usage(mut message: Message, input: u64, output: u64) -> Message {
             output_tokens: output,
             total_tokens: input + output,
             cached_input_tokens: 0,
+            cache_creation_input_tokens: 0,
         });
     }
     message
