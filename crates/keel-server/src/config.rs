@@ -757,6 +757,16 @@ impl Tool for Echo {
     }
 }
 
+/// An error about `key` without its line (a [`StackConfig`] adds the line when it knows
+/// the key's).
+fn invalid(key: &str, problem: &str) -> KeelYamlError {
+    KeelYamlError::Invalid {
+        key: key.to_owned(),
+        problem: problem.to_owned(),
+        line: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -962,15 +972,5 @@ mod tests {
         let stack = StackConfig::from_yaml_str("middleware:\n  - pi: {}\n").unwrap();
         let err = stack.build(store).unwrap_err().to_string();
         assert!(err.contains("middleware[0].pi"), "{err}");
-    }
-}
-
-/// An error about `key` without its line (a [`StackConfig`] adds the line when it knows
-/// the key's).
-fn invalid(key: &str, problem: &str) -> KeelYamlError {
-    KeelYamlError::Invalid {
-        key: key.to_owned(),
-        problem: problem.to_owned(),
-        line: None,
     }
 }
