@@ -48,7 +48,7 @@ const B: f64 = 0.75;
 pub const CONTEXT_WEIGHT: f64 = 0.5;
 
 /// The share of a term's weight a match in the context alone adds to coverage.
-pub const CONTEXT_COVERAGE: f64 = 0.25;
+pub const CONTEXT_COVERAGE: f64 = 0.15;
 
 /// Characters of the message before a document kept as its context.
 pub const CONTEXT_CHARS: usize = 300;
