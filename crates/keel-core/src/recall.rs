@@ -370,16 +370,8 @@ pub fn score(
     } else {
         (stats.total_terms as f64 / stats.documents as f64).max(1.0)
     };
-    // term -> (frequency, whether the document's own text holds it)
-    let mut tf: HashMap<&str, (f64, bool)> = HashMap::new();
-    for t in &document.own {
-        let e = tf.entry(t.as_str()).or_default();
-        e.0 += 1.0;
-        e.1 = true;
-    }
-    for t in &document.context {
-        tf.entry(t.as_str()).or_default().0 += CONTEXT_WEIGHT;
-    }
+    // A query has a few terms: counting each in the document's terms is cheaper than a
+    // map of all of them (a search scores up to MAX_CANDIDATES documents).
     let (mut bm25, mut matched, mut weight) = (0.0, 0.0, 0.0);
     for q in query {
         let n = df.get(q).copied().unwrap_or(0);
@@ -388,9 +380,12 @@ pub fn score(
         }
         let w = idf(stats.documents, n);
         weight += w;
-        if let Some(&(f, own)) = tf.get(q.as_str()) {
+        let own = document.own.iter().filter(|t| *t == q).count();
+        let context = document.context.iter().filter(|t| *t == q).count();
+        if own + context > 0 {
+            let f = own as f64 + CONTEXT_WEIGHT * context as f64;
             bm25 += w * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * dl / avgdl));
-            matched += if own { w } else { w * CONTEXT_COVERAGE };
+            matched += if own > 0 { w } else { w * CONTEXT_COVERAGE };
         }
     }
     let coverage = if weight > 0.0 { matched / weight } else { 0.0 };
