@@ -60,7 +60,9 @@ pub const CONTEXT_CHARS: usize = 300;
 /// win. Scoring still counts every query term.
 pub const MAX_POSTINGS: u64 = 4096;
 
-/// Candidates a search scores at most (the database's own rank picks them).
+/// Candidates a search scores at most. Every backend picks the same ones: the documents
+/// holding the most weight ([`reach_weight`]) of the terms [`candidate_terms`] reads,
+/// ties going to the document indexed last.
 pub const MAX_CANDIDATES: usize = 256;
 
 /// One indexed message.
@@ -342,6 +344,13 @@ pub fn candidate_terms(query: &[String], df: &HashMap<String, u64>) -> Vec<Strin
     out
 }
 
+/// The weight a candidate gains for holding a query term of document frequency `df` in
+/// a scope of `documents`: the term's inverse document frequency in millionths, an
+/// integer so that every database adds a candidate's weights up to the same total.
+pub fn reach_weight(documents: u64, df: u64) -> i64 {
+    (idf(documents, df) * 1e6).round() as i64
+}
+
 /// Scores one document for `query`: `(bm25, coverage)`. A term's frequency is its count
 /// in the document's own terms plus [`CONTEXT_WEIGHT`] times its count in the context's;
 /// a term only the context holds counts [`CONTEXT_COVERAGE`] of its weight towards
@@ -361,16 +370,8 @@ pub fn score(
     } else {
         (stats.total_terms as f64 / stats.documents as f64).max(1.0)
     };
-    // term -> (frequency, whether the document's own text holds it)
-    let mut tf: HashMap<&str, (f64, bool)> = HashMap::new();
-    for t in &document.own {
-        let e = tf.entry(t.as_str()).or_default();
-        e.0 += 1.0;
-        e.1 = true;
-    }
-    for t in &document.context {
-        tf.entry(t.as_str()).or_default().0 += CONTEXT_WEIGHT;
-    }
+    // A query has a few terms: counting each in the document's terms is cheaper than a
+    // map of all of them (a search scores up to MAX_CANDIDATES documents).
     let (mut bm25, mut matched, mut weight) = (0.0, 0.0, 0.0);
     for q in query {
         let n = df.get(q).copied().unwrap_or(0);
@@ -379,9 +380,12 @@ pub fn score(
         }
         let w = idf(stats.documents, n);
         weight += w;
-        if let Some(&(f, own)) = tf.get(q.as_str()) {
+        let own = document.own.iter().filter(|t| *t == q).count();
+        let context = document.context.iter().filter(|t| *t == q).count();
+        if own + context > 0 {
+            let f = own as f64 + CONTEXT_WEIGHT * context as f64;
             bm25 += w * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * dl / avgdl));
-            matched += if own { w } else { w * CONTEXT_COVERAGE };
+            matched += if own > 0 { w } else { w * CONTEXT_COVERAGE };
         }
     }
     let coverage = if weight > 0.0 { matched / weight } else { 0.0 };
@@ -529,10 +533,20 @@ pub fn check_document(document: &RecallDocument) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// One document of a [`ScopeIndex`].
+struct Indexed {
+    document: RecallDocument,
+    terms: DocumentTerms,
+    /// Its place in the order the scope's documents were indexed (a database's row id).
+    order: u64,
+}
+
 #[derive(Default)]
 struct ScopeIndex {
-    /// message id -> (document, its terms)
-    documents: HashMap<String, (RecallDocument, DocumentTerms)>,
+    /// message id -> the document
+    documents: HashMap<String, Indexed>,
+    /// Documents indexed so far (the next one's `order`).
+    indexed: u64,
     /// position -> message id
     by_seq: BTreeMap<u64, String>,
     /// term -> message ids holding it (in the text or the context)
@@ -597,9 +611,16 @@ impl RecallIndex for MemoryRecallIndex {
             }
             index.total_terms += doc_terms.weighted_len();
             index.by_seq.insert(d.seq, d.message_id.clone());
-            index
-                .documents
-                .insert(d.message_id.clone(), (d.clone(), doc_terms));
+            let order = index.indexed;
+            index.indexed += 1;
+            index.documents.insert(
+                d.message_id.clone(),
+                Indexed {
+                    document: d.clone(),
+                    terms: doc_terms,
+                    order,
+                },
+            );
             added += 1;
         }
         Ok(added)
@@ -624,20 +645,30 @@ impl RecallIndex for MemoryRecallIndex {
             total_terms: index.total_terms,
         };
         // The candidates the rarest terms reach, pre-ranked by the weight of the terms
-        // each holds (what a database's own rank does), so scoring stays bounded.
-        let mut reach: HashMap<&str, f64> = HashMap::new();
+        // each holds, so scoring stays bounded; ties go to the document indexed last,
+        // as the databases break them by row id.
+        let mut reach: HashMap<&str, i64> = HashMap::new();
         for q in candidate_terms(query, &df) {
-            let w = idf(stats.documents, df.get(&q).copied().unwrap_or(0));
+            let w = reach_weight(stats.documents, df.get(&q).copied().unwrap_or(0));
             for id in index.postings.get(&q).into_iter().flatten() {
                 *reach.entry(id.as_str()).or_default() += w;
             }
         }
-        let mut reach: Vec<(&str, f64)> = reach.into_iter().collect();
-        reach.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let order = |id: &str| index.documents.get(id).map_or(0, |d| d.order);
+        let mut reach: Vec<(&str, i64, u64)> = reach
+            .into_iter()
+            .map(|(id, w)| (id, w, order(id)))
+            .collect();
+        reach.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
         reach.truncate(MAX_CANDIDATES);
         let candidates = reach
             .into_iter()
-            .filter_map(|(id, _)| index.documents.get(id).cloned())
+            .filter_map(|(id, _, _)| {
+                index
+                    .documents
+                    .get(id)
+                    .map(|d| (d.document.clone(), d.terms.clone()))
+            })
             .collect();
         Ok(rank(query, candidates, &df, stats, limit))
     }
@@ -658,7 +689,7 @@ impl RecallIndex for MemoryRecallIndex {
                 .range(seq.saturating_add(1)..)
                 .next()
                 .and_then(|(_, id)| index.documents.get(id));
-            if let Some((d, _)) = next
+            if let Some(Indexed { document: d, .. }) = next
                 && !out.iter().any(|o| o.message_id == d.message_id)
             {
                 out.push(d.clone());

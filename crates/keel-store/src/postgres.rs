@@ -92,6 +92,13 @@ fn migrator() -> Migrator {
             include_str!("../migrations/postgres/0006_recall_scoped_terms.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            7,
+            "recall term counts".into(),
+            MigrationType::Simple,
+            include_str!("../migrations/postgres/0007_recall_term_counts.sql").into_sql_str(),
+            false,
+        ),
     ])
 }
 

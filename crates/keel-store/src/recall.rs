@@ -1,19 +1,22 @@
 //! The recall index ([`RecallIndex`]) on every backend: the memory store's BM25 postings,
-//! SQLite FTS5 and PostgreSQL `tsvector` with a GIN index (migrations 0004 and 0006).
+//! SQLite FTS5 and PostgreSQL `tsvector` with a GIN index (migrations 0004, 0006 and 0007).
 //!
 //! Every term the databases index is written with its scope's tag in front, so a term's
 //! posting list holds one scope's documents: a search reads the postings of its own few
 //! terms (the rarest, up to [`MAX_POSTINGS`](keel_core::recall::MAX_POSTINGS)) and
 //! nothing else of the thread, and its cost does not grow with the thread's length. One
-//! statement reads the scope's counts and the terms' document frequencies (FTS5's
-//! `fts5vocab`, or a GIN lookup per term), one more the best candidates by the
-//! database's own rank (`bm25()`, `ts_rank`); the shared scorer in
+//! statement reads the scope's counts and the terms' document frequencies (kept in
+//! `recall_term_counts`, one index lookup a term, written in the transaction that
+//! indexes the documents); one more sums, per document, the weight
+//! ([`reach_weight`](keel_core::recall::reach_weight)) of the terms read that it holds
+//! and returns the best [`MAX_CANDIDATES`](keel_core::recall::MAX_CANDIDATES), ties to
+//! the newest row, as the memory index picks them; the shared scorer in
 //! [`keel_core::recall`] ranks those, so every backend returns the same hits.
 
 use async_trait::async_trait;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use keel_core::recall::{
-    CorpusStats, DocumentTerms, MAX_CANDIDATES, candidate_terms, check_document, rank,
+    CorpusStats, DocumentTerms, MAX_CANDIDATES, candidate_terms, check_document, rank, reach_weight,
 };
 use keel_core::recall::{RecallDocument, RecallHit, RecallIndex};
 use keel_core::store::{SessionScope, StoreError};
@@ -73,6 +76,8 @@ struct Row {
     term_count: i64,
     fts_own: String,
     fts_context: String,
+    /// The distinct terms of the text and the context (what `recall_term_counts` counts).
+    distinct: Vec<String>,
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -88,7 +93,68 @@ fn encode(tag: &str, document: &RecallDocument) -> Result<Row, StoreError> {
         term_count: i64::try_from(t.weighted_len()).unwrap_or(i64::MAX),
         fts_own: scoped(tag, &t.own),
         fts_context: scoped(tag, &t.context),
+        distinct: {
+            let mut d: Vec<String> = t.own.iter().chain(&t.context).cloned().collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        },
     })
+}
+
+/// How many of the documents of `chunk` the database inserted (`inserted`: their
+/// message ids; the first of a repeated id is the one inserted) hold each term, sorted
+/// by term (so concurrent writers lock the rows in one order).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn term_counts(chunk: &[(&RecallDocument, Row)], inserted: Vec<String>) -> Vec<(String, i64)> {
+    let mut pending: std::collections::HashSet<String> = inserted.into_iter().collect();
+    let mut counts: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for (d, r) in chunk {
+        if pending.remove(&d.message_id) {
+            for t in &r.distinct {
+                *counts.entry(t.as_str()).or_default() += 1;
+            }
+        }
+    }
+    counts.into_iter().map(|(t, n)| (t.to_owned(), n)).collect()
+}
+
+/// The statement that reads, for each of the `terms` (bound from `$6` on, each after
+/// its weight), the scope's documents holding it, keeps the `$5` holding the most
+/// weight, ties to the newest row (`top`), and reads them with `fetch` (the scope is
+/// `$1`-`$4`): `hit` is one term's statement with `$W` for its weight and `$T` for the
+/// term.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn candidates_sql(terms: usize, hit: &str, fetch: &str) -> String {
+    let hits = (0..terms)
+        .map(|i| {
+            hit.replace("$W", &format!("${}", 6 + 2 * i))
+                .replace("$T", &format!("${}", 7 + 2 * i))
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    format!(
+        "WITH hits (id, w) AS ({hits}), \
+         top AS (SELECT id FROM hits GROUP BY id ORDER BY sum(w) DESC, id DESC LIMIT $5) \
+         {fetch}"
+    )
+}
+
+/// The weights and terms [`candidates_sql`] binds.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn weighted<'a>(
+    read: &'a [String],
+    df: &std::collections::HashMap<String, u64>,
+    stats: CorpusStats,
+) -> Vec<(i64, &'a String)> {
+    read.iter()
+        .map(|t| {
+            (
+                reach_weight(stats.documents, df.get(t).copied().unwrap_or(0)),
+                t,
+            )
+        })
+        .collect()
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -135,12 +201,9 @@ fn usable(query: &[String]) -> Vec<String> {
 }
 
 /// The scope's counts and the document frequencies of `query` from rows of
-/// `(scoped term or "" for the counts, documents, total terms)`.
+/// `(term or "" for the counts, documents, total terms)`.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn counts(
-    tag: &str,
-    rows: Vec<(String, i64, i64)>,
-) -> (CorpusStats, std::collections::HashMap<String, u64>) {
+fn counts(rows: Vec<(String, i64, i64)>) -> (CorpusStats, std::collections::HashMap<String, u64>) {
     let mut stats = CorpusStats::default();
     let mut df = std::collections::HashMap::new();
     for (term, n, total) in rows {
@@ -150,13 +213,28 @@ fn counts(
                 documents: n,
                 total_terms: u64::try_from(total).unwrap_or(0),
             };
-        } else if let Some(t) = term.strip_prefix(tag)
-            && n > 0
-        {
-            df.insert(t.to_owned(), n);
+        } else if n > 0 {
+            df.insert(term, n);
         }
     }
     (stats, df)
+}
+
+/// The statement reading the scope's counts and, for `$5` on, the terms' document
+/// frequencies.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn counts_sql(terms: usize) -> String {
+    let list = (0..terms)
+        .map(|i| format!("${}", i + 5))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "SELECT CAST('' AS TEXT), documents, total_terms FROM recall_scopes \
+         WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4 \
+         UNION ALL SELECT term, documents, 0 FROM recall_term_counts \
+         WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4 \
+         AND term IN ({list})"
+    )
 }
 
 /// The statement that reads, for each of `n` positions bound from `$5` on, the first
@@ -264,18 +342,20 @@ mod sqlite {
                 return Ok(0);
             }
             let mut added = 0;
-            // One statement per chunk: atomic by itself, and no transaction that would
-            // have to upgrade a read lock while other writers wait.
+            // One transaction per chunk, begun as a writer (no read lock to upgrade while
+            // other writers wait): the documents, then the counts of the terms of those
+            // the database took (an id it holds already is skipped).
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
                 let sql = crate::sql::multi_row(
                     "INSERT INTO recall_documents (flow_id, user_id, session_id, context_id, \
                      message_id, seq, document, scope_tag, terms, term_count, context_terms, \
                      fts_own, fts_context) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-                     ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
+                     ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) \
+                     DO NOTHING RETURNING message_id",
                     chunk.len(),
                 );
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql));
                 for (d, r) in chunk {
                     q = scoped_query!(q, scope)
                         .bind(&d.message_id)
@@ -288,11 +368,36 @@ mod sqlite {
                         .bind(&r.fts_own)
                         .bind(&r.fts_context);
                 }
-                added += q
-                    .execute(self.pool())
+                let mut tx = self
+                    .pool()
+                    .begin_with("BEGIN IMMEDIATE")
                     .await
-                    .map_err(backend)?
-                    .rows_affected();
+                    .map_err(backend)?;
+                let inserted: Vec<(String,)> = q.fetch_all(&mut *tx).await.map_err(backend)?;
+                let n = inserted.len() as u64;
+                let counts = term_counts(chunk, inserted.into_iter().map(|(id,)| id).collect());
+                if !counts.is_empty() {
+                    let json: serde_json::Map<String, serde_json::Value> = counts
+                        .into_iter()
+                        .map(|(t, n)| (t, serde_json::Value::from(n)))
+                        .collect();
+                    scoped_query!(
+                        sqlx::query(
+                            "INSERT INTO recall_term_counts \
+                             (flow_id, user_id, session_id, context_id, term, documents) \
+                             SELECT $1, $2, $3, $4, key, value FROM json_each($5) WHERE true \
+                             ON CONFLICT (flow_id, user_id, session_id, context_id, term) \
+                             DO UPDATE SET documents = documents + excluded.documents"
+                        ),
+                        scope
+                    )
+                    .bind(serde_json::Value::Object(json).to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                }
+                tx.commit().await.map_err(backend)?;
+                added += n;
             }
             Ok(added)
         }
@@ -308,46 +413,37 @@ mod sqlite {
                 return Ok(Vec::new());
             }
             let tag = scope_tag(scope);
-            let mut sql = "SELECT '', documents, total_terms FROM recall_scopes \
-                 WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4"
-                .to_owned();
-            for i in 0..query.len() {
-                sql.push_str(&format!(
-                    " UNION ALL SELECT term, doc, 0 FROM recall_vocab WHERE term = ${}",
-                    i + 5
-                ));
-            }
-            let mut q = scoped_query!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), scope);
+            let mut q = scoped_query!(
+                sqlx::query_as(sqlx::AssertSqlSafe(counts_sql(query.len()))),
+                scope
+            );
             for t in &query {
-                q = q.bind(format!("{tag}{t}"));
+                q = q.bind(t);
             }
             let mut conn = self.pool().acquire().await.map_err(backend)?;
             let rows: Vec<(String, i64, i64)> = q.fetch_all(&mut *conn).await.map_err(backend)?;
-            let (stats, df) = counts(&tag, rows);
+            let (stats, df) = counts(rows);
             let read = candidate_terms(&query, &df);
             if read.is_empty() {
                 return Ok(Vec::new());
             }
-            let any = read
-                .iter()
-                .map(|t| format!("\"{tag}{t}\""))
-                .collect::<Vec<_>>()
-                .join(" OR ");
-            let rows: Vec<(String, String, String)> = scoped_query!(
-                sqlx::query_as(
-                    "SELECT d.document, d.terms, d.context_terms FROM recall_terms \
-                     JOIN recall_documents d ON d.id = recall_terms.rowid \
-                     WHERE recall_terms MATCH $5 AND d.flow_id = $1 AND d.user_id = $2 \
-                     AND d.session_id = $3 AND d.context_id = $4 \
-                     ORDER BY bm25(recall_terms, 1.0, 0.5), d.seq DESC LIMIT $6"
-                ),
-                scope
-            )
-            .bind(any)
-            .bind(MAX_CANDIDATES as i64)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(backend)?;
+            // Row ids only from FTS5 (no rank function, no join per posting), summed by
+            // SQLite; only the chosen rows are read.
+            let sql = candidates_sql(
+                read.len(),
+                "SELECT rowid, $W FROM recall_terms WHERE recall_terms MATCH $T",
+                "SELECT d.document, d.terms, d.context_terms FROM top \
+                 JOIN recall_documents d ON d.id = top.id \
+                 WHERE d.flow_id = $1 AND d.user_id = $2 AND d.session_id = $3 \
+                 AND d.context_id = $4",
+            );
+            let mut q = scoped_query!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), scope)
+                .bind(MAX_CANDIDATES as i64);
+            for (w, t) in weighted(&read, &df, stats) {
+                q = q.bind(w).bind(format!("\"{tag}{t}\""));
+            }
+            let rows: Vec<(String, String, String)> =
+                q.fetch_all(&mut *conn).await.map_err(backend)?;
             let candidates = rows
                 .iter()
                 .map(|(j, t, c)| decode(j, t, c))
@@ -413,6 +509,15 @@ mod sqlite {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+            sqlx::query(
+                "DELETE FROM recall_term_counts WHERE flow_id = $1 AND user_id = $2 AND session_id = $3",
+            )
+            .bind(flow_id)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
             tx.commit().await.map_err(backend)?;
             Ok(r.rows_affected())
         }
@@ -453,6 +558,10 @@ mod sqlite {
                 .await
                 .map_err(backend)?;
             sqlx::query("DELETE FROM recall_scopes")
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            sqlx::query("DELETE FROM recall_term_counts")
                 .execute(&mut *tx)
                 .await
                 .map_err(backend)?;
@@ -504,16 +613,21 @@ mod postgres {
                 return Ok(0);
             }
             let mut added = 0;
+            // One transaction per chunk: the documents, then the counts of the terms of
+            // those the database took (an id it holds already is skipped). The scope's
+            // row in `recall_scopes`, locked by the insert's trigger, keeps writers of
+            // one scope in turn; the counts are written in term order.
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
                 let sql = crate::sql::multi_row(
                     "INSERT INTO recall_documents (flow_id, user_id, session_id, context_id, \
                      message_id, seq, document, terms, term_count, context_terms, fts_own, \
                      fts_context) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                     ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) DO NOTHING",
+                     ON CONFLICT (flow_id, user_id, session_id, context_id, message_id) \
+                     DO NOTHING RETURNING message_id",
                     chunk.len(),
                 );
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+                let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql));
                 for (d, r) in chunk {
                     q = scoped_query!(q, scope)
                         .bind(&d.message_id)
@@ -525,11 +639,34 @@ mod postgres {
                         .bind(&r.fts_own)
                         .bind(&r.fts_context);
                 }
-                added += q
-                    .execute(self.pool())
+                let mut tx = self.pool().begin().await.map_err(backend)?;
+                let inserted: Vec<(String,)> = q.fetch_all(&mut *tx).await.map_err(backend)?;
+                let n = inserted.len() as u64;
+                let (terms, counts): (Vec<String>, Vec<i64>) =
+                    term_counts(chunk, inserted.into_iter().map(|(id,)| id).collect())
+                        .into_iter()
+                        .unzip();
+                if !terms.is_empty() {
+                    scoped_query!(
+                        sqlx::query(
+                            "INSERT INTO recall_term_counts \
+                             (flow_id, user_id, session_id, context_id, term, documents) \
+                             SELECT $1, $2, $3, $4, t, n FROM unnest($5::TEXT[], $6::BIGINT[]) \
+                             AS u (t, n) \
+                             ON CONFLICT (flow_id, user_id, session_id, context_id, term) \
+                             DO UPDATE SET documents = recall_term_counts.documents \
+                             + EXCLUDED.documents"
+                        ),
+                        scope
+                    )
+                    .bind(&terms)
+                    .bind(&counts)
+                    .execute(&mut *tx)
                     .await
-                    .map_err(backend)?
-                    .rows_affected();
+                    .map_err(backend)?;
+                }
+                tx.commit().await.map_err(backend)?;
+                added += n;
             }
             Ok(added)
         }
@@ -545,46 +682,36 @@ mod postgres {
                 return Ok(Vec::new());
             }
             let tag = scope_tag(scope);
-            let scoped_terms: Vec<String> = query.iter().map(|t| format!("{tag}{t}")).collect();
-            let mut conn = self.pool().acquire().await.map_err(backend)?;
-            let rows: Vec<(String, i64, i64)> = scoped_query!(
-                sqlx::query_as(
-                    "SELECT ''::TEXT, documents, total_terms FROM recall_scopes \
-                     WHERE flow_id = $1 AND user_id = $2 AND session_id = $3 AND context_id = $4 \
-                     UNION ALL SELECT t, (SELECT count(*) FROM recall_documents \
-                     WHERE tsv @@ to_tsquery('simple', t)), 0::BIGINT \
-                     FROM unnest($5::TEXT[]) AS t"
-                ),
+            let mut q = scoped_query!(
+                sqlx::query_as(sqlx::AssertSqlSafe(counts_sql(query.len()))),
                 scope
-            )
-            .bind(&scoped_terms)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(backend)?;
-            let (stats, df) = counts(&tag, rows);
+            );
+            for t in &query {
+                q = q.bind(t);
+            }
+            let mut conn = self.pool().acquire().await.map_err(backend)?;
+            let rows: Vec<(String, i64, i64)> = q.fetch_all(&mut *conn).await.map_err(backend)?;
+            let (stats, df) = counts(rows);
             let read = candidate_terms(&query, &df);
             if read.is_empty() {
                 return Ok(Vec::new());
             }
-            let any = read
-                .iter()
-                .map(|t| format!("{tag}{t}"))
-                .collect::<Vec<_>>()
-                .join(" | ");
-            let rows: Vec<(String, String, String)> = scoped_query!(
-                sqlx::query_as(
-                    "SELECT document, terms, context_terms FROM recall_documents \
-                     WHERE tsv @@ to_tsquery('simple', $5) AND flow_id = $1 AND user_id = $2 \
-                     AND session_id = $3 AND context_id = $4 \
-                     ORDER BY ts_rank(tsv, to_tsquery('simple', $5)) DESC, seq DESC LIMIT $6"
-                ),
-                scope
-            )
-            .bind(any)
-            .bind(MAX_CANDIDATES as i64)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(backend)?;
+            let sql = candidates_sql(
+                read.len(),
+                "SELECT id, $W::BIGINT FROM recall_documents \
+                 WHERE tsv @@ to_tsquery('simple', $T)",
+                "SELECT d.document, d.terms, d.context_terms FROM top \
+                 JOIN recall_documents d ON d.id = top.id \
+                 WHERE d.flow_id = $1 AND d.user_id = $2 AND d.session_id = $3 \
+                 AND d.context_id = $4",
+            );
+            let mut q = scoped_query!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), scope)
+                .bind(MAX_CANDIDATES as i64);
+            for (w, t) in weighted(&read, &df, stats) {
+                q = q.bind(w).bind(format!("{tag}{t}"));
+            }
+            let rows: Vec<(String, String, String)> =
+                q.fetch_all(&mut *conn).await.map_err(backend)?;
             let candidates = rows
                 .iter()
                 .map(|(j, t, c)| decode(j, t, c))
@@ -650,6 +777,15 @@ mod postgres {
             .execute(&mut *tx)
             .await
             .map_err(backend)?;
+            sqlx::query(
+                "DELETE FROM recall_term_counts WHERE flow_id = $1 AND user_id = $2 AND session_id = $3",
+            )
+            .bind(flow_id)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
             tx.commit().await.map_err(backend)?;
             Ok(r.rows_affected())
         }
@@ -690,6 +826,10 @@ mod postgres {
                 .await
                 .map_err(backend)?;
             sqlx::query("DELETE FROM recall_scopes")
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+            sqlx::query("DELETE FROM recall_term_counts")
                 .execute(&mut *tx)
                 .await
                 .map_err(backend)?;

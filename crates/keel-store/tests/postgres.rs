@@ -180,7 +180,9 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "checkpoint_steps",
         "checkpoints",
         "recall_documents",
+        "recall_documents_id",
         "recall_documents_tsv",
+        "recall_term_counts",
         "session_memory_state",
         "summary_cache",
         "summary_leases",
@@ -202,7 +204,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         .fetch_one(second.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 6);
+    assert_eq!(applied, 7);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
 }
 

@@ -41,7 +41,8 @@ async fn sqlite_recall_index_conforms() {
 }
 
 /// sqlx's bundled libsqlite3 is built with FTS5, and a deleted session leaves no row in
-/// the index tables (the FTS5 table follows its content table through triggers).
+/// the index tables (the FTS5 table follows its content table through triggers, the term
+/// counts are deleted with the session).
 #[tokio::test]
 async fn recall_index_uses_fts5_and_deletes_its_rows() {
     use keel_core::recall::{RecallDocument, RecallIndex};
@@ -66,12 +67,16 @@ async fn recall_index_uses_fts5_and_deletes_its_rows() {
     // Terms are indexed with the scope's tag (`s` and 16 hex digits) in front.
     let db = "SELECT COALESCE(sum(doc), 0) FROM recall_vocab WHERE substr(term, 18) = 'db'";
     assert_eq!(count(db).await, 1);
+    // The document frequencies a search reads, kept beside the index.
+    let counted = "SELECT COALESCE(sum(documents), 0) FROM recall_term_counts WHERE term = 'db'";
+    assert_eq!(count(counted).await, 1);
     assert_eq!(count("SELECT documents FROM recall_scopes").await, 1);
     assert_eq!(store.delete_session_index("f", "u", "s").await.unwrap(), 1);
     assert_eq!(count("SELECT count(*) FROM recall_documents").await, 0);
     assert_eq!(count(db).await, 0);
     assert_eq!(count("SELECT count(*) FROM recall_vocab").await, 0);
     assert_eq!(count("SELECT count(*) FROM recall_scopes").await, 0);
+    assert_eq!(count("SELECT count(*) FROM recall_term_counts").await, 0);
 }
 
 #[tokio::test]
@@ -126,6 +131,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
         "recall_documents",
         "recall_documents_seq",
         "recall_scopes",
+        "recall_term_counts",
         "recall_terms",
         "recall_vocab",
         "session_memory_state",
@@ -134,7 +140,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     ] {
         assert!(schema.iter().any(|n| n == t), "{t} missing from {schema:?}");
     }
-    assert_eq!(applied(&first).await, 6);
+    assert_eq!(applied(&first).await, 7);
     first
         .save_state(&scope, &SessionMemoryState::default(), 0)
         .await
@@ -146,7 +152,7 @@ async fn migrations_run_from_empty_and_again_as_a_no_op() {
     // A restarted process: connect migrates again; nothing changes, nothing is lost.
     let second = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(tables(&second).await, schema);
-    assert_eq!(applied(&second).await, 6);
+    assert_eq!(applied(&second).await, 7);
     assert_eq!(second.get_state(&scope).await.unwrap().unwrap().version, 1);
     assert_eq!(
         second.get_summary("k").await.unwrap(),
