@@ -183,13 +183,13 @@ pub fn recall_message(messages: &[Message]) -> Option<(usize, String)> {
     found.into_iter().next()
 }
 
-/// The ids quoted by a recall message, in order (`[message N · ... · id X]`).
+/// The ids quoted by a recall message, in order (`[ID · who · time]`).
 pub fn quoted_ids(text: &str) -> Vec<String> {
     text.lines()
-        .filter(|l| l.starts_with("[message "))
+        .filter(|l| l.starts_with('[') && l.ends_with(']'))
         .filter_map(|l| {
-            l.rsplit_once(" · id ")
-                .map(|(_, id)| id.trim_end_matches(']').to_owned())
+            let inner = &l[1..l.len() - 1];
+            inner.split(" · ").next().map(str::to_owned)
         })
         .collect()
 }
