@@ -27,7 +27,7 @@
 //! let thread = [
 //!     Message::human("we're going with Vendorix for the billing backups").with_id("m1"),
 //!     Message::ai("Noted.").with_id("m2"),
-//!     Message::human("Which vendor takes the billing backups?").with_id("m3"),
+//!     Message::human("Who does the billing backups?").with_id("m3"),
 //! ];
 //! recall.index_thread("t1", &thread).await.unwrap();
 //! // The request kept only the question: m1 is quoted back.
