@@ -1245,8 +1245,8 @@ async fn extractive_mode_makes_no_model_call() {
     let mw = middleware(cfg).extractive().build().unwrap();
     // The first message states a goal in words (a line of filler states none).
     let mut messages = chat(12, 40);
-    messages[0] = Message::human("We need to move the billing export to the EU cluster.")
-        .with_id("m0");
+    messages[0] =
+        Message::human("We need to move the billing export to the EU cluster.").with_id("m0");
     let p = mw.prepare(&request(messages, model.clone(), "t")).await;
     assert_eq!(model.calls(), 0);
     assert_eq!(p.report.source, Some(SummarySource::Extractive));
