@@ -15,7 +15,7 @@
 #
 # snippets: every ```rust block of README.md and docs/*.md compiled as doc tests of a
 # crate outside the workspace (depending on the README's block plus what each page says
-# to add: features `middleware` and `mcp`, and keel-testkit where a page uses it).
+# to add: features `middleware`, `mcp` and `anthropic`, and keel-testkit where a page uses it).
 #
 # The crate shares CARGO_TARGET_DIR with the workspace and starts from the workspace's
 # Cargo.lock, so the dependencies the workspace build compiled are reused (a user's own
@@ -118,8 +118,9 @@ run_snippets() {
     cat >>"$docs/Cargo.toml" <<EOF
 
 [dev-dependencies]
-# docs/middleware.md (feature middleware) and docs/tools.md (feature mcp).
-keel = { path = "$ROOT", features = ["openai", "middleware", "mcp"] }
+# docs/middleware.md (feature middleware), docs/tools.md (feature mcp) and
+# docs/claude.md (feature anthropic).
+keel = { path = "$ROOT", features = ["openai", "middleware", "mcp", "anthropic"] }
 # README.md's "Composing middleware" and docs/writing-middleware.md use the scripted
 # model of keel-testkit.
 keel-testkit = { path = "$ROOT/crates/keel-testkit" }
