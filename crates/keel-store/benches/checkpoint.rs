@@ -8,8 +8,9 @@
 //! scripts/postgres.sh -- cargo bench -p keel-store --features postgres --bench checkpoint
 //! ```
 //!
-//! Built with `--features postgres`, the bench needs `KEEL_TEST_POSTGRES_URL` and fails
-//! without it (scripts/postgres.sh provides a throwaway server).
+//! Built with `--features postgres` and without `KEEL_TEST_POSTGRES_URL`, PostgreSQL is
+//! skipped with a note (scripts/postgres.sh provides a throwaway server), so that
+//! `cargo test --workspace --all-targets` passes with no database.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
 
@@ -127,8 +128,10 @@ fn sqlite(c: &mut Criterion) {
 #[cfg(feature = "postgres")]
 fn postgres(c: &mut Criterion) {
     let rt = runtime();
-    let url = std::env::var("KEEL_TEST_POSTGRES_URL")
-        .expect("KEEL_TEST_POSTGRES_URL: run under scripts/postgres.sh");
+    let Ok(url) = std::env::var("KEEL_TEST_POSTGRES_URL") else {
+        println!("checkpoint/postgres: skipped, KEEL_TEST_POSTGRES_URL is not set");
+        return;
+    };
     let store = rt.block_on(Store::connect(&url)).unwrap();
     step(c, &rt, "postgres", Arc::new(store));
 }

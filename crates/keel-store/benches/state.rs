@@ -6,8 +6,9 @@
 //! scripts/postgres.sh -- cargo bench -p keel-store --features postgres --bench state
 //! ```
 //!
-//! Built with `--features postgres`, the bench needs `KEEL_TEST_POSTGRES_URL` and fails
-//! without it (scripts/postgres.sh provides a throwaway server).
+//! Built with `--features postgres` and without `KEEL_TEST_POSTGRES_URL`, PostgreSQL is
+//! skipped with a note (scripts/postgres.sh provides a throwaway server), so that
+//! `cargo test --workspace --all-targets` passes with no database.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
 
@@ -106,12 +107,13 @@ fn sqlite(c: &mut Criterion) {
 
 #[cfg(feature = "postgres")]
 fn postgres(c: &mut Criterion) {
-    let url = std::env::var("KEEL_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "KEEL_TEST_POSTGRES_URL is not set: run `scripts/postgres.sh -- cargo bench -p \
-             keel-store --features postgres --bench state`"
-        )
-    });
+    let Ok(url) = std::env::var("KEEL_TEST_POSTGRES_URL") else {
+        println!(
+            "state/postgres: skipped, KEEL_TEST_POSTGRES_URL is not set (run `scripts/postgres.sh \
+             -- cargo bench -p keel-store --features postgres --bench state`)"
+        );
+        return;
+    };
     let rt = runtime();
     let store = rt.block_on(Store::connect(&url)).unwrap();
     load_and_save(c, &rt, "postgres", store.clone());
