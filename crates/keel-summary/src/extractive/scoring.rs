@@ -3,7 +3,8 @@
 //! quantities, dates, paths, URLs, addresses, names). Filler and acknowledgements are
 //! worth nothing.
 //!
-//! Everything here is a pure function of the text: no model, no state, no hashing.
+//! Everything here is a pure function of the text: no model, no state. Line shapes are
+//! compared by a stable (seedless) hash, so the result is the same on every run.
 
 use keel_core::hash::StableHasher;
 
