@@ -88,11 +88,17 @@ const REVIEW_BOOKKEEPING: [&str; 2] = [
 /// A thread's values: `{"messages": [...]}` plus every named state value but
 /// human in the loop's bookkeeping.
 pub fn state_to_values(state: &AgentState) -> Value {
-    let mut values = Map::new();
+    let mut values = named_values(state);
     values.insert(
         "messages".into(),
         Value::Array(state.messages.iter().map(message_to_lc).collect()),
     );
+    Value::Object(values)
+}
+
+/// The state's named values as [`state_to_values`] shows them (without `messages`).
+fn named_values(state: &AgentState) -> Map<String, Value> {
+    let mut values = Map::new();
     for (k, v) in &state.values {
         if REVIEW_BOOKKEEPING.contains(&k.as_str()) {
             continue;
@@ -106,7 +112,110 @@ pub fn state_to_values(state: &AgentState) -> Value {
             values.insert(k.clone(), v.clone());
         }
     }
-    Value::Object(values)
+    values
+}
+
+/// Serialized messages kept by [`values_text`], process-wide: a `values` event carries
+/// the whole thread, and every message but the newest was serialized by the previous
+/// event already.
+const MESSAGE_TEXT_ENTRIES: usize = 65_536;
+/// The most bytes the serialized-message cache holds (least recently used go first).
+const MESSAGE_TEXT_BYTES: usize = 64 << 20;
+
+/// fingerprint -> (message id, the message serialized as by [`message_to_lc`]).
+struct MessageTexts {
+    entries: lru::LruCache<u64, (Box<str>, std::sync::Arc<str>)>,
+    bytes: usize,
+}
+
+static MESSAGE_TEXTS: std::sync::LazyLock<parking_lot::Mutex<MessageTexts>> =
+    std::sync::LazyLock::new(|| {
+        parking_lot::Mutex::new(MessageTexts {
+            entries: lru::LruCache::new(
+                std::num::NonZeroUsize::new(MESSAGE_TEXT_ENTRIES)
+                    .unwrap_or(std::num::NonZeroUsize::MIN),
+            ),
+            bytes: 0,
+        })
+    });
+
+/// `message` serialized as [`message_to_lc`] shapes it, from the process-wide cache when
+/// the same message (same id and [`fingerprint`](Message::fingerprint), which covers
+/// everything serialized) was serialized before.
+fn message_text(message: &Message) -> std::sync::Arc<str> {
+    let key = message.fingerprint();
+    if let Some((id, text)) = MESSAGE_TEXTS.lock().entries.get(&key)
+        && **id == *message.id()
+    {
+        return text.clone();
+    }
+    let text: std::sync::Arc<str> = serde_json::to_string(&message_to_lc(message))
+        .unwrap_or_else(|_| "null".into())
+        .into();
+    let mut cache = MESSAGE_TEXTS.lock();
+    let size = text.len() + message.id().len();
+    if size <= MESSAGE_TEXT_BYTES / 16 {
+        if let Some((_, (old_id, old))) =
+            cache.entries.push(key, (message.id().into(), text.clone()))
+        {
+            cache.bytes = cache.bytes.saturating_sub(old.len() + old_id.len());
+        }
+        cache.bytes += size;
+        while cache.bytes > MESSAGE_TEXT_BYTES {
+            let Some((_, (old_id, old))) = cache.entries.pop_lru() else {
+                break;
+            };
+            cache.bytes = cache.bytes.saturating_sub(old.len() + old_id.len());
+        }
+    }
+    text
+}
+
+/// [`state_to_values`] serialized, byte for byte what `serde_json::to_string` makes of
+/// it (keys in order, as serde_json's map sorts them), with each message's text taken
+/// from a process-wide cache: a `values` event's cost is copying the thread's bytes,
+/// not serializing every message again on every step of every run.
+pub fn values_text(state: &AgentState) -> String {
+    let named = named_values(state);
+    let texts: Vec<std::sync::Arc<str>> = state.messages.iter().map(message_text).collect();
+    let messages_len: usize = texts.iter().map(|t| t.len() + 1).sum();
+    let mut out = String::with_capacity(messages_len + 64);
+    out.push('{');
+    let mut wrote = false;
+    let mut messages = Some(texts);
+    fn write_messages(out: &mut String, wrote: &mut bool, texts: &[std::sync::Arc<str>]) {
+        if *wrote {
+            out.push(',');
+        }
+        out.push_str("\"messages\":[");
+        for (i, t) in texts.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(t);
+        }
+        out.push(']');
+        *wrote = true;
+    }
+    for (k, v) in &named {
+        if k.as_str() > "messages"
+            && let Some(texts) = messages.take()
+        {
+            write_messages(&mut out, &mut wrote, &texts);
+        }
+        if wrote {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(k).unwrap_or_else(|_| "\"\"".into()));
+        out.push(':');
+        out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "null".into()));
+        wrote = true;
+    }
+    if let Some(texts) = messages.take() {
+        write_messages(&mut out, &mut wrote, &texts);
+    }
+    out.push('}');
+    out
 }
 
 /// The id of the task waiting on the interrupt `interrupt_id` (a thread's `tasks[].id`,
@@ -292,6 +401,42 @@ pub fn kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `values_text` is what serializing `state_to_values` gives, byte for byte, with
+    /// keys before and after `messages`, interrupts, an edited message (same id, other
+    /// text) and a message seen before.
+    #[test]
+    fn values_text_is_the_serialized_values() {
+        let mut state = AgentState {
+            messages: vec![
+                Message::human("hi \"there\"\n").with_id("h1"),
+                Message::ai("hello").with_id("a1"),
+            ]
+            .into(),
+            ..AgentState::default()
+        };
+        let check = |state: &AgentState| {
+            assert_eq!(
+                values_text(state),
+                serde_json::to_string(&state_to_values(state)).unwrap()
+            );
+        };
+        check(&state);
+        state.values.insert("a_first".into(), json!({"x": [1, 2]}));
+        state
+            .values
+            .insert("todos".into(), json!(["write", "test"]));
+        state.values.insert("messages_extra".into(), json!(null));
+        state.values.insert("m".into(), json!("é \u{1F600}"));
+        check(&state);
+        // The same id with other content is serialized anew.
+        std::sync::Arc::make_mut(&mut state.messages)[1] = Message::ai("hello again").with_id("a1");
+        check(&state);
+        assert!(values_text(&state).contains("hello again"));
+        state.messages = Vec::new().into();
+        check(&state);
+        check(&AgentState::default());
+    }
 
     #[test]
     fn cached_prompt_tokens_are_langchain_s_cache_read() {

@@ -12,11 +12,14 @@
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
 
+#[cfg(feature = "postgres")]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+#[cfg(feature = "postgres")]
+use criterion::Throughput;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use keel_core::message::Message;
 use keel_core::store::{
     ChatHistoryStore, Cursor, SaveOutcome, SessionMemoryState, SessionMemoryStore, SessionScope,

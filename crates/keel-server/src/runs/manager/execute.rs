@@ -50,11 +50,15 @@ impl RunManager {
                     .values
                     .get(INTERRUPT_KEY)
                     .is_some_and(|v| !v.is_null());
-                let values = state_to_values(&output.state);
-                let mut out = Vec::new();
-                Translator::new(live.modes, self.context(live)).finish(values, &mut out);
-                for (mode, event, data) in out {
-                    push_mode(&live.log, event, &data, mode);
+                // Only the `events` mode closes with the final values: building them
+                // costs the thread's length, so not for the other modes.
+                if live.modes.has(WireMode::Events) {
+                    let values = state_to_values(&output.state);
+                    let mut out = Vec::new();
+                    Translator::new(live.modes, self.context(live)).finish(values, &mut out);
+                    for (mode, event, data) in out {
+                        push_mode(&live.log, event, &data, mode);
+                    }
                 }
                 (Final::Status(RunStatus::Success, None), paused)
             }
@@ -216,6 +220,19 @@ impl RunManager {
                 biased;
                 action = wait_cancel(cancel) => break Some(Ending::Cancelled(action)),
                 event = stream.next() => match event {
+                    // The whole state after each step: serialized with each message's
+                    // text cached (`values_text`), so a step costs copying the
+                    // thread's bytes, not serializing all of it again.
+                    Some(keel_core::stream::StreamEvent::Values { state })
+                        if live.modes.has(WireMode::Values) =>
+                    {
+                        live.log.push(
+                            "values",
+                            &crate::wire::values_text(&state),
+                            Some(WireMode::Values),
+                            None,
+                        );
+                    }
                     Some(event) => translator.translate(&event, &mut out),
                     None => break None,
                 },
