@@ -139,83 +139,112 @@ static MESSAGE_TEXTS: std::sync::LazyLock<parking_lot::Mutex<MessageTexts>> =
         })
     });
 
-/// `message` serialized as [`message_to_lc`] shapes it, from the process-wide cache when
-/// the same message (same id and [`fingerprint`](Message::fingerprint), which covers
-/// everything serialized) was serialized before.
-fn message_text(message: &Message) -> std::sync::Arc<str> {
-    let key = message.fingerprint();
-    if let Some((id, text)) = MESSAGE_TEXTS.lock().entries.get(&key)
-        && **id == *message.id()
-    {
-        return text.clone();
+impl MessageTexts {
+    /// The cached text of `message`: the same id and
+    /// [`fingerprint`](Message::fingerprint), which covers everything serialized.
+    fn get(&mut self, message: &Message) -> Option<std::sync::Arc<str>> {
+        self.entries
+            .get(&message.fingerprint())
+            .filter(|(id, _)| **id == *message.id())
+            .map(|(_, text)| text.clone())
     }
-    let text: std::sync::Arc<str> = serde_json::to_string(&message_to_lc(message))
-        .unwrap_or_else(|_| "null".into())
-        .into();
-    let mut cache = MESSAGE_TEXTS.lock();
-    let size = text.len() + message.id().len();
-    if size <= MESSAGE_TEXT_BYTES / 16 {
-        if let Some((_, (old_id, old))) =
-            cache.entries.push(key, (message.id().into(), text.clone()))
-        {
-            cache.bytes = cache.bytes.saturating_sub(old.len() + old_id.len());
+
+    /// Keeps `text` for `message`, dropping the least recently used texts beyond the
+    /// byte bound (a text over a sixteenth of it is not kept).
+    fn put(&mut self, message: &Message, text: std::sync::Arc<str>) {
+        let size = text.len() + message.id().len();
+        if size > MESSAGE_TEXT_BYTES / 16 {
+            return;
         }
-        cache.bytes += size;
-        while cache.bytes > MESSAGE_TEXT_BYTES {
-            let Some((_, (old_id, old))) = cache.entries.pop_lru() else {
+        let mut evicted = self
+            .entries
+            .push(message.fingerprint(), (message.id().into(), text))
+            .map(|(_, entry)| entry);
+        self.bytes += size;
+        loop {
+            if let Some((id, text)) = evicted {
+                self.bytes = self.bytes.saturating_sub(text.len() + id.len());
+            }
+            if self.bytes <= MESSAGE_TEXT_BYTES {
                 break;
-            };
-            cache.bytes = cache.bytes.saturating_sub(old.len() + old_id.len());
+            }
+            evicted = self.entries.pop_lru().map(|(_, entry)| entry);
+            if evicted.is_none() {
+                break;
+            }
         }
     }
-    text
+}
+
+/// Each message serialized as [`message_to_lc`] shapes it: from the process-wide cache
+/// for the messages serialized before (one lock for all of them, so concurrent runs do
+/// not queue on it per message), the others serialized outside the lock and kept.
+fn message_texts(messages: &[Message]) -> Vec<std::sync::Arc<str>> {
+    let cached: Vec<Option<std::sync::Arc<str>>> = {
+        let mut cache = MESSAGE_TEXTS.lock();
+        messages.iter().map(|m| cache.get(m)).collect()
+    };
+    let mut fresh = Vec::new();
+    let texts = messages
+        .iter()
+        .zip(cached)
+        .map(|(m, cached)| {
+            cached.unwrap_or_else(|| {
+                let text: std::sync::Arc<str> = serde_json::to_string(&message_to_lc(m))
+                    .unwrap_or_else(|_| "null".into())
+                    .into();
+                fresh.push((m, text.clone()));
+                text
+            })
+        })
+        .collect();
+    if !fresh.is_empty() {
+        let mut cache = MESSAGE_TEXTS.lock();
+        for (m, text) in fresh {
+            cache.put(m, text);
+        }
+    }
+    texts
 }
 
 /// [`state_to_values`] serialized, byte for byte what `serde_json::to_string` makes of
-/// it (keys in order, as serde_json's map sorts them), with each message's text taken
-/// from a process-wide cache: a `values` event's cost is copying the thread's bytes,
-/// not serializing every message again on every step of every run.
+/// it (serde_json's map sorts its keys, so `messages` goes after the keys that sort
+/// before it), with each message's text taken from a process-wide cache: a `values`
+/// event's cost is copying the thread's bytes, not serializing every message again on
+/// every step of every run.
 pub fn values_text(state: &AgentState) -> String {
     let named = named_values(state);
-    let texts: Vec<std::sync::Arc<str>> = state.messages.iter().map(message_text).collect();
-    let messages_len: usize = texts.iter().map(|t| t.len() + 1).sum();
-    let mut out = String::with_capacity(messages_len + 64);
+    let texts = message_texts(&state.messages);
+    let messages_at = named.keys().take_while(|k| k.as_str() < "messages").count();
+    let mut out = String::with_capacity(texts.iter().map(|t| t.len() + 1).sum::<usize>() + 64);
     out.push('{');
-    let mut wrote = false;
-    let mut messages = Some(texts);
-    fn write_messages(out: &mut String, wrote: &mut bool, texts: &[std::sync::Arc<str>]) {
-        if *wrote {
-            out.push(',');
-        }
-        out.push_str("\"messages\":[");
-        for (i, t) in texts.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(t);
-        }
-        out.push(']');
-        *wrote = true;
-    }
-    for (k, v) in &named {
-        if k.as_str() > "messages"
-            && let Some(texts) = messages.take()
-        {
-            write_messages(&mut out, &mut wrote, &texts);
-        }
-        if wrote {
-            out.push(',');
+    for (i, (k, v)) in named.iter().enumerate() {
+        if i == messages_at {
+            push_messages(&mut out, &texts);
         }
         out.push_str(&serde_json::to_string(k).unwrap_or_else(|_| "\"\"".into()));
         out.push(':');
         out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "null".into()));
-        wrote = true;
+        out.push(',');
     }
-    if let Some(texts) = messages.take() {
-        write_messages(&mut out, &mut wrote, &texts);
+    if messages_at == named.len() {
+        push_messages(&mut out, &texts);
     }
+    out.pop(); // the last field's comma
     out.push('}');
     out
+}
+
+/// `"messages":[...],` from the messages' texts.
+fn push_messages(out: &mut String, texts: &[std::sync::Arc<str>]) {
+    out.push_str("\"messages\":[");
+    for (i, t) in texts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(t);
+    }
+    out.push_str("],");
 }
 
 /// The id of the task waiting on the interrupt `interrupt_id` (a thread's `tasks[].id`,

@@ -31,7 +31,7 @@ use tokio::sync::{Semaphore, watch};
 
 use super::log::EventLog;
 use super::modes::{ModeSet, WireMode};
-use super::translate::{RunContext, Translator};
+use super::translate::{Data, RunContext, Translator};
 use crate::error::ApiError;
 use crate::lease::Leases;
 use crate::registry::{Registry, RunRecord, RunStatus, StoredEvent, Strategy, ThreadStatus};
@@ -525,23 +525,29 @@ impl RunManager {
 }
 
 fn push_json(log: &EventLog, event: &str, data: &Value) {
-    push_mode(log, event, data, None);
+    let text = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+    log.push(
+        event,
+        &text,
+        None,
+        partial_key(event, Some(data)).as_deref(),
+    );
 }
 
-fn push_mode(log: &EventLog, event: &str, data: &Value, mode: Option<super::modes::WireMode>) {
-    let text = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
-    let key = partial_key(event, data);
-    log.push(event, &text, mode, key.as_deref());
+fn push_mode(log: &EventLog, event: &str, data: &Data, mode: Option<super::modes::WireMode>) {
+    let key = partial_key(event, data.json());
+    log.push(event, &data.to_text(), mode, key.as_deref());
 }
 
 /// A `messages/partial` event carries its whole message so far, so it supersedes the
 /// previous partial of the same message: keyed by the message's id, the log keeps only
 /// the latest.
-fn partial_key(event: &str, data: &Value) -> Option<String> {
+fn partial_key(event: &str, data: Option<&Value>) -> Option<String> {
     if event != "messages/partial" {
         return None;
     }
-    data.get(0)
+    data?
+        .get(0)
         .and_then(|m| m.get("id"))
         .and_then(Value::as_str)
         .map(|id| format!("partial:{id}"))

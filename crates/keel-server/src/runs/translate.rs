@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use super::modes::{ModeSet, WireMode};
 use crate::wire::{
     interrupts_to_lg, message_to_lc, state_to_values, tool_call_to_lc, update_to_lc, usage_to_lc,
+    values_text,
 };
 
 /// A checkpoint's `metadata.source`, from the node that wrote it (as the thread's
@@ -25,7 +26,43 @@ fn checkpoint_source(node: &str) -> &'static str {
 }
 
 /// One SSE event to append to the run's log.
-pub type Out = (Option<WireMode>, &'static str, Value);
+pub type Out = (Option<WireMode>, &'static str, Data);
+
+/// What an event carries: JSON to serialize, or text serialized already (a `values`
+/// event, built from each message's cached serialization by [`values_text`]).
+#[derive(Debug)]
+pub enum Data {
+    /// To serialize.
+    Json(Value),
+    /// Serialized JSON.
+    Text(String),
+}
+
+impl From<Value> for Data {
+    fn from(value: Value) -> Self {
+        Data::Json(value)
+    }
+}
+
+impl Data {
+    /// The JSON text of the event's data.
+    pub fn to_text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Data::Json(value) => serde_json::to_string(value)
+                .unwrap_or_else(|_| "null".into())
+                .into(),
+            Data::Text(text) => text.as_str().into(),
+        }
+    }
+
+    /// The JSON value, when the data was not serialized already.
+    pub fn json(&self) -> Option<&Value> {
+        match self {
+            Data::Json(value) => Some(value),
+            Data::Text(_) => None,
+        }
+    }
+}
 
 /// Who is running: copied into every `messages` metadata and `events` record.
 #[derive(Clone, Debug)]
@@ -139,7 +176,8 @@ impl Translator {
                 "metadata": self.metadata(node),
                 "data": data,
                 "parent_ids": [],
-            }),
+            })
+            .into(),
         )
     }
 
@@ -171,7 +209,11 @@ impl Translator {
     pub fn translate(&mut self, event: &StreamEvent, out: &mut Vec<Out>) {
         match event {
             StreamEvent::Values { state } if self.modes.has(WireMode::Values) => {
-                out.push((Some(WireMode::Values), "values", state_to_values(state)));
+                out.push((
+                    Some(WireMode::Values),
+                    "values",
+                    Data::Text(values_text(state)),
+                ));
             }
             StreamEvent::Updates { node, update } => self.update(node, update, out),
             StreamEvent::Messages {
@@ -190,7 +232,7 @@ impl Translator {
             } => self.checkpoint(*seq, *parent, node, state, out),
             StreamEvent::Custom { node, payload } => {
                 if self.modes.has(WireMode::Custom) {
-                    out.push((Some(WireMode::Custom), "custom", payload.clone()));
+                    out.push((Some(WireMode::Custom), "custom", payload.clone().into()));
                 }
                 if self.modes.has(WireMode::Events) {
                     let name = payload
@@ -226,14 +268,14 @@ impl Translator {
                     out.push((
                         Some(WireMode::Messages),
                         "messages/complete",
-                        json!([whole.clone()]),
+                        json!([whole.clone()]).into(),
                     ));
                 }
                 if self.modes.has(WireMode::MessagesTuple) && !(from_model && self.streamed) {
                     out.push((
                         Some(WireMode::MessagesTuple),
                         "messages",
-                        json!([whole, self.metadata(node)]),
+                        json!([whole, self.metadata(node)]).into(),
                     ));
                 }
             }
@@ -251,13 +293,17 @@ impl Translator {
             if interrupt.is_none() || lc.as_object().is_some_and(|o| !o.is_empty()) {
                 let mut data = Map::new();
                 data.insert(node.to_owned(), lc);
-                out.push((Some(WireMode::Updates), "updates", Value::Object(data)));
+                out.push((
+                    Some(WireMode::Updates),
+                    "updates",
+                    Value::Object(data).into(),
+                ));
             }
             if let Some(list) = interrupt {
                 out.push((
                     Some(WireMode::Updates),
                     "updates",
-                    json!({ INTERRUPT_KEY: list }),
+                    json!({ INTERRUPT_KEY: list }).into(),
                 ));
             }
         }
@@ -309,7 +355,7 @@ impl Translator {
     /// A `tasks` event, and its `debug` form (`task` or `task_result`).
     fn graph_event(&self, kind: &str, payload: Value, out: &mut Vec<Out>) {
         if self.modes.has(WireMode::Tasks) {
-            out.push((Some(WireMode::Tasks), "tasks", payload.clone()));
+            out.push((Some(WireMode::Tasks), "tasks", payload.clone().into()));
         }
         if self.modes.has(WireMode::Debug) {
             out.push((
@@ -320,7 +366,8 @@ impl Translator {
                     "timestamp": crate::time::rfc3339(crate::time::now_ms()),
                     "step": self.step,
                     "payload": payload,
-                }),
+                })
+                .into(),
             ));
         }
     }
@@ -366,7 +413,11 @@ impl Translator {
             "tasks": tasks,
         });
         if self.modes.has(WireMode::Checkpoints) {
-            out.push((Some(WireMode::Checkpoints), "checkpoints", payload.clone()));
+            out.push((
+                Some(WireMode::Checkpoints),
+                "checkpoints",
+                payload.clone().into(),
+            ));
         }
         if self.modes.has(WireMode::Debug) {
             let mut debug = payload;
@@ -380,7 +431,8 @@ impl Translator {
                     "timestamp": crate::time::rfc3339(crate::time::now_ms()),
                     "step": step,
                     "payload": debug,
-                }),
+                })
+                .into(),
             ));
         }
     }
@@ -439,7 +491,7 @@ impl Translator {
             out.push((
                 Some(WireMode::MessagesTuple),
                 "messages",
-                json!([lc.clone(), self.metadata(node)]),
+                json!([lc.clone(), self.metadata(node)]).into(),
             ));
         }
         if self.modes.has(WireMode::Messages) {
@@ -449,14 +501,14 @@ impl Translator {
                 out.push((
                     Some(WireMode::Messages),
                     "messages/metadata",
-                    Value::Object(meta),
+                    Value::Object(meta).into(),
                 ));
             }
             if let Some(so_far) = so_far {
                 out.push((
                     Some(WireMode::Messages),
                     "messages/partial",
-                    json!([so_far]),
+                    json!([so_far]).into(),
                 ));
             }
         }
@@ -667,9 +719,17 @@ mod tests {
                 "events"
             ]
         );
-        assert_eq!(out[5].2[0]["content"], "Hello", "partial accumulates");
-        assert_eq!(out[4].2[0]["content"], "lo", "tuple carries the delta");
-        assert_eq!(out[4].2[1]["langgraph_node"], "model");
+        assert_eq!(
+            out[5].2.json().unwrap()[0]["content"],
+            "Hello",
+            "partial accumulates"
+        );
+        assert_eq!(
+            out[4].2.json().unwrap()[0]["content"],
+            "lo",
+            "tuple carries the delta"
+        );
+        assert_eq!(out[4].2.json().unwrap()[1]["langgraph_node"], "model");
 
         out.clear();
         let answer = Message::ai("Hello").with_id("m1");
@@ -682,7 +742,10 @@ mod tests {
         );
         // The streamed answer is not repeated in messages-tuple.
         assert_eq!(names(&out), ["messages/complete", "events", "updates"]);
-        assert_eq!(out[2].2["model"]["messages"][0]["content"], "Hello");
+        assert_eq!(
+            out[2].2.json().unwrap()["model"]["messages"][0]["content"],
+            "Hello"
+        );
 
         out.clear();
         t.translate(
@@ -699,8 +762,8 @@ mod tests {
             &mut out,
         );
         assert_eq!(names(&out), ["values", "custom", "events"]);
-        assert_eq!(out[2].2["event"], "on_custom_event");
-        assert_eq!(out[2].2["name"], "context_compacting");
+        assert_eq!(out[2].2.json().unwrap()["event"], "on_custom_event");
+        assert_eq!(out[2].2.json().unwrap()["name"], "context_compacting");
     }
 
     /// Bytes of `messages/partial` and of `messages` events for an answer of `n` chunks.
@@ -722,7 +785,7 @@ mod tests {
                 &mut out,
             );
             for (_, name, data) in out.drain(..) {
-                let bytes = data.to_string().len();
+                let bytes = data.to_text().len();
                 match name {
                     "messages/partial" => partial += bytes,
                     "messages" => tuple += bytes,
@@ -761,6 +824,6 @@ mod tests {
             &mut out,
         );
         assert_eq!(names(&out), ["messages"]);
-        assert_eq!(out[0].2[0]["type"], "tool");
+        assert_eq!(out[0].2.json().unwrap()[0]["type"], "tool");
     }
 }

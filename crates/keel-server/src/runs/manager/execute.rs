@@ -220,19 +220,6 @@ impl RunManager {
                 biased;
                 action = wait_cancel(cancel) => break Some(Ending::Cancelled(action)),
                 event = stream.next() => match event {
-                    // The whole state after each step: serialized with each message's
-                    // text cached (`values_text`), so a step costs copying the
-                    // thread's bytes, not serializing all of it again.
-                    Some(keel_core::stream::StreamEvent::Values { state })
-                        if live.modes.has(WireMode::Values) =>
-                    {
-                        live.log.push(
-                            "values",
-                            &crate::wire::values_text(&state),
-                            Some(WireMode::Values),
-                            None,
-                        );
-                    }
                     Some(event) => translator.translate(&event, &mut out),
                     None => break None,
                 },

@@ -133,7 +133,7 @@ impl RunManager {
                         let key = (e.event == "messages/partial")
                             .then(|| serde_json::from_str::<Value>(&e.data).ok())
                             .flatten()
-                            .and_then(|data| partial_key(&e.event, &data));
+                            .and_then(|data| partial_key(&e.event, Some(&data)));
                         live.log.push(&e.event, &e.data, mode, key.as_deref());
                     }
                     if end {
