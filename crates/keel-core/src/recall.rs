@@ -400,25 +400,40 @@ pub fn rank(
     stats: CorpusStats,
     limit: usize,
 ) -> Vec<RecallHit> {
-    let mut hits: Vec<RecallHit> = candidates
-        .into_iter()
-        .filter_map(|(document, doc_terms)| {
-            let (score, coverage) = score(query, &doc_terms, df, stats);
-            (score > 0.0).then_some(RecallHit {
-                document,
-                score,
-                coverage,
-            })
+    let refs: Vec<(&RecallDocument, &DocumentTerms)> =
+        candidates.iter().map(|(d, t)| (d, t)).collect();
+    rank_refs(query, &refs, df, stats, limit)
+}
+
+/// [`rank`] over borrowed candidates: only the hits kept are cloned.
+fn rank_refs(
+    query: &[String],
+    candidates: &[(&RecallDocument, &DocumentTerms)],
+    df: &HashMap<String, u64>,
+    stats: CorpusStats,
+    limit: usize,
+) -> Vec<RecallHit> {
+    let mut scored: Vec<(&RecallDocument, f64, f64)> = candidates
+        .iter()
+        .filter_map(|&(document, doc_terms)| {
+            let (score, coverage) = score(query, doc_terms, df, stats);
+            (score > 0.0).then_some((document, score, coverage))
         })
         .collect();
-    hits.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.document.seq.cmp(&a.document.seq))
-            .then_with(|| a.document.message_id.cmp(&b.document.message_id))
+    scored.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then(b.0.seq.cmp(&a.0.seq))
+            .then_with(|| a.0.message_id.cmp(&b.0.message_id))
     });
-    hits.truncate(limit);
-    hits
+    scored.truncate(limit);
+    scored
+        .into_iter()
+        .map(|(document, score, coverage)| RecallHit {
+            document: document.clone(),
+            score,
+            coverage,
+        })
+        .collect()
 }
 
 /// `text` cut to its first `max` characters (on a character boundary).
@@ -537,20 +552,22 @@ pub fn check_document(document: &RecallDocument) -> Result<(), StoreError> {
 struct Indexed {
     document: RecallDocument,
     terms: DocumentTerms,
-    /// Its place in the order the scope's documents were indexed (a database's row id).
-    order: u64,
 }
 
+/// One scope's documents. A document's place in `documents` is its place in the order
+/// the scope's documents were indexed (a database's row id), so a posting list, kept in
+/// that order, ends with the newest documents.
 #[derive(Default)]
 struct ScopeIndex {
-    /// message id -> the document
-    documents: HashMap<String, Indexed>,
-    /// Documents indexed so far (the next one's `order`).
-    indexed: u64,
-    /// position -> message id
-    by_seq: BTreeMap<u64, String>,
-    /// term -> message ids holding it (in the text or the context)
-    postings: HashMap<String, HashSet<String>>,
+    /// The documents, in the order they were indexed.
+    documents: Vec<Indexed>,
+    /// message id -> place in `documents`
+    ids: HashMap<String, usize>,
+    /// position -> place in `documents`
+    by_seq: BTreeMap<u64, usize>,
+    /// term -> places of the documents holding it (in the text or the context),
+    /// ascending
+    postings: HashMap<String, Vec<usize>>,
     total_terms: u64,
 }
 
@@ -598,29 +615,25 @@ impl RecallIndex for MemoryRecallIndex {
         let index = scopes.entry(scope.clone()).or_default();
         let mut added = 0;
         for d in documents {
-            if index.documents.contains_key(&d.message_id) {
+            if index.ids.contains_key(&d.message_id) {
                 continue;
             }
+            let order = index.documents.len();
             let doc_terms = d.terms();
             for t in doc_terms.own.iter().chain(&doc_terms.context) {
-                index
-                    .postings
-                    .entry(t.clone())
-                    .or_default()
-                    .insert(d.message_id.clone());
+                let posting = index.postings.entry(t.clone()).or_default();
+                // This document's places are pushed last: a repeated term is seen here.
+                if posting.last() != Some(&order) {
+                    posting.push(order);
+                }
             }
             index.total_terms += doc_terms.weighted_len();
-            index.by_seq.insert(d.seq, d.message_id.clone());
-            let order = index.indexed;
-            index.indexed += 1;
-            index.documents.insert(
-                d.message_id.clone(),
-                Indexed {
-                    document: d.clone(),
-                    terms: doc_terms,
-                    order,
-                },
-            );
+            index.by_seq.insert(d.seq, order);
+            index.ids.insert(d.message_id.clone(), order);
+            index.documents.push(Indexed {
+                document: d.clone(),
+                terms: doc_terms,
+            });
             added += 1;
         }
         Ok(added)
@@ -647,30 +660,40 @@ impl RecallIndex for MemoryRecallIndex {
         // The candidates the rarest terms reach, pre-ranked by the weight of the terms
         // each holds, so scoring stays bounded; ties go to the document indexed last,
         // as the databases break them by row id.
-        let mut reach: HashMap<&str, i64> = HashMap::new();
-        for q in candidate_terms(query, &df) {
-            let w = reach_weight(stats.documents, df.get(&q).copied().unwrap_or(0));
-            for id in index.postings.get(&q).into_iter().flatten() {
-                *reach.entry(id.as_str()).or_default() += w;
+        let read = candidate_terms(query, &df);
+        let mut reach: Vec<(usize, i64)> = match read.as_slice() {
+            // One term read (always the case when the rarest alone passes MAX_POSTINGS):
+            // every document it reaches weighs the same, so the candidates are the newest
+            // MAX_CANDIDATES of its posting list, its end. A call reads them alone, not
+            // the whole list, which may hold most of a long thread.
+            [only] => index
+                .postings
+                .get(only)
+                .into_iter()
+                .flat_map(|p| p.iter().rev().take(MAX_CANDIDATES))
+                .map(|&at| (at, 0))
+                .collect(),
+            // Several terms: their lists add up to at most MAX_POSTINGS.
+            _ => {
+                let mut weights: HashMap<usize, i64> = HashMap::new();
+                for q in &read {
+                    let w = reach_weight(stats.documents, df.get(q).copied().unwrap_or(0));
+                    for &at in index.postings.get(q).into_iter().flatten() {
+                        *weights.entry(at).or_default() += w;
+                    }
+                }
+                let mut reach: Vec<(usize, i64)> = weights.into_iter().collect();
+                reach.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+                reach.truncate(MAX_CANDIDATES);
+                reach
             }
-        }
-        let order = |id: &str| index.documents.get(id).map_or(0, |d| d.order);
-        let mut reach: Vec<(&str, i64, u64)> = reach
-            .into_iter()
-            .map(|(id, w)| (id, w, order(id)))
-            .collect();
-        reach.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)));
+        };
         reach.truncate(MAX_CANDIDATES);
-        let candidates = reach
+        let candidates: Vec<(&RecallDocument, &DocumentTerms)> = reach
             .into_iter()
-            .filter_map(|(id, _, _)| {
-                index
-                    .documents
-                    .get(id)
-                    .map(|d| (d.document.clone(), d.terms.clone()))
-            })
+            .filter_map(|(at, _)| index.documents.get(at).map(|d| (&d.document, &d.terms)))
             .collect();
-        Ok(rank(query, candidates, &df, stats, limit))
+        Ok(rank_refs(query, &candidates, &df, stats, limit))
     }
 
     async fn following(
@@ -688,7 +711,7 @@ impl RecallIndex for MemoryRecallIndex {
                 .by_seq
                 .range(seq.saturating_add(1)..)
                 .next()
-                .and_then(|(_, id)| index.documents.get(id));
+                .and_then(|(_, &at)| index.documents.get(at));
             if let Some(Indexed { document: d, .. }) = next
                 && !out.iter().any(|o| o.message_id == d.message_id)
             {
@@ -792,5 +815,44 @@ mod tests {
             Some(3)
         );
         assert_eq!(index.indexed_count(&scope).await.ok(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn a_common_term_reaches_its_newest_documents() {
+        // One term read whose posting list passes MAX_POSTINGS: every document weighs
+        // the same, so the candidates are the newest MAX_CANDIDATES, and the best hits
+        // among them (same length, same score) the newest of all.
+        let index = MemoryRecallIndex::new();
+        let scope = SessionScope::new("f", "u", "s", "");
+        let n = MAX_POSTINGS + 100;
+        let docs: Vec<RecallDocument> = (0..n)
+            .map(|i| RecallDocument::new(format!("m{i}"), i, "user", format!("deploy w{i}")))
+            .collect();
+        assert_eq!(index.index_documents(&scope, &docs).await.ok(), Some(n));
+        let hits = index
+            .search(&scope, &query_terms("deploy"), 3)
+            .await
+            .unwrap_or_default();
+        let seqs: Vec<u64> = hits.iter().map(|h| h.document.seq).collect();
+        assert_eq!(seqs, [n - 1, n - 2, n - 3]);
+        // A rare term beside it: read with the common one only while their lists fit;
+        // the rare term's document wins.
+        let hits = index
+            .search(&scope, &query_terms("deploy w17"), 3)
+            .await
+            .unwrap_or_default();
+        assert_eq!(
+            hits.first().map(|h| h.document.message_id.as_str()),
+            Some("m17")
+        );
+        // Context terms are posted once per document, even when repeated.
+        let mut d = RecallDocument::new("x", n, "user", "rollout rollout");
+        d.context = "rollout".into();
+        assert_eq!(index.index_documents(&scope, &[d]).await.ok(), Some(1));
+        let hits = index
+            .search(&scope, &query_terms("rollout"), 5)
+            .await
+            .unwrap_or_default();
+        assert_eq!(hits.len(), 1);
     }
 }

@@ -372,12 +372,11 @@ impl RecallMiddleware {
             return Ok(None);
         }
         let query_set: HashSet<&str> = query.iter().map(String::as_str).collect();
-        let matched = |d: &RecallDocument| -> HashSet<String> {
-            terms(&d.text)
-                .into_iter()
-                .filter(|t| query_set.contains(t.as_str()))
-                .collect()
-        };
+        // Each hit's terms, read once: every pick compares them with every later hit.
+        let hit_words: Vec<HashSet<String>> = hits
+            .iter()
+            .map(|h| terms(&h.document.text).into_iter().collect())
+            .collect();
         let best = hits.iter().map(|h| h.score).fold(0.0, f64::max);
         let asking: Vec<u64> = hits
             .iter()
@@ -396,12 +395,20 @@ impl RecallMiddleware {
         };
         // The newest later hit that matches the question's words at least as fully as
         // `d` does: what `d` says may have changed since.
-        let newer = |d: &RecallDocument| -> Option<RecallDocument> {
-            let mine = matched(d);
+        // (`i`: the hit's place in `hits`.)
+        let newer = |i: usize| -> Option<RecallDocument> {
+            let d = &hits[i].document;
+            let mine: Vec<&String> = hit_words[i]
+                .iter()
+                .filter(|t| query_set.contains(t.as_str()))
+                .collect();
             hits.iter()
-                .filter(|h| h.document.seq > d.seq && mine.is_subset(&matched(&h.document)))
-                .max_by_key(|h| h.document.seq)
-                .map(|h| h.document.clone())
+                .zip(&hit_words)
+                .filter(|(h, words)| {
+                    h.document.seq > d.seq && mine.iter().all(|t| words.contains(*t))
+                })
+                .max_by_key(|(h, _)| h.document.seq)
+                .map(|(h, _)| h.document.clone())
         };
         // The message is the preamble and the blocks, concatenated (then trimmed), and a
         // concatenation never counts more than its parts: charging each block its own
@@ -414,7 +421,7 @@ impl RecallMiddleware {
         let mut room = s.max_tokens.saturating_sub(header);
         let mut picked: Vec<(RecallDocument, String)> = Vec::new();
         let mut words: Vec<HashSet<String>> = Vec::new();
-        for hit in &hits {
+        for (i, hit) in hits.iter().enumerate() {
             if picked.len() >= s.max_excerpts {
                 break;
             }
@@ -425,13 +432,15 @@ impl RecallMiddleware {
             if picked.iter().any(|(p, _)| p.message_id == d.message_id) {
                 continue;
             }
-            let own: HashSet<String> = terms(&d.text).into_iter().collect();
-            if words.iter().any(|w| overlap(w, &own) >= NEAR_DUPLICATE) {
+            if words
+                .iter()
+                .any(|w| overlap(w, &hit_words[i]) >= NEAR_DUPLICATE)
+            {
                 continue;
             }
             let mut group = vec![d.clone()];
             group.extend(reply_to(d));
-            group.extend(newer(d));
+            group.extend(newer(i));
             group.retain(|g| !picked.iter().any(|(p, _)| p.message_id == g.message_id));
             group.dedup_by(|a, b| a.message_id == b.message_id);
             group.truncate(s.max_excerpts - picked.len());

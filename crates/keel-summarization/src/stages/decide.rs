@@ -76,23 +76,33 @@ impl Compactor {
         ControlFlow::Break(Outcome::untouched(Action::PassThrough, None))
     }
 
-    /// `request` with its tool calls without results answered by a synthetic
-    /// "cancelled" result, or `None` when none dangles.
-    fn answer_dangling(&self, request: &ModelRequest) -> Option<ModelRequest> {
-        // Scan only from where the last call on this list found nothing dangling.
+    /// True when a tool call of `request` before its last block of calls has no result
+    /// (`dangling_tool_calls` with [`Pending::Keep`] finds one). Scans only from where
+    /// the last call on this list found nothing dangling, and remembers how far it finds
+    /// nothing, so a call on a long thread reads what is new.
+    pub(crate) fn dangles(&self, request: &ModelRequest) -> bool {
         let messages = &request.messages;
         let lineage = request.lineage();
         let memos = self.memos();
         let from = memos.get(messages, lineage).map_or(0, |memo| memo.clean);
-        if dangling_tool_calls(&messages[from..], Pending::Keep).is_empty() {
-            let block = messages[from..]
-                .iter()
-                .rposition(|msg| !msg.is_tool())
-                .map_or(from, |i| from + i);
-            memos.update(messages, lineage, |memo| memo.clean = block);
+        if !dangling_tool_calls(&messages[from..], Pending::Keep).is_empty() {
+            return true;
+        }
+        let block = messages[from..]
+            .iter()
+            .rposition(|msg| !msg.is_tool())
+            .map_or(from, |i| from + i);
+        memos.update(messages, lineage, |memo| memo.clean = block);
+        false
+    }
+
+    /// `request` with its tool calls without results answered by a synthetic
+    /// "cancelled" result, or `None` when none dangles.
+    fn answer_dangling(&self, request: &ModelRequest) -> Option<ModelRequest> {
+        if !self.dangles(request) {
             return None;
         }
-        let patched = patch_dangling_tool_calls(messages, Pending::Keep)?;
+        let patched = patch_dangling_tool_calls(&request.messages, Pending::Keep)?;
         tracing::warn!(
             thread_id = %request.runtime.thread_id,
             patched = patched.len() - request.messages.len(),

@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use keel_core::dangling::{Pending, dangling_tool_calls};
 use keel_core::message::new_id;
 use keel_core::middleware::ModelRequest;
 use parking_lot::Mutex;
@@ -144,7 +143,7 @@ impl Compactor {
         {
             return;
         }
-        if !dangling_tool_calls(&request.messages, Pending::Keep).is_empty() {
+        if core.dangles(request) {
             // The crossing call answers them first; a summary planned now would not match.
             return;
         }
