@@ -61,6 +61,14 @@ rm -f "$o200k_config"
 cargo run -q -p keel-cli -- eval examples/sessions/support-prj123.jsonl \
     --probes examples/sessions/support-prj123.probes.jsonl --config examples/summarization.yaml >/dev/null
 
+# --- cost that grows with the work ---
+# The same work at size N and 4N for the replay with the bundled config, the replay with
+# session memory on SQLite, recall's search (SQLite and memory) and a served conversation
+# on one thread: fails when the larger costs more than 4.6x the CPU time of the smaller
+# (scripts/scaling.sh; docs/benchmarks.md has the ratios at full size, release build).
+echo "== scaling"
+scripts/scaling.sh
+
 # --- built-in middleware ---
 # keel-middleware's behaviour against LangChain 1.5 itself: a fresh LangChain from PyPI
 # runs the shared scenarios (scripts/compare/middleware_diff.py) and the Rust test

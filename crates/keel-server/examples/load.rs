@@ -243,6 +243,9 @@ async fn sequential(
         last.bytes as f64 / first.bytes.max(1) as f64,
         last.total.as_secs_f64() / first.total.as_secs_f64().max(1e-9),
     );
+    // The line scripts/scaling.sh reads: the whole conversation's server CPU.
+    let total: f64 = rows.iter().map(|r| r.1).sum();
+    println!("server CPU total: {total:.0} ms over {turns} turns");
     let half = rows.len() / 2;
     if half > 0 {
         let cpu =
