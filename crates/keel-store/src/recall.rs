@@ -355,7 +355,7 @@ mod sqlite {
     /// the newest row, as the memory index picks them. FTS5 gives each term's row ids
     /// alone (no join, no rank function) and the weights are summed here. One term read
     /// gives every document the same weight: its newest [`MAX_CANDIDATES`] alone are read.
-    pub(super) async fn candidate_ids(
+    async fn candidate_ids(
         conn: &mut sqlx::SqliteConnection,
         tag: &str,
         read: &[(i64, &String)],
@@ -393,7 +393,7 @@ mod sqlite {
     /// array). The rows are looked up by id from the list (`CROSS JOIN` keeps SQLite
     /// from walking the scope's rows instead); an id whose document is gone (deleted
     /// since its id was read) is skipped.
-    pub(super) async fn candidate_documents(
+    async fn candidate_documents(
         conn: &mut sqlx::SqliteConnection,
         scope: &SessionScope,
         ids: &[i64],
