@@ -13,6 +13,11 @@
 //! its own timing loop (`recall_search/BACKEND/N: median … p99 …`). Built with
 //! `--features postgres` and without `KEEL_TEST_POSTGRES_URL`, PostgreSQL is skipped with
 //! a note.
+//!
+//! `KEEL_RECALL_BENCH_BACKENDS` (a comma-separated subset of `memory,sqlite,postgres`)
+//! runs only those backends. `KEEL_RECALL_BENCH_DB` names the SQLite file to use instead
+//! of one in a temp dir: it is kept, and a later run finds its scopes filled already, so
+//! two builds can be timed on the same file without writing it again.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code: fail loudly
 
@@ -228,21 +233,42 @@ fn search(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, store: Ar
     group.finish();
 }
 
+/// Whether `KEEL_RECALL_BENCH_BACKENDS` (all when unset) names `backend`.
+fn wanted(backend: &str) -> bool {
+    match std::env::var("KEEL_RECALL_BENCH_BACKENDS") {
+        Ok(list) => list.split(',').any(|b| b.trim() == backend),
+        Err(_) => true,
+    }
+}
+
 fn memory(c: &mut Criterion) {
+    if !wanted("memory") {
+        return;
+    }
     let rt = runtime();
     search(c, &rt, "memory", Arc::new(Store::memory()));
 }
 
 fn sqlite(c: &mut Criterion) {
+    if !wanted("sqlite") {
+        return;
+    }
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let path = match std::env::var("KEEL_RECALL_BENCH_DB") {
+        Ok(path) => std::path::PathBuf::from(path),
+        Err(_) => dir.path().join("bench.db"),
+    };
+    let url = format!("sqlite://{}", path.display());
     let store = rt.block_on(Store::connect(&url)).unwrap();
     search(c, &rt, "sqlite", Arc::new(store));
 }
 
 #[cfg(feature = "postgres")]
 fn postgres(c: &mut Criterion) {
+    if !wanted("postgres") {
+        return;
+    }
     let Ok(url) = std::env::var("KEEL_TEST_POSTGRES_URL") else {
         println!("recall_search/postgres: skipped, KEEL_TEST_POSTGRES_URL is not set");
         return;
@@ -254,6 +280,9 @@ fn postgres(c: &mut Criterion) {
 
 #[cfg(not(feature = "postgres"))]
 fn postgres(_: &mut Criterion) {
+    if !wanted("postgres") {
+        return;
+    }
     println!("recall_search/postgres: skipped, built without --features postgres");
 }
 

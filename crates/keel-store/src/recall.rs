@@ -7,11 +7,14 @@
 //! nothing else of the thread, and its cost does not grow with the thread's length. One
 //! statement reads the scope's counts and the terms' document frequencies (kept in
 //! `recall_term_counts`, one index lookup a term, written in the transaction that
-//! indexes the documents); one more sums, per document, the weight
-//! ([`reach_weight`](keel_core::recall::reach_weight)) of the terms read that it holds
-//! and returns the best [`MAX_CANDIDATES`](keel_core::recall::MAX_CANDIDATES), ties to
-//! the newest row, as the memory index picks them; the shared scorer in
-//! [`keel_core::recall`] ranks those, so every backend returns the same hits.
+//! indexes the documents). The best [`MAX_CANDIDATES`](keel_core::recall::MAX_CANDIDATES)
+//! documents are those holding the most weight
+//! ([`reach_weight`](keel_core::recall::reach_weight)) of the terms read, ties to the
+//! newest row, as the memory index picks them: PostgreSQL sums the weights and reads the
+//! chosen rows in one statement; SQLite reads each term's row ids from FTS5 in one
+//! statement, sums them in Rust and reads the chosen rows by id in one more (one JSON
+//! row). The shared scorer in [`keel_core::recall`] ranks those, so every backend
+//! returns the same hits.
 
 use async_trait::async_trait;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -124,7 +127,7 @@ fn term_counts(chunk: &[(&RecallDocument, Row)], inserted: Vec<String>) -> Vec<(
 /// weight, ties to the newest row (`top`), and reads them with `fetch` (the scope is
 /// `$1`-`$4`): `hit` is one term's statement with `$W` for its weight and `$T` for the
 /// term.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "postgres")]
 fn candidates_sql(terms: usize, hit: &str, fetch: &str) -> String {
     let hits = (0..terms)
         .map(|i| {
@@ -326,6 +329,98 @@ mod sqlite {
     use crate::sql::backend;
     use crate::sqlite::SqliteStore;
 
+    /// The statement reading the row ids of each of `terms` (bound from `$1` on) from
+    /// FTS5, one comma-separated list per term, the lists separated by `;`, in one row.
+    /// One term (`limited`) reads only the newest `$2` of its list.
+    fn postings_sql(terms: usize, limited: bool) -> String {
+        if limited {
+            return "SELECT coalesce(group_concat(rowid), '') FROM (SELECT rowid \
+                    FROM recall_terms WHERE recall_terms MATCH $1 ORDER BY rowid DESC LIMIT $2)"
+                .to_owned();
+        }
+        let lists = (1..=terms)
+            .map(|i| {
+                format!(
+                    "coalesce((SELECT group_concat(rowid) FROM recall_terms \
+                     WHERE recall_terms MATCH ${i}), '')"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" || ';' || ");
+        format!("SELECT {lists}")
+    }
+
+    /// The row ids of the best [`MAX_CANDIDATES`] documents holding the `read` terms (each
+    /// after its weight, the scope's `tag` put in front): the most weight first, ties to
+    /// the newest row, as the memory index picks them. FTS5 gives each term's row ids
+    /// alone (no join, no rank function) and the weights are summed here. One term read
+    /// gives every document the same weight: its newest [`MAX_CANDIDATES`] alone are read.
+    async fn candidate_ids(
+        conn: &mut sqlx::SqliteConnection,
+        tag: &str,
+        read: &[(i64, &String)],
+    ) -> Result<Vec<i64>, StoreError> {
+        if read.is_empty() {
+            return Ok(Vec::new());
+        }
+        let limited = read.len() == 1;
+        let sql = postings_sql(read.len(), limited);
+        let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+        for (_, t) in read {
+            q = q.bind(format!("\"{tag}{t}\""));
+        }
+        if limited {
+            q = q.bind(MAX_CANDIDATES as i64);
+        }
+        let (lists,): (String,) = q.fetch_one(&mut *conn).await.map_err(backend)?;
+        let mut weights: std::collections::HashMap<i64, i64> =
+            std::collections::HashMap::with_capacity(4096);
+        for ((w, _), list) in read.iter().zip(lists.split(';')) {
+            for id in list.split(',').filter(|id| !id.is_empty()) {
+                let id: i64 = id
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("recall row id {id:?}")))?;
+                *weights.entry(id).or_default() += w;
+            }
+        }
+        let mut ranked: Vec<(i64, i64)> = weights.into_iter().collect();
+        ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        ranked.truncate(MAX_CANDIDATES);
+        Ok(ranked.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// The scope's documents of row ids `ids`, in that order, read in one row (a JSON
+    /// array). The rows are looked up by id from the list (`CROSS JOIN` keeps SQLite
+    /// from walking the scope's rows instead); an id whose document is gone (deleted
+    /// since its id was read) is skipped.
+    async fn candidate_documents(
+        conn: &mut sqlx::SqliteConnection,
+        scope: &SessionScope,
+        ids: &[i64],
+    ) -> Result<Vec<(RecallDocument, DocumentTerms)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list = serde_json::to_string(ids)
+            .map_err(|e| StoreError::Invalid(format!("recall row ids: {e}")))?;
+        let (json,): (String,) = scoped_query!(
+            sqlx::query_as(
+                "SELECT json_group_array(json_array(d.document, d.terms, d.context_terms)) \
+                 FROM json_each($5) AS j CROSS JOIN recall_documents d ON d.id = j.value \
+                 WHERE d.flow_id = $1 AND d.user_id = $2 AND d.session_id = $3 \
+                 AND d.context_id = $4"
+            ),
+            scope
+        )
+        .bind(list)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(backend)?;
+        let rows: Vec<(String, String, String)> = serde_json::from_str(&json)
+            .map_err(|e| StoreError::Corrupt(format!("recall candidates: {e}")))?;
+        rows.iter().map(|(j, t, c)| decode(j, t, c)).collect()
+    }
+
     #[async_trait]
     impl RecallIndex for SqliteStore {
         async fn index_documents(
@@ -427,27 +522,8 @@ mod sqlite {
             if read.is_empty() {
                 return Ok(Vec::new());
             }
-            // Row ids only from FTS5 (no rank function, no join per posting), summed by
-            // SQLite; only the chosen rows are read.
-            let sql = candidates_sql(
-                read.len(),
-                "SELECT rowid, $W FROM recall_terms WHERE recall_terms MATCH $T",
-                "SELECT d.document, d.terms, d.context_terms FROM top \
-                 JOIN recall_documents d ON d.id = top.id \
-                 WHERE d.flow_id = $1 AND d.user_id = $2 AND d.session_id = $3 \
-                 AND d.context_id = $4",
-            );
-            let mut q = scoped_query!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), scope)
-                .bind(MAX_CANDIDATES as i64);
-            for (w, t) in weighted(&read, &df, stats) {
-                q = q.bind(w).bind(format!("\"{tag}{t}\""));
-            }
-            let rows: Vec<(String, String, String)> =
-                q.fetch_all(&mut *conn).await.map_err(backend)?;
-            let candidates = rows
-                .iter()
-                .map(|(j, t, c)| decode(j, t, c))
-                .collect::<Result<Vec<_>, _>>()?;
+            let ids = candidate_ids(&mut conn, &tag, &weighted(&read, &df, stats)).await?;
+            let candidates = candidate_documents(&mut conn, scope, &ids).await?;
             Ok(rank(&query, candidates, &df, stats, limit))
         }
 
@@ -587,6 +663,35 @@ mod sqlite {
                 scoped("sa281005fbd1bd2f9", &["port".to_owned(), "8443".to_owned()]),
                 "sa281005fbd1bd2f9port sa281005fbd1bd2f98443"
             );
+        }
+
+        /// A hit whose document is deleted between reading its row id and reading the
+        /// documents is left out; the others are read.
+        #[tokio::test]
+        async fn a_hit_deleted_before_its_document_is_read_is_dropped() {
+            let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+            let scope = SessionScope::new("flow", "user", "thread", "");
+            let docs: Vec<RecallDocument> = (0..3)
+                .map(|i| RecallDocument::new(format!("m{i}"), i, "user", "the gateway port"))
+                .collect();
+            store.index_documents(&scope, &docs).await.unwrap();
+            let term = "gateway".to_owned();
+            let mut conn = store.pool().acquire().await.unwrap();
+            let ids = candidate_ids(&mut conn, &scope_tag(&scope), &[(1, &term)])
+                .await
+                .unwrap();
+            assert_eq!(ids.len(), 3);
+            sqlx::query("DELETE FROM recall_documents WHERE message_id = 'm1'")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let read = candidate_documents(&mut conn, &scope, &ids).await.unwrap();
+            let found: Vec<&str> = read.iter().map(|(d, _)| d.message_id.as_str()).collect();
+            assert_eq!(found, ["m2", "m0"]);
+            // Another scope's search reads none of them, even given their ids.
+            let other = SessionScope::new("flow", "user", "other", "");
+            let none = candidate_documents(&mut conn, &other, &ids).await.unwrap();
+            assert!(none.is_empty());
         }
     }
 }

@@ -20,6 +20,8 @@ use crate::{Backend, Storage};
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections of a file database: readers run in parallel under WAL; writers queue.
 const FILE_POOL_SIZE: u32 = 4;
+/// Bytes of a file database each connection maps into memory for reading (256 MiB).
+const MMAP_SIZE: &str = "268435456";
 
 const QUERIES: Queries = Queries {
     append: "INSERT INTO chat_messages (flow_id, user_id, session_id, context_id, message_id, \
@@ -290,7 +292,11 @@ impl SqliteStore {
             (
                 options
                     .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal),
+                    .synchronous(SqliteSynchronous::Normal)
+                    // Reads map the file (up to 256 MiB) instead of copying each page
+                    // into the connection's own cache: a recall search reads a few
+                    // hundred rows scattered over the file.
+                    .pragma("mmap_size", MMAP_SIZE),
                 SqlitePoolOptions::new()
                     .max_connections(FILE_POOL_SIZE)
                     .test_before_acquire(false),

@@ -303,3 +303,99 @@ async fn threads_written_before_the_delta_schema_continue_from_their_latest_chec
     let store = SqliteStore::connect(&url).await.unwrap();
     common::continues_the_pre_delta_thread(&store).await;
 }
+
+/// SQLite's search reads the same candidates as the memory index and so returns the same
+/// hits: on a thread longer than `MAX_POSTINGS`, a question whose rarest term alone passes
+/// the budget (its newest `MAX_CANDIDATES` documents), questions whose terms' weights tie
+/// across more than `MAX_CANDIDATES` documents (ties to the newest), and rare terms. The
+/// limit is `MAX_CANDIDATES`, so every candidate is a hit and any difference shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_candidates_match_the_memory_index() {
+    use keel_core::recall::{MAX_CANDIDATES, MAX_POSTINGS, RecallDocument, RecallIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::connect(&file_url(&dir)).await.unwrap();
+    let memory = Store::memory();
+    let scope = SessionScope::new("f", "u", "long", "");
+    // SplitMix64, so the thread is the same on every run.
+    let mut state = 0x5eed_u64;
+    let mut next = move |n: u64| {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    };
+    let documents = MAX_POSTINGS as usize + 900;
+    let mut previous = String::new();
+    let docs: Vec<RecallDocument> = (0..documents)
+        .map(|i| {
+            // "common" in six of seven messages (past the budget alone); 40 other words,
+            // the k-th drawn about 1/k as often as the first.
+            let mut words: Vec<String> = Vec::new();
+            if i % 7 != 0 {
+                words.push("common".to_owned());
+            }
+            for _ in 0..3 + next(4) {
+                let k = (1..=40).find(|&k| next(k * 3) == 0).unwrap_or(40);
+                words.push(format!("word{k}"));
+            }
+            let text = words.join(" ");
+            let mut d = RecallDocument::new(format!("m{i}"), i as u64, "user", text.clone());
+            d.context = std::mem::replace(&mut previous, text);
+            d
+        })
+        .collect();
+    for batch in docs.chunks(1_000) {
+        sqlite.index_documents(&scope, batch).await.unwrap();
+        memory.index_documents(&scope, batch).await.unwrap();
+    }
+    let mut questions: Vec<Vec<String>> = vec![
+        vec!["common".to_owned()],
+        vec!["word1".to_owned()],
+        vec!["common".to_owned(), "word1".to_owned(), "word2".to_owned()],
+        vec![
+            "word39".to_owned(),
+            "word40".to_owned(),
+            "word38".to_owned(),
+        ],
+        vec!["word20".to_owned(), "word21".to_owned()],
+    ];
+    for _ in 0..40 {
+        let n = 1 + next(5);
+        let mut q: Vec<String> = (0..n).map(|_| format!("word{}", 1 + next(40))).collect();
+        if next(2) == 0 {
+            q.push("common".to_owned());
+        }
+        questions.push(q);
+    }
+    let mut full = 0;
+    for q in &questions {
+        let want = memory.search(&scope, q, MAX_CANDIDATES).await.unwrap();
+        let got = sqlite.search(&scope, q, MAX_CANDIDATES).await.unwrap();
+        let ids = |hits: &[keel_core::recall::RecallHit]| {
+            hits.iter()
+                .map(|h| h.document.message_id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&got), ids(&want), "question {q:?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g.score - w.score).abs() < 1e-9 && (g.coverage - w.coverage).abs() < 1e-9,
+                "question {q:?}: {} scored {} / {} on SQLite, {} / {} in memory",
+                g.document.message_id,
+                g.score,
+                g.coverage,
+                w.score,
+                w.coverage
+            );
+        }
+        if want.len() == MAX_CANDIDATES {
+            full += 1;
+        }
+    }
+    // The budgets were reached (the case where which candidates are read decides).
+    assert!(
+        full >= 5,
+        "only {full} questions reached {MAX_CANDIDATES} candidates"
+    );
+}
