@@ -447,6 +447,24 @@ pub trait ChatHistoryStore: Send + Sync {
             .filter(|c| found.contains(c))
             .collect())
     }
+    /// [`append_stamped`](Self::append_stamped), then how many rows of the scope lie
+    /// strictly after `count_after` (all of them when `None`) once the rows are stored:
+    /// the check a caller that keeps a session's newest rows makes before using them,
+    /// asked together with the write that comes anyway. The count is taken after the
+    /// insert but not in its transaction, so a row another writer stores in between is
+    /// counted too (a check against it fails, never passes wrongly). The default makes
+    /// the two calls; the SQLite store sends both statements in one round trip.
+    async fn append_stamped_counting(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+        count_after: Option<&Cursor>,
+    ) -> Result<(Vec<Cursor>, u64), StoreError> {
+        let stored = self.append_stamped(scope, messages, not_before_ms).await?;
+        let count = self.count_after(scope, count_after).await?;
+        Ok((stored, count))
+    }
     /// Up to `limit` messages strictly after `cursor` (from the start when `None`), oldest
     /// first.
     async fn after(

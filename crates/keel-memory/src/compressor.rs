@@ -5,7 +5,14 @@
 //! 1. load the state and the last `n_messages` stored messages (excluding the current
 //!    input): the first of them is the boundary between "recent" and "older". The
 //!    newest rows of each session are kept between turns and checked with one count
-//!    before use (see `tail.rs`), so a turn does not read and decode them again;
+//!    before use (see `tail.rs`), so a turn does not read and decode them again. When
+//!    this compressor recorded the turn's input, the statement that stored it also
+//!    counted the rows (one round trip): if the count shows that no other writer stored
+//!    rows in the session since, neither the count nor the state is read again, and the
+//!    state this compressor last read or saved is used. A state another writer saved
+//!    without storing rows in the session is then seen at the next turn that finds
+//!    rows it did not write; a fold over a state that moved on still loses its
+//!    compare-and-swap and takes the winner's state;
 //! 2. count the unfolded messages older than the boundary; while there are at least
 //!    `fold_batch` of them (and at most `max_folds_per_turn` times), fold up to
 //!    `max_batch_messages` of them with one internal model call (a batch never ends
@@ -22,6 +29,7 @@
 //! event, never an error: the turn runs with the previous state.
 
 use std::collections::HashSet;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,6 +56,11 @@ use crate::fold::{fold_prompt, fold_schema, fold_template};
 use crate::settings::{SessionMemorySettings, SettingsError};
 use crate::tail::TailCache;
 use crate::window::provider_safe_rows;
+use lru::LruCache;
+use parking_lot::Mutex;
+
+/// Sessions whose last known state is kept (as many as `tail.rs` keeps tails of).
+const KNOWN_STATES: usize = 1024;
 
 /// What one fold attempt did.
 #[derive(Clone, Debug, PartialEq)]
@@ -230,6 +243,8 @@ pub struct SessionCompressor {
     engine: FoldEngine,
     /// The newest rows of recent sessions (checked against the store before use).
     tails: Arc<TailCache>,
+    /// The state each recent session had when this compressor last read or saved it.
+    known: Arc<Mutex<LruCache<SessionScope, SessionMemoryState>>>,
 }
 
 /// What writes the summary of a fold; with the summary model, it says which
@@ -285,6 +300,9 @@ impl SessionCompressor {
             schema,
             engine: FoldEngine::Model,
             tails: Arc::new(TailCache::new(tail_rows)),
+            known: Arc::new(Mutex::new(LruCache::new(
+                NonZeroUsize::new(KNOWN_STATES).unwrap_or(NonZeroUsize::MIN),
+            ))),
         })
     }
 
@@ -341,18 +359,26 @@ impl SessionCompressor {
             return Ok(TurnMemory::empty());
         }
         let current_ids: HashSet<&str> = current.iter().map(Message::id).collect();
-        // Read one after the other: reading both at once on two pool connections was
-        // measured no faster (docs/benchmarks.md, session-memory replay).
-        let usual = self.usual_window(&current_ids);
-        let state = self.states.get_state(scope).await?;
-        let fetched = self.newest(scope, usual).await?;
-        let mut state = state.unwrap_or_default();
-        let recent = self
-            .recent_window(scope, fetched, &current_ids, state.covered_until.as_ref())
-            .await?;
-        let folds = self
-            .fold_turn(scope, &mut state, &recent, &current_ids, run_model, writer)
-            .await?;
+        // The record of this turn's input proved that only this compressor wrote to
+        // the session since its last turn: the kept tail and state are current.
+        let confirmed = self.tails.take_confirmed(scope, &current_ids);
+        let known = if confirmed {
+            self.known.lock().get(scope).cloned()
+        } else {
+            None
+        };
+        let turn = self
+            .turn(scope, known, confirmed, &current_ids, run_model, writer)
+            .await;
+        match &turn {
+            Ok((state, _, _)) => {
+                self.known.lock().put(scope.clone(), state.clone());
+            }
+            Err(_) => {
+                self.known.lock().pop(scope);
+            }
+        }
+        let (state, recent, folds) = turn?;
         let recent = self.unfolded(recent.window, &state);
         let summary =
             render_memory(&state, &self.settings.pinned_keys).map(|t| summary_message(&t));
@@ -362,6 +388,39 @@ impl SessionCompressor {
             folds,
             summary,
         })
+    }
+
+    /// The state (`known`, else read), the recent window and the folds of a turn.
+    async fn turn(
+        &self,
+        scope: &SessionScope,
+        known: Option<SessionMemoryState>,
+        confirmed: bool,
+        current_ids: &HashSet<&str>,
+        run_model: &Arc<dyn ChatModel>,
+        writer: &StreamWriter,
+    ) -> Result<(SessionMemoryState, RecentWindow, Vec<FoldOutcome>), StoreError> {
+        // Read one after the other: reading both at once on two pool connections was
+        // measured no faster (docs/benchmarks.md, session-memory replay).
+        let usual = self.usual_window(current_ids);
+        let mut state = match known {
+            Some(state) => state,
+            None => self.states.get_state(scope).await?.unwrap_or_default(),
+        };
+        let fetched = self.newest(scope, usual, confirmed).await?;
+        let recent = self
+            .recent_window(
+                scope,
+                fetched,
+                current_ids,
+                state.covered_until.as_ref(),
+                confirmed,
+            )
+            .await?;
+        let folds = self
+            .fold_turn(scope, &mut state, &recent, current_ids, run_model, writer)
+            .await?;
+        Ok((state, recent, folds))
     }
 
     /// This turn's folds: up to `max_folds_per_turn`, each of a batch of at least
@@ -468,13 +527,20 @@ impl SessionCompressor {
     }
 
     /// The newest `n` stored messages of the scope, oldest first, as `last_n` reads
-    /// them: from the kept tail when one count query proves it current, else from the
-    /// store (and then kept).
+    /// them: from the kept tail when it is `confirmed` (see [`TailCache::take_confirmed`])
+    /// or one count query proves it current, else from the store (and then kept).
     async fn newest(
         &self,
         scope: &SessionScope,
         n: usize,
+        confirmed: bool,
     ) -> Result<Vec<StoredMessage>, StoreError> {
+        if confirmed
+            && n <= self.tails.max_rows()
+            && let Some(rows) = self.tails.confirmed_newest(scope, n)
+        {
+            return Ok(rows);
+        }
         if n <= self.tails.max_rows()
             && let Some(check) = self.tails.check(scope, n)
         {
@@ -521,6 +587,7 @@ impl SessionCompressor {
         mut fetched: Vec<StoredMessage>,
         current_ids: &HashSet<&str>,
         covered_until: Option<&Cursor>,
+        confirmed: bool,
     ) -> Result<RecentWindow, StoreError> {
         let n = self.settings.n_messages;
         let want = self.whole_window(current_ids);
@@ -533,7 +600,7 @@ impl SessionCompressor {
                     .is_some_and(|m| m.cursor() <= *c)
             });
         if !complete && usual < want {
-            fetched = self.newest(scope, want).await?;
+            fetched = self.newest(scope, want, confirmed).await?;
         }
         // Holding every stored message after the cursor, the window can count what a
         // fold may take itself (no COUNT queries per turn).
@@ -650,6 +717,26 @@ impl SessionCompressor {
                 let from_boundary = self.history.count_after(scope, Some(b)).await? + 1;
                 Ok(after_cursor.saturating_sub(from_boundary))
             }
+        }
+    }
+
+    /// Forgets the kept tails and states of every context of the scope's session.
+    fn forget_session(&self, scope: &SessionScope) {
+        self.tails
+            .forget_session(&scope.flow_id, &scope.user_id, &scope.session_id);
+        let mut known = self.known.lock();
+        let doomed: Vec<SessionScope> = known
+            .iter()
+            .map(|(s, _)| s)
+            .filter(|s| {
+                s.flow_id == scope.flow_id
+                    && s.user_id == scope.user_id
+                    && s.session_id == scope.session_id
+            })
+            .cloned()
+            .collect();
+        for s in doomed {
+            known.pop(&s);
         }
     }
 
@@ -968,8 +1055,23 @@ impl SessionCompressor {
             .filter(|m| seen.insert(m.id()))
             .cloned()
             .collect();
-        // Stamped after the newest stored row by the store, in the same statement.
-        let stored = self.history.append_stamped(scope, &rows, now_ms()).await?;
+        let recorded: HashSet<String> = seen.into_iter().map(str::to_owned).collect();
+        // Stamped after the newest stored row by the store, in the same statement. With
+        // a kept tail, the rows after its oldest are counted in the same round trip.
+        let check = self.tails.check(scope, 0);
+        let (stored, counted) = match &check {
+            Some(check) => {
+                let (stored, n) = self
+                    .history
+                    .append_stamped_counting(scope, &rows, now_ms(), check.after.as_ref())
+                    .await?;
+                (stored, Some(n))
+            }
+            None => (
+                self.history.append_stamped(scope, &rows, now_ms()).await?,
+                None,
+            ),
+        };
         let count = stored.len();
         // The positions come back oldest first, which is list order: the stored rows are
         // the messages of the list whose id comes next, moved rather than copied.
@@ -984,7 +1086,13 @@ impl SessionCompressor {
                 })
             })
             .collect();
-        self.tails.append(scope, stored);
+        match (check, counted) {
+            (Some(check), Some(n)) => {
+                self.tails
+                    .append_counted(scope, stored, recorded, &check, n);
+            }
+            _ => self.tails.append(scope, stored),
+        }
         Ok(count)
     }
 
@@ -992,15 +1100,13 @@ impl SessionCompressor {
     /// context: its chat history and its state (summary, pinned keys). Call it wherever
     /// a session is deleted; returns how many rows went.
     pub async fn delete_session(&self, scope: &SessionScope) -> Result<u64, StoreError> {
-        self.tails
-            .forget_session(&scope.flow_id, &scope.user_id, &scope.session_id);
+        self.forget_session(scope);
         let history = self
             .history
             .delete_session_history(&scope.flow_id, &scope.user_id, &scope.session_id)
             .await?;
         // Again: a turn may have read the session back in meanwhile.
-        self.tails
-            .forget_session(&scope.flow_id, &scope.user_id, &scope.session_id);
+        self.forget_session(scope);
         let states = self
             .states
             .delete_session_states(&scope.flow_id, &scope.user_id, &scope.session_id)

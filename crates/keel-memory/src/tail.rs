@@ -11,6 +11,7 @@
 //! lacks. A row appended by another process (or another compressor) changes the count,
 //! and the tail is read again. Rows older than the tail never change the window.
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 
 use keel_core::store::{Cursor, SessionScope, StoredMessage};
@@ -27,6 +28,10 @@ struct Tail {
     whole: bool,
     /// Bumped on every change, so a check made before a change is not taken for after.
     generation: u64,
+    /// The generation whose rows the store's count, taken by the statement that last
+    /// recorded into the session, proved current, and the ids that statement recorded;
+    /// used once (see [`TailCache::take_confirmed`]).
+    confirmed: Option<(u64, HashSet<String>)>,
 }
 
 /// What a check against the store needs: the tail's oldest row (`None` when the tail
@@ -108,6 +113,7 @@ impl TailCache {
                 rows: rows[rows.len() - keep..].to_vec(),
                 whole: whole && keep == rows.len(),
                 generation,
+                confirmed: None,
             },
         );
     }
@@ -116,22 +122,85 @@ impl TailCache {
     /// store returned) to the scope's tail. A row that does not sort after the tail's
     /// newest (another writer got in between) drops the tail instead.
     pub fn append(&self, scope: &SessionScope, stored: Vec<StoredMessage>) {
-        if stored.is_empty() {
-            return;
+        let mut tails = self.tails.lock();
+        self.append_locked(&mut tails, scope, stored);
+    }
+
+    /// [`Self::append`], with the store's count of the rows after `check`'s position
+    /// taken once `stored` was written. When the count is the tail's plus the rows just
+    /// stored (and the tail did not change meanwhile), no other writer stored rows in
+    /// the session since the tail was last proved current: the tail is marked
+    /// confirmed, and the next [`Self::take_confirmed`] says so without another count.
+    /// `recorded` holds the ids of every message the statement was given (stored or
+    /// skipped as stored before).
+    pub fn append_counted(
+        &self,
+        scope: &SessionScope,
+        stored: Vec<StoredMessage>,
+        recorded: HashSet<String>,
+        check: &Check,
+        count: u64,
+    ) {
+        let mut tails = self.tails.lock();
+        let current = tails
+            .peek(scope)
+            .is_some_and(|t| t.generation == check.generation)
+            && count == check.expected.saturating_add(stored.len() as u64);
+        if let Some(tail) = self.append_locked(&mut tails, scope, stored)
+            && current
+        {
+            tail.confirmed = Some((tail.generation, recorded));
         }
+    }
+
+    /// Whether the scope's tail is as the last record's count proved it (nothing
+    /// changed it since), when that record was of `current` (the turn's input: every
+    /// id in it, and at least one). A count taken when some earlier turn was recorded
+    /// says nothing of what other writers stored since. Answers `true` once per proof:
+    /// a later turn counts again.
+    pub fn take_confirmed(&self, scope: &SessionScope, current: &HashSet<&str>) -> bool {
         let mut tails = self.tails.lock();
         let Some(tail) = tails.get_mut(scope) else {
-            return;
+            return false;
         };
-        let mut newest = tail.rows.last().map(StoredMessage::cursor);
-        for row in &stored {
-            let at = row.cursor();
-            if newest.as_ref().is_some_and(|n| at <= *n) {
-                tails.pop(scope);
-                return;
-            }
-            newest = Some(at);
+        let generation = tail.generation;
+        tail.confirmed.take().is_some_and(|(at, recorded)| {
+            at == generation
+                && !current.is_empty()
+                && current.iter().all(|id| recorded.contains(*id))
+        })
+    }
+
+    /// The newest `n` rows, oldest first, when the tail holds them (or is the whole
+    /// history): for a tail [`Self::take_confirmed`] just proved current.
+    pub fn confirmed_newest(&self, scope: &SessionScope, n: usize) -> Option<Vec<StoredMessage>> {
+        let check = self.check(scope, n)?;
+        self.newest(scope, &check, n)
+    }
+
+    /// Appends `stored` to the scope's tail; the tail, unless it was dropped (a row out
+    /// of order) or there is none.
+    fn append_locked<'t>(
+        &self,
+        tails: &'t mut LruCache<SessionScope, Tail>,
+        scope: &SessionScope,
+        stored: Vec<StoredMessage>,
+    ) -> Option<&'t mut Tail> {
+        if stored.is_empty() {
+            return tails.get_mut(scope);
         }
+        let mut newest = tails.peek(scope)?.rows.last().map(StoredMessage::cursor);
+        let in_order = stored.iter().all(|row| {
+            let at = row.cursor();
+            let after = newest.as_ref().is_none_or(|n| at > *n);
+            newest = Some(at);
+            after
+        });
+        if !in_order {
+            tails.pop(scope);
+            return None;
+        }
+        let tail = tails.get_mut(scope)?;
         tail.rows.extend(stored);
         if tail.rows.len() > self.max_rows {
             let cut = tail.rows.len() - self.max_rows;
@@ -139,6 +208,8 @@ impl TailCache {
             tail.whole = false;
         }
         tail.generation = tail.generation.wrapping_add(1);
+        tail.confirmed = None;
+        Some(tail)
     }
 
     /// Forgets every context of a session (it was deleted).

@@ -835,3 +835,127 @@ async fn a_fold_reports_the_current_values_its_summary_records() {
     assert_eq!(current[0]["was"], "eu-west-1");
     assert_eq!(current[0]["reference"], "m00012");
 }
+
+/// A state store that counts its reads.
+struct CountingStates<S> {
+    inner: Arc<S>,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl<S> CountingStates<S> {
+    fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<S: SessionMemoryStore> SessionMemoryStore for CountingStates<S> {
+    async fn get_state(
+        &self,
+        scope: &SessionScope,
+    ) -> Result<Option<SessionMemoryState>, StoreError> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_state(scope).await
+    }
+    async fn save_state(
+        &self,
+        scope: &SessionScope,
+        state: &SessionMemoryState,
+        expected: u64,
+    ) -> Result<SaveOutcome, StoreError> {
+        self.inner.save_state(scope, state, expected).await
+    }
+    async fn delete_session_states(&self, f: &str, u: &str, s: &str) -> Result<u64, StoreError> {
+        self.inner.delete_session_states(f, u, s).await
+    }
+}
+
+/// One turn as the middleware runs it: the input recorded, the memory prepared, the
+/// answer recorded. Returns the turn's memory.
+async fn recorded_turn(
+    c: &SessionCompressor,
+    s: &SessionScope,
+    i: usize,
+    model: &Arc<ScriptedModel>,
+) -> keel_memory::TurnMemory {
+    let input = message(i);
+    c.record(s, std::slice::from_ref(&input)).await.unwrap();
+    let turn = c
+        .prepare(
+            s,
+            std::slice::from_ref(&input),
+            &dyn_model(model),
+            &StreamWriter::disconnected(),
+        )
+        .await
+        .unwrap();
+    c.record(s, &[input, message(i + 1)]).await.unwrap();
+    turn
+}
+
+#[tokio::test]
+async fn the_state_is_read_again_only_after_another_writer_stored_rows() {
+    for url in ["memory:", "sqlite::memory:"] {
+        let store = Arc::new(keel_store::Store::connect(url).await.unwrap());
+        let s = scope("u", "writers");
+        let states = Arc::new(CountingStates {
+            inner: store.clone(),
+            reads: Default::default(),
+        });
+        let first = SessionCompressor::new(settings(&s), store.clone(), states.clone()).unwrap();
+        let model = fold_model();
+        recorded_turn(&first, &s, 0, &model).await;
+        assert_eq!(states.reads(), 1, "{url}: the first turn reads the state");
+        for i in [2, 4, 6] {
+            let turn = recorded_turn(&first, &s, i, &model).await;
+            assert_eq!(
+                turn.recent.len(),
+                i,
+                "{url}: every earlier message is recent"
+            );
+        }
+        assert_eq!(
+            states.reads(),
+            1,
+            "{url}: while only this compressor writes, its own state is current"
+        );
+
+        // Another writer (a second compressor on the same database) stores a turn and
+        // a state.
+        let second = SessionCompressor::new(settings(&s), store.clone(), store.clone()).unwrap();
+        second
+            .record(
+                &s,
+                &[
+                    message(8).with_id("other-in"),
+                    message(9).with_id("other-out"),
+                ],
+            )
+            .await
+            .unwrap();
+        let theirs = SessionMemoryState {
+            summary: "- the other writer's summary".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            store.save_state(&s, &theirs, 0).await.unwrap(),
+            SaveOutcome::Saved { version: 1 }
+        );
+
+        let turn = recorded_turn(&first, &s, 10, &model).await;
+        assert_eq!(
+            states.reads(),
+            2,
+            "{url}: rows it did not write make it read again"
+        );
+        assert_eq!(turn.state.summary, theirs.summary);
+        // Messages 0 to 7 of its own turns, then the other writer's two.
+        assert_eq!(
+            turn.recent.len(),
+            10,
+            "{url}: the other writer's rows are in the window"
+        );
+        recorded_turn(&first, &s, 12, &model).await;
+        assert_eq!(states.reads(), 2, "{url}: and then it is current again");
+    }
+}

@@ -450,7 +450,9 @@ async fn open_store(
         });
     }
     Ok(match db_url {
-        Some(url) => Some(Arc::new(Store::connect(url).await?)),
+        // One process, one query at a time: a pool of one connection (measured in
+        // docs/benchmarks.md, session-memory replay).
+        Some(url) => Some(Arc::new(Store::connect_single(url).await?)),
         None => None,
     })
 }

@@ -71,6 +71,7 @@ pub async fn run_all<S: Storage + 'static>(store: Arc<S>) -> Checked {
     chat_history(&*store).await?;
     idempotent_history(&*store).await?;
     stamped_history(&*store).await?;
+    counted_history(&*store).await?;
     scope_isolation(&*store).await?;
     state_compare_and_swap(&*store).await?;
     purge(&*store).await?;
@@ -312,6 +313,55 @@ pub async fn idempotent_history<S: Storage>(store: &S) -> Checked {
         .append_new(&scope, &[msg(4, "m4"), msg(5, "m4")])
         .await;
     ensure!(C, is_invalid(&r), "one id twice in a batch gave {r:?}");
+    Ok(())
+}
+
+/// `append_stamped_counting` stores as `append_stamped` does and counts the rows after
+/// the cursor it is given (all of them without one) with the batch stored.
+pub async fn counted_history<S: Storage>(store: &S) -> Checked {
+    const C: &str = "counted_history";
+    let scope = SessionScope::new(format!("{}-flow", namespace()), "user", "session", "");
+    let human = |id: &str| Message::human(format!("message {id}")).with_id(id);
+    let at = |ts: i64, id: &str| Cursor {
+        timestamp_ms: ts,
+        message_id: id.to_owned(),
+    };
+    let got = call(
+        C,
+        "append_stamped_counting",
+        store
+            .append_stamped_counting(&scope, &[human("b1"), human("a2")], 100, None)
+            .await,
+    )?;
+    ensure!(
+        C,
+        got == (vec![at(100, "b1"), at(101, "a2")], 2),
+        "the first batch gave {got:?}"
+    );
+    let got = call(
+        C,
+        "append_stamped_counting",
+        store
+            .append_stamped_counting(&scope, &[human("a2"), human("c3")], 0, Some(&at(100, "b1")))
+            .await,
+    )?;
+    ensure!(
+        C,
+        got == (vec![at(103, "c3")], 2),
+        "a batch with one stored id, counted after the first row, gave {got:?}"
+    );
+    let got = call(
+        C,
+        "append_stamped_counting",
+        store
+            .append_stamped_counting(&scope, &[human("c3")], 0, Some(&at(103, "c3")))
+            .await,
+    )?;
+    ensure!(C, got == (Vec::new(), 0), "a retried batch gave {got:?}");
+    let r = store
+        .append_stamped_counting(&scope, &[human("")], 0, None)
+        .await;
+    ensure!(C, is_invalid(&r), "an empty id gave {r:?}");
     Ok(())
 }
 

@@ -203,6 +203,7 @@ impl Storage for PostgresStore {
 impl Dialect for sqlx::Postgres {
     const STORE_NAME: &'static str = "PostgresStore";
     const QUERIES: Queries = QUERIES;
+    const MULTI_STATEMENT: bool = false;
 
     fn rows_affected(done: &Self::QueryResult) -> u64 {
         done.rows_affected()

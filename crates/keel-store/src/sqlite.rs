@@ -185,6 +185,19 @@ impl SqliteStore {
     /// that does not exist, a missing file with `mode=ro`. A database that cannot be
     /// written is found here, not at its first write ([`ConnectError::ReadOnly`]).
     pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        Self::connect_pool(url, FILE_POOL_SIZE).await
+    }
+
+    /// [`Self::connect`] with a pool of one connection, for a tool that is the only
+    /// process writing and runs one query at a time (`keel replay`): each query goes
+    /// to the one connection whose statement cache holds it, instead of to whichever
+    /// of the pool's connections is idle. A server keeps [`Self::connect`]'s pool, whose
+    /// readers run in parallel.
+    pub async fn connect_single(url: &str) -> Result<Self, ConnectError> {
+        Self::connect_pool(url, 1).await
+    }
+
+    async fn connect_pool(url: &str, pool_size: u32) -> Result<Self, ConnectError> {
         let mut options =
             SqliteConnectOptions::from_str(url).map_err(|e| ConnectError::InvalidUrl {
                 backend: Backend::Sqlite,
@@ -205,7 +218,7 @@ impl SqliteStore {
         if !in_memory {
             check_path(options.get_filename(), url, mode.as_deref())?;
         }
-        let store = Self::open(options, in_memory, redact_url(url)).await?;
+        let store = Self::open(options, in_memory, redact_url(url), pool_size).await?;
         if !in_memory && !read_only {
             store.check_writable(url).await?;
         }
@@ -267,13 +280,15 @@ impl SqliteStore {
         in_memory: bool,
     ) -> Result<Self, ConnectError> {
         let name = options.get_filename().display().to_string();
-        Self::open(options, in_memory, name).await
+        Self::open(options, in_memory, name, FILE_POOL_SIZE).await
     }
 
+    /// `pool_size` connections for a file database (an in-memory one has one).
     async fn open(
         options: SqliteConnectOptions,
         in_memory: bool,
         name: String,
+        pool_size: u32,
     ) -> Result<Self, ConnectError> {
         let options = options.busy_timeout(BUSY_TIMEOUT).foreign_keys(true);
         let (options, pool) = if in_memory {
@@ -298,7 +313,7 @@ impl SqliteStore {
                     // hundred rows scattered over the file.
                     .pragma("mmap_size", MMAP_SIZE),
                 SqlitePoolOptions::new()
-                    .max_connections(FILE_POOL_SIZE)
+                    .max_connections(pool_size.max(1))
                     .test_before_acquire(false),
             )
         };
@@ -363,6 +378,7 @@ impl Storage for SqliteStore {
 impl Dialect for sqlx::Sqlite {
     const STORE_NAME: &'static str = "SqliteStore";
     const QUERIES: Queries = QUERIES;
+    const MULTI_STATEMENT: bool = true;
 
     fn rows_affected(done: &Self::QueryResult) -> u64 {
         done.rows_affected()

@@ -98,6 +98,23 @@ impl Store {
         }
     }
 
+    /// [`Store::connect`], with a pool of one connection on SQLite
+    /// ([`SqliteStore::connect_single`](crate::sqlite::SqliteStore::connect_single)): for a
+    /// single-process tool that runs one query at a time. Other URLs open as with
+    /// [`Store::connect`].
+    pub async fn connect_single(url: &str) -> Result<Store, ConnectError> {
+        #[cfg(feature = "sqlite")]
+        if url
+            .split_once(':')
+            .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("sqlite"))
+        {
+            return Ok(Store::Sqlite(
+                crate::sqlite::SqliteStore::connect_single(url).await?,
+            ));
+        }
+        Self::connect(url).await
+    }
+
     /// A fresh in-memory store.
     pub fn memory() -> Store {
         Store::Memory(MemoryStore::new())
@@ -271,6 +288,16 @@ impl ChatHistoryStore for Store {
         not_before_ms: i64,
     ) -> Result<Vec<Cursor>, StoreError> {
         dispatch!(self, s => s.append_stamped(scope, messages, not_before_ms).await)
+    }
+
+    async fn append_stamped_counting(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+        count_after: Option<&Cursor>,
+    ) -> Result<(Vec<Cursor>, u64), StoreError> {
+        dispatch!(self, s => s.append_stamped_counting(scope, messages, not_before_ms, count_after).await)
     }
 
     async fn delete_session_history(

@@ -580,6 +580,10 @@ pub trait Dialect: Database + HasStatementCache {
     const STORE_NAME: &'static str;
     /// The statements whose text differs between dialects.
     const QUERIES: Queries;
+    /// Whether one query may hold several statements, bound by parameter number
+    /// (sqlx's SQLite driver runs them in one call to its worker; PostgreSQL's
+    /// extended protocol takes one statement a query).
+    const MULTI_STATEMENT: bool;
     /// How many rows a statement wrote (sqlx has no trait for it).
     fn rows_affected(done: &Self::QueryResult) -> u64;
 }

@@ -205,6 +205,81 @@ where
         Ok(stored)
     }
 
+    async fn append_stamped_counting(
+        &self,
+        scope: &SessionScope,
+        messages: &[Message],
+        not_before_ms: i64,
+        count_after: Option<&Cursor>,
+    ) -> Result<(Vec<Cursor>, u64), StoreError> {
+        if !DB::MULTI_STATEMENT || messages.is_empty() || messages.len() > APPEND_ROWS_PER_STATEMENT
+        {
+            let stored = self.append_stamped(scope, messages, not_before_ms).await?;
+            let count = self.count_after(scope, count_after).await?;
+            return Ok((stored, count));
+        }
+        check::scope(scope)?;
+        check::batch_ids(messages.iter().map(|m| m.id()))?;
+        let bodies = messages
+            .iter()
+            .map(encode_message)
+            .collect::<Result<Vec<_>, _>>()?;
+        // The INSERT, then the COUNT on the same connection: one call to the driver.
+        // The cursor's parameters follow the rows' (`$6` on, four a row).
+        let mut sql = stamped(DB::QUERIES.append_stamped, messages.len());
+        sql.push_str("; ");
+        sql.push_str(COUNT_START);
+        if count_after.is_some() {
+            let p = 6 + 4 * messages.len();
+            sql.push_str(&format!(
+                " AND (timestamp_ms, message_id) > (${p}, ${})",
+                p + 1
+            ));
+        }
+        // Built from constant statements and a row count only: no input text.
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .persistent(true)
+            .bind(&scope.flow_id)
+            .bind(&scope.user_id)
+            .bind(&scope.session_id)
+            .bind(&scope.context_id)
+            .bind(not_before_ms);
+        for (i, (m, body)) in messages.iter().zip(&bodies).enumerate() {
+            q = q
+                .bind(m.id())
+                .bind(i64::try_from(i).unwrap_or(i64::MAX))
+                .bind(m.role().as_str())
+                .bind(body);
+        }
+        if let Some(c) = count_after {
+            q = q.bind(c.timestamp_ms).bind(&c.message_id);
+        }
+        let rows = q.fetch_all(&self.pool).await.map_err(backend)?;
+        // The INSERT's rows are `(message_id, timestamp_ms)`, the COUNT's is `(n)`.
+        let mut stored = Vec::with_capacity(messages.len());
+        let mut count = None;
+        for row in rows {
+            let decoded = if row.len() == 1 {
+                row.try_get::<i64, _>(0).map(|n| count = Some(n))
+            } else {
+                row.try_get::<String, _>(0).and_then(|message_id| {
+                    let timestamp_ms = row.try_get::<i64, _>(1)?;
+                    stored.push(Cursor {
+                        timestamp_ms,
+                        message_id,
+                    });
+                    Ok(())
+                })
+            };
+            decoded.map_err(|e| StoreError::Corrupt(format!("chat_messages append: {e}")))?;
+        }
+        let count = count.ok_or_else(|| {
+            StoreError::Backend("the count after the append returned no row".into())
+        })?;
+        stored.sort();
+        Ok((stored, check::to_u64("count", count)?))
+    }
+
     async fn delete_session_history(
         &self,
         flow_id: &str,
