@@ -180,10 +180,10 @@ async fn main() {
         4 * n
     );
     println!("recall {backend}: ratio {ratio:.2}");
-    if let Some(max) = max_ratio {
-        if ratio > max {
-            eprintln!("recall {backend}: cost ratio {ratio:.2} is over {max} for 4x the work");
-            std::process::exit(1);
-        }
+    if let Some(max) = max_ratio
+        && ratio > max
+    {
+        eprintln!("recall {backend}: cost ratio {ratio:.2} is over {max} for 4x the work");
+        std::process::exit(1);
     }
 }
