@@ -35,7 +35,10 @@ RECALL_N=${RECALL_N:-10000}
 RECALL_EVERY=${RECALL_EVERY:-50}
 # The memory backend is left out at CI size: on a debug build its ratio is 5.6 at
 # 10,000 messages and 6.5 at 20,000, while the release build's is 3.97 (10,000) and 3.96
-# (40,000 against 160,000), linear; what the debug build adds is not found yet.
+# (40,000 against 160,000). Probable cause, not yet confirmed by counting: a search is a
+# fixed part (scoring 256 candidates) plus one hash-map step per posting read, up to
+# 4,096; at these sizes the postings read still grow toward that budget, and a debug
+# build makes those steps dear enough to show it.
 RECALL_BACKENDS=${RECALL_BACKENDS:-sqlite}
 # 60 turns, not 30: the first 15 or so come before examples/keel.yaml's summarization
 # trigger and cost less, which alone pushes a 30-against-120 ratio to about 4.4.
